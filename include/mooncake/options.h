@@ -1,0 +1,51 @@
+// EngineOptions: every tunable of the engine, with its default and the environment variable
+// (upstream's name where one exists) that overrides it. The environment is read only by
+// EngineOptions::FromEnvironment(); nothing else in the library calls getenv for these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mooncake {
+
+struct EngineOptions {
+  // Port used when a server name has no ":port" (non-P2P modes). MC_HANDSHAKE_PORT, 12001.
+  uint16_t handshake_port = 12001;
+  // Range for the random RPC (handshake) port and TCP data port. MC_MIN_RPC_PORT /
+  // MC_MAX_RPC_PORT (also the misspelt MC_MIN_PRC_PORT / MC_MAX_PRC_PORT), 15000..17000.
+  uint16_t min_rpc_port = 15000;
+  uint16_t max_rpc_port = 17000;
+  // Handshake client connect timeout. MC_HANDSHAKE_CONNECT_TIMEOUT (seconds), 5 s.
+  int handshake_connect_timeout_ms = 5000;
+  // Handshake read/write timeout on both ends, per frame. 10 s.
+  int handshake_io_timeout_ms = 10000;
+  // Largest handshake frame accepted. MC_HANDSHAKE_MAX_LENGTH, 1 MiB (1 B .. 128 MiB).
+  size_t handshake_max_length = 1 << 20;
+  // listen() backlog of the handshake server. MC_HANDSHAKE_LISTEN_BACKLOG, 128.
+  int handshake_backlog = 128;
+  // Threads serving handshake connections (upstream serves one at a time). 4.
+  int handshake_threads = 4;
+
+  // Only TCP is offered, even when a faster transport exists. MC_FORCE_TCP, off.
+  bool force_tcp = false;
+  // Persistent TCP connections ("streams") per peer. MC_TCP_LANES_PER_PEER (1..16), 2.
+  int tcp_streams_per_peer = 2;
+  // Requests longer than this are cut into slices of this size, each its own wire request,
+  // spread over the streams. MC_TCP_SPLIT_SIZE, 256 KiB (4 KiB .. 1 GiB).
+  size_t tcp_split_size = 256 << 10;
+  // Speak protocol v1 (no status frames) even to v2 peers. MC_TCP_PROTO=1, off.
+  bool tcp_force_v1 = false;
+  // A connection with requests outstanding that makes no progress (no byte sent or received)
+  // for this long fails those requests with TIMEOUT and is closed. Upstream has no such
+  // bound by default. MC_SLICE_TIMEOUT (seconds), 30 s.
+  int slice_timeout_ms = 30000;
+  // Connect timeout of TCP data connections. MC_HANDSHAKE_CONNECT_TIMEOUT, 5 s.
+  int tcp_connect_timeout_ms = 5000;
+
+  // Defaults overridden by the MC_* environment variables above. Values out of range are
+  // ignored with a warning.
+  static EngineOptions FromEnvironment();
+};
+
+}  // namespace mooncake

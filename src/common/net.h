@@ -1,0 +1,71 @@
+// Socket helpers. errno becomes a Status here, once, with the peer and the call in the message
+// ("connect 127.0.0.1:15001: Connection refused").
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mooncake/status.h"
+
+namespace mooncake {
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  bool has_port = false;
+  std::string ToString() const;  // "host:port", "[v6]:port"
+};
+
+// Parses "host", "host:port", "[v6addr]" or "[v6addr]:port". Errors: empty host, bad port.
+Result<HostPort> ParseHostPort(const std::string& s);
+
+// A file descriptor closed on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.Release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) Reset(o.Release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+Status ErrnoStatus(const std::string& what, int err);
+
+// Connects with a bounded wait; the returned socket is blocking, with TCP_NODELAY.
+Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, int timeout_ms);
+
+// Binds a listening IPv4 socket (0.0.0.0, or `bind_ip`) on a free port in [lo, hi], starting
+// at a random port; *port receives the one chosen. Unavailable if every port is taken.
+Result<UniqueFd> ListenTcpInRange(uint16_t lo, uint16_t hi, int backlog, uint16_t* port,
+                                  const std::string& bind_ip = "");
+
+// Blocking full read/write bounded by a deadline of `timeout_ms` from the call
+// (negative: no deadline). Read returns Unavailable on EOF before `len` bytes.
+Status ReadFull(int fd, void* buf, size_t len, int timeout_ms);
+Status WriteFull(int fd, const void* buf, size_t len, int timeout_ms);
+
+void SetNoDelay(int fd);
+void SetNonBlocking(int fd, bool on);
+// The local IPv4 address a socket is bound to, as text.
+std::string LocalAddressOf(int fd);
+
+}  // namespace mooncake

@@ -1,0 +1,77 @@
+// The only place where MC_* tunables are read from the environment.
+#include <glog/logging.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "mooncake/options.h"
+
+namespace mooncake {
+namespace {
+
+const char* Env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+// Parses an integer variable; returns false (and warns) when it is set but invalid.
+bool EnvInt(const char* name, long lo, long hi, long* out) {
+  const char* v = Env(name);
+  if (!v) return false;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < lo || n > hi) {
+    LOG(WARNING) << name << "=" << v << " is not an integer in [" << lo << ", " << hi
+                 << "]; using the default";
+    return false;
+  }
+  *out = n;
+  return true;
+}
+
+bool EnvFlag(const char* name) {
+  const char* v = Env(name);
+  if (!v) return false;
+  std::string s(v);
+  return !(s == "0" || s == "false" || s == "no" || s == "off" || s == "FALSE");
+}
+
+}  // namespace
+
+EngineOptions EngineOptions::FromEnvironment() {
+  EngineOptions o;
+  long n = 0;
+  if (EnvInt("MC_HANDSHAKE_PORT", 1, 65535, &n)) o.handshake_port = static_cast<uint16_t>(n);
+
+  long lo = o.min_rpc_port, hi = o.max_rpc_port;
+  if (!EnvInt("MC_MIN_RPC_PORT", 1024, 65535, &lo)) EnvInt("MC_MIN_PRC_PORT", 1024, 65535, &lo);
+  if (!EnvInt("MC_MAX_RPC_PORT", 1024, 65535, &hi)) EnvInt("MC_MAX_PRC_PORT", 1024, 65535, &hi);
+  bool overlaps_ephemeral = !(hi < 32768 || lo > 60999);
+  if (lo <= hi && !overlaps_ephemeral) {
+    o.min_rpc_port = static_cast<uint16_t>(lo);
+    o.max_rpc_port = static_cast<uint16_t>(hi);
+  } else if (lo != o.min_rpc_port || hi != o.max_rpc_port) {
+    LOG(WARNING) << "RPC port range [" << lo << ", " << hi
+                 << "] is empty or overlaps the ephemeral range 32768-60999; using "
+                 << o.min_rpc_port << "-" << o.max_rpc_port;
+  }
+
+  if (EnvInt("MC_HANDSHAKE_CONNECT_TIMEOUT", 1, 3599, &n)) {
+    o.handshake_connect_timeout_ms = static_cast<int>(n * 1000);
+    o.tcp_connect_timeout_ms = o.handshake_connect_timeout_ms;
+  }
+  if (EnvInt("MC_HANDSHAKE_MAX_LENGTH", 1, 128L << 20, &n)) o.handshake_max_length = n;
+  if (EnvInt("MC_HANDSHAKE_LISTEN_BACKLOG", 1, 65535, &n)) o.handshake_backlog = int(n);
+
+  o.force_tcp = EnvFlag("MC_FORCE_TCP");
+  if (EnvInt("MC_TCP_LANES_PER_PEER", 1, 16, &n) ||
+      EnvInt("MC_TCP_MAX_CONNECTIONS_PER_PEER", 1, 16, &n)) {
+    o.tcp_streams_per_peer = static_cast<int>(n);
+  }
+  if (EnvInt("MC_TCP_SPLIT_SIZE", 4096, 1L << 30, &n)) o.tcp_split_size = n;
+  if (const char* v = Env("MC_TCP_PROTO")) o.tcp_force_v1 = std::string(v) == "1";
+  if (EnvInt("MC_SLICE_TIMEOUT", 1, 86400, &n)) o.slice_timeout_ms = static_cast<int>(n * 1000);
+  return o;
+}
+
+}  // namespace mooncake

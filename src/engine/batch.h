@@ -1,0 +1,106 @@
+// Tasks, batches and the table of checked batch ids.
+//
+// A TransferTask is one request of a batch. The engine cuts it into slices and hands them to a
+// transport; each slice reports once, through TransferTask::OnSliceDone, from any thread.
+// Counters are atomics: the data path takes no lock here.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "engine/memory_registry.h"
+#include "mooncake/status.h"
+#include "mooncake/types.h"
+
+namespace mooncake {
+
+class TransferTask {
+ public:
+  // REQUIRES: not yet started. `slices` > 0. `local` (pinned by the caller, may be null) is
+  // unpinned when the last slice reports.
+  void Start(uint32_t slices, uint64_t length, MemoryRegion* local);
+  // Marks the whole task failed before any slice was handed out. REQUIRES: not started.
+  void FailBeforeStart(TransferStatusEnum result, const std::string& message);
+
+  // Called once per slice. `result` is COMPLETED, FAILED or TIMEOUT; `bytes` counts towards
+  // transferred_bytes only when COMPLETED. `message` is kept for the first failure.
+  void OnSliceDone(TransferStatusEnum result, uint64_t bytes, const char* message = nullptr);
+
+  bool started() const { return started_; }
+  bool finished() const { return pending_.load(std::memory_order_acquire) == 0; }
+  uint64_t length() const { return length_; }
+  // WAITING while slices are out; then COMPLETED, FAILED or TIMEOUT.
+  TransferStatus status() const;
+  // The first failure's message; empty if none. Valid once finished().
+  std::string error() const;
+
+ private:
+  bool started_ = false;
+  uint64_t length_ = 0;
+  MemoryRegion* local_ = nullptr;
+  std::atomic<uint32_t> pending_{0};
+  std::atomic<uint64_t> transferred_{0};
+  std::atomic<int> result_{COMPLETED};  // worst result seen
+  std::atomic<bool> error_claimed_{false};
+  std::string error_;  // written by the first failing slice before its pending_ decrement
+};
+
+class Batch {
+ public:
+  explicit Batch(size_t capacity);
+  size_t capacity() const { return capacity_; }
+
+  // Reserves `n` task slots for a submit; nullptr (and no change) when the batch would
+  // exceed its capacity. Serialized per batch.
+  TransferTask* Reserve(size_t n, size_t* first_index);
+  size_t size() const { return size_.load(std::memory_order_acquire); }
+  TransferTask& task(size_t i) { return tasks_[i]; }
+  // True when every reserved task has finished.
+  bool AllFinished() const;
+  TransferStatus Aggregate() const;
+
+  // Notify to send once the batch completes (SubmitTransferWithNotify).
+  std::mutex notify_mu;
+  std::optional<std::pair<SegmentID, NotifyDesc>> pending_notify;  // GUARDED_BY(notify_mu)
+
+ private:
+  const size_t capacity_;
+  std::unique_ptr<TransferTask[]> tasks_;
+  std::mutex reserve_mu_;
+  std::atomic<size_t> size_{0};
+};
+
+// Maps checked ids to batches. An id is (generation << 32) | (slot + 1): a freed or
+// never-allocated id is rejected with NotFound / InvalidArgument, never dereferenced.
+class BatchTable {
+ public:
+  Result<BatchID> Allocate(size_t capacity);
+  // The batch, kept alive for the caller even if another thread frees the id meanwhile.
+  Result<std::shared_ptr<Batch>> Get(BatchID id) const;
+  // FailedPrecondition while any task has slices outstanding; the id stays valid then.
+  Status Free(BatchID id);
+  size_t live() const;
+
+  static constexpr size_t kMaxBatchSize = 1 << 20;
+
+ private:
+  struct Slot {
+    uint32_t generation = 1;
+    std::shared_ptr<Batch> batch;
+  };
+  Result<size_t> SlotOf(BatchID id) const;  // REQUIRES: mu_ held
+
+  mutable std::shared_mutex mu_;
+  std::vector<Slot> slots_;        // GUARDED_BY(mu_)
+  std::vector<uint32_t> free_;     // GUARDED_BY(mu_)
+  size_t live_ = 0;                // GUARDED_BY(mu_)
+};
+
+}  // namespace mooncake

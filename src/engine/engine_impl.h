@@ -1,0 +1,75 @@
+// TransferEngine::Impl: the engine's state. transfer_engine.cc holds set-up, registration,
+// segments and notifies; transfer_submit.cc the data path (submit, status, sync).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/memory_registry.h"
+#include "engine/segment_cache.h"
+#include "engine/transport.h"
+#include "metadata/handshake.h"
+#include "metadata/segment_desc.h"
+#include "mooncake/transfer_engine.h"
+
+namespace mooncake {
+
+class TransferEngine::Impl {
+ public:
+  explicit Impl(const EngineOptions& options);
+  ~Impl();
+
+  Status Init(const std::string& metadata, const std::string& local_server_name,
+              const std::string& transport);
+  void Shutdown();
+
+  // Registration.
+  Status Register(const std::vector<RegionInfo>& regions);
+  Status Unregister(void* addr);
+  std::string EncodeLocalDesc();
+
+  // Segments.
+  Result<SegmentCache::DescPtr> FetchDesc(const std::string& name);
+  Result<SegmentID> OpenSegment(const std::string& name);
+  Transport* PickTransport(const SegmentDesc& peer) const;
+
+  // Data path (transfer_submit.cc).
+  Status Submit(BatchID id, const std::vector<TransferRequest>& requests);
+  Result<TransferStatus> BatchStatus(BatchID id);
+  Status TransferSync(const std::vector<TransferRequest>& requests,
+                      std::chrono::milliseconds timeout);
+  // Frees batches that TransferSync gave up waiting for, once they have finished.
+  void ReapOrphans();
+
+  // Notifies.
+  Result<std::string> HandleHandshake(const HandshakeFrame& request);
+  Status SendNotifyTo(const std::string& segment_name, const NotifyDesc& notify);
+
+  const EngineOptions options;
+  MemoryRegistry registry;
+  BatchTable batches;
+  SegmentCache segments;
+  HandshakeLimits limits;
+
+  std::atomic<bool> initialized{false};
+  std::string local_name;  // segment name
+  std::string local_host;
+  uint16_t rpc_port = 0;
+  std::vector<std::unique_ptr<Transport>> transports;
+  std::unique_ptr<HandshakeServer> handshake;
+
+  std::mutex desc_mu;
+  SegmentDesc local_desc;  // GUARDED_BY(desc_mu); buffers filled at encode time
+
+  std::mutex orphan_mu;
+  std::vector<BatchID> orphans;  // GUARDED_BY(orphan_mu)
+
+  std::mutex notify_mu;
+  std::vector<NotifyDesc> notifies;  // GUARDED_BY(notify_mu)
+};
+
+}  // namespace mooncake

@@ -1,0 +1,142 @@
+#include "engine/memory_registry.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace mooncake {
+namespace {
+
+std::string Hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+Status CheckRange(uint64_t addr, uint64_t length) {
+  if (addr == 0) return Status::InvalidArgument("address is null");
+  if (length == 0) return Status::InvalidArgument("length is 0 at " + Hex(addr));
+  if (addr + length < addr) {
+    return Status::InvalidArgument("range " + Hex(addr) + " + " + std::to_string(length) +
+                                   " wraps around the address space");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+long MemoryRegistry::FindLocked(uint64_t addr) const {
+  auto it = std::upper_bound(regions_.begin(), regions_.end(), addr,
+                             [](uint64_t a, const auto& r) { return a < r->begin; });
+  return static_cast<long>(it - regions_.begin()) - 1;
+}
+
+bool MemoryRegistry::OverlapsLocked(uint64_t addr, uint64_t length) const {
+  long i = FindLocked(addr);
+  if (i >= 0 && regions_[i]->end() > addr) return true;
+  size_t next = static_cast<size_t>(i + 1);
+  return next < regions_.size() && regions_[next]->begin < addr + length;
+}
+
+void MemoryRegistry::InsertLocked(std::unique_ptr<MemoryRegion> region) {
+  auto it = std::upper_bound(regions_.begin(), regions_.end(), region->begin,
+                             [](uint64_t a, const auto& r) { return a < r->begin; });
+  regions_.insert(it, std::move(region));
+}
+
+Status MemoryRegistry::Add(uint64_t addr, uint64_t length, const std::string& location,
+                           bool remote_accessible) {
+  return AddBatch({RegionInfo{addr, length, location, remote_accessible}});
+}
+
+Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
+  for (const auto& r : regions) MC_RETURN_IF_ERROR(CheckRange(r.addr, r.length));
+  std::vector<RegionInfo> sorted = regions;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const RegionInfo& a, const RegionInfo& b) { return a.addr < b.addr; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i - 1].addr + sorted[i - 1].length > sorted[i].addr) {
+      return Status::AlreadyExists("ranges in the same call overlap at " + Hex(sorted[i].addr));
+    }
+  }
+  std::unique_lock lock(mu_);
+  for (const auto& r : sorted) {
+    if (OverlapsLocked(r.addr, r.length)) {
+      return Status::AlreadyExists("range " + Hex(r.addr) + " + " + std::to_string(r.length) +
+                                   " overlaps memory already registered; unregister it first");
+    }
+  }
+  for (const auto& r : sorted) {
+    auto region = std::make_unique<MemoryRegion>();
+    region->begin = r.addr;
+    region->length = r.length;
+    region->location = r.location;
+    region->remote_accessible = r.remote_accessible;
+    InsertLocked(std::move(region));
+  }
+  return Status::OK();
+}
+
+Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
+  std::unique_ptr<MemoryRegion> region;
+  {
+    std::unique_lock lock(mu_);
+    long i = FindLocked(addr);
+    if (i < 0 || regions_[i]->begin != addr) {
+      return Status::NotFound(Hex(addr) + " is not the start of a registered buffer");
+    }
+    region = std::move(regions_[i]);
+    regions_.erase(regions_.begin() + i);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  while (region->users.load(std::memory_order_acquire) != 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      int64_t users = region->users.load();
+      std::unique_lock lock(mu_);
+      InsertLocked(std::move(region));
+      return Status::FailedPrecondition("buffer " + Hex(addr) + " is still used by " +
+                                        std::to_string(users) +
+                                        " transfer(s); it stays registered");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return Status::OK();
+}
+
+MemoryRegion* MemoryRegistry::Pin(uint64_t addr, uint64_t len, bool remote_only) {
+  if (len == 0 || addr + len < addr) return nullptr;
+  std::shared_lock lock(mu_);
+  long i = FindLocked(addr);
+  if (i < 0) return nullptr;
+  MemoryRegion* r = regions_[i].get();
+  if (addr + len > r->end()) return nullptr;
+  if (remote_only && !r->remote_accessible) return nullptr;
+  r->users.fetch_add(1, std::memory_order_acq_rel);
+  return r;
+}
+
+bool MemoryRegistry::Contains(uint64_t addr, uint64_t len) const {
+  if (len == 0 || addr + len < addr) return false;
+  std::shared_lock lock(mu_);
+  long i = FindLocked(addr);
+  return i >= 0 && addr + len <= regions_[i]->end();
+}
+
+std::vector<RegionInfo> MemoryRegistry::List() const {
+  std::shared_lock lock(mu_);
+  std::vector<RegionInfo> out;
+  out.reserve(regions_.size());
+  for (const auto& r : regions_) {
+    out.push_back({r->begin, r->length, r->location, r->remote_accessible});
+  }
+  return out;
+}
+
+size_t MemoryRegistry::size() const {
+  std::shared_lock lock(mu_);
+  return regions_.size();
+}
+
+}  // namespace mooncake

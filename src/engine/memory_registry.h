@@ -1,0 +1,81 @@
+// MemoryRegistry: the ranges of this process's memory registered with the engine.
+//
+// Every byte the engine moves, locally or on behalf of a peer, lies inside a registered range
+// that is pinned for the duration of the copy: Pin() finds the range that wholly contains
+// [addr, addr + len) and counts one more user; Unpin() releases it. Remove() takes a range out
+// of the table at once (no new Pin can find it) and then waits for its users to finish, so
+// that the caller may free the memory as soon as Remove() returns OK.
+//
+// Thread-safe. Pin/Unpin take a shared lock only; Add/Remove an exclusive one.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "mooncake/status.h"
+
+namespace mooncake {
+
+struct MemoryRegion {
+  uint64_t begin = 0;
+  uint64_t length = 0;
+  std::string location;        // "cpu:0", "cuda:1", "*"...
+  bool remote_accessible = true;
+  std::atomic<int64_t> users{0};
+  uint64_t end() const { return begin + length; }
+};
+
+struct RegionInfo {
+  uint64_t addr;
+  uint64_t length;
+  std::string location;
+  bool remote_accessible;
+};
+
+class MemoryRegistry {
+ public:
+  MemoryRegistry() = default;
+  MemoryRegistry(const MemoryRegistry&) = delete;
+  MemoryRegistry& operator=(const MemoryRegistry&) = delete;
+
+  // Errors: InvalidArgument for a null address, zero length or a range that wraps around;
+  // AlreadyExists when the range overlaps a registered one.
+  Status Add(uint64_t addr, uint64_t length, const std::string& location,
+             bool remote_accessible);
+  // Adds all or nothing; the entries must not overlap each other either.
+  Status AddBatch(const std::vector<RegionInfo>& regions);
+
+  // `addr` must be the start of a registered range (NotFound otherwise). Waits up to
+  // `wait_ms` for in-flight users; if they are still there, the range is put back and
+  // FailedPrecondition is returned, so memory in use is never reported free.
+  Status Remove(uint64_t addr, int wait_ms);
+
+  // Returns the region wholly containing [addr, addr+len) with one more user, or nullptr.
+  // With remote_only, ranges registered without remote access are not found.
+  // len == 0 and wrap-around never match.
+  MemoryRegion* Pin(uint64_t addr, uint64_t len, bool remote_only);
+  static void Unpin(MemoryRegion* region) {
+    region->users.fetch_sub(1, std::memory_order_release);
+  }
+
+  // True when [addr, addr+len) lies inside one registered range.
+  bool Contains(uint64_t addr, uint64_t len) const;
+
+  std::vector<RegionInfo> List() const;
+  size_t size() const;
+
+ private:
+  // Index of the first region with begin > addr, minus one; -1 if none. REQUIRES: mu_ held.
+  long FindLocked(uint64_t addr) const;
+  bool OverlapsLocked(uint64_t addr, uint64_t length) const;
+  void InsertLocked(std::unique_ptr<MemoryRegion> region);
+
+  mutable std::shared_mutex mu_;
+  std::vector<std::unique_ptr<MemoryRegion>> regions_;  // sorted by begin; GUARDED_BY(mu_)
+};
+
+}  // namespace mooncake

@@ -1,0 +1,79 @@
+#include "engine/segment_cache.h"
+
+#include <mutex>
+
+namespace mooncake {
+
+SegmentCache::SegmentCache(Fetcher fetcher, ChangeListener on_change)
+    : fetcher_(std::move(fetcher)), on_change_(std::move(on_change)) {}
+
+Result<SegmentID> SegmentCache::Open(const std::string& name) {
+  {
+    std::shared_lock lock(mu_);
+    auto it = by_name_.find(name);
+    if (it != by_name_.end() && entries_[it->second - 1].desc) return it->second;
+  }
+  MC_ASSIGN_OR_RETURN(DescPtr desc, fetcher_(name));
+  std::unique_lock lock(mu_);
+  auto it = by_name_.find(name);
+  SegmentID id;
+  if (it != by_name_.end()) {
+    id = it->second;
+  } else {
+    entries_.push_back({name, nullptr});
+    id = entries_.size();
+    by_name_[name] = id;
+  }
+  if (!entries_[id - 1].desc) entries_[id - 1].desc = std::move(desc);
+  return id;
+}
+
+Result<SegmentCache::DescPtr> SegmentCache::Get(SegmentID id) {
+  std::string name;
+  {
+    std::shared_lock lock(mu_);
+    if (id == 0 || id > entries_.size()) {
+      return Status::NotFound("segment id " + std::to_string(id) +
+                              " was not returned by OpenSegment");
+    }
+    if (entries_[id - 1].desc) return entries_[id - 1].desc;
+    name = entries_[id - 1].name;
+  }
+  return FetchAndStore(id, name);
+}
+
+Result<SegmentCache::DescPtr> SegmentCache::Refresh(SegmentID id) {
+  MC_ASSIGN_OR_RETURN(std::string name, NameOf(id));
+  return FetchAndStore(id, name);
+}
+
+Result<SegmentCache::DescPtr> SegmentCache::FetchAndStore(SegmentID id, const std::string& name) {
+  MC_ASSIGN_OR_RETURN(DescPtr fresh, fetcher_(name));
+  DescPtr old;
+  {
+    std::unique_lock lock(mu_);
+    old = entries_[id - 1].desc;
+    entries_[id - 1].desc = fresh;
+  }
+  if (old && on_change_ && !old->SameContent(*fresh)) on_change_(*old, *fresh);
+  return fresh;
+}
+
+Status SegmentCache::Invalidate(SegmentID id) {
+  std::unique_lock lock(mu_);
+  if (id == 0 || id > entries_.size()) {
+    return Status::NotFound("segment id " + std::to_string(id) + " is unknown");
+  }
+  entries_[id - 1].desc.reset();
+  return Status::OK();
+}
+
+Result<std::string> SegmentCache::NameOf(SegmentID id) const {
+  std::shared_lock lock(mu_);
+  if (id == 0 || id > entries_.size()) {
+    return Status::NotFound("segment id " + std::to_string(id) + " is unknown");
+  }
+  return entries_[id - 1].name;
+}
+
+}  // namespace mooncake

@@ -1,0 +1,278 @@
+// The data path: checking requests, cutting them into slices, handing slices to transports,
+// folding results into task and batch status.
+#include <glog/logging.h>
+
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "engine/engine_impl.h"
+
+namespace mooncake {
+namespace {
+
+std::string Hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+std::string RangeText(uint64_t addr, uint64_t len) {
+  return Hex(addr) + " + " + std::to_string(len);
+}
+
+// A checked request, ready to be cut into slices.
+struct Prepared {
+  MemoryRegion* local = nullptr;           // pinned
+  MemoryRegion* local_target = nullptr;    // pinned; LOCAL_SEGMENT_ID requests only
+  size_t route = SIZE_MAX;                  // index into the routes of this submit
+};
+
+struct PeerRoute {
+  SegmentID id = INVALID_SEGMENT_ID;
+  SegmentCache::DescPtr desc;
+  Transport* transport = nullptr;
+  bool refreshed = false;
+};
+
+void UnpinAll(std::vector<Prepared>& prepared) {
+  for (auto& p : prepared) {
+    if (p.local) MemoryRegistry::Unpin(p.local);
+    if (p.local_target) MemoryRegistry::Unpin(p.local_target);
+  }
+  prepared.clear();
+}
+
+uint64_t SliceSizeFor(const EngineOptions& o) {
+  return o.tcp_split_size == 0 ? (256 << 10) : o.tcp_split_size;
+}
+
+}  // namespace
+
+Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferRequest>& requests) {
+  if (!initialized.load()) return Status::FailedPrecondition("call Init first");
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Batch> batch, batches.Get(id));
+  if (requests.empty()) return Status::OK();
+  if (requests.size() > batch->capacity() - batch->size()) {
+    return Status::ResourceExhausted(
+        "batch " + std::to_string(id) + " holds " + std::to_string(batch->capacity()) +
+        " requests; " + std::to_string(batch->size()) + " are in it and " +
+        std::to_string(requests.size()) + " more were submitted");
+  }
+
+  // 1. Check everything before anything moves.
+  thread_local std::vector<Prepared> prepared;
+  thread_local std::vector<PeerRoute> routes;
+  prepared.clear();
+  routes.clear();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const TransferRequest& r = requests[i];
+    const std::string which = "request " + std::to_string(i) + ": ";
+    auto src = reinterpret_cast<uint64_t>(r.source);
+    if (r.length == 0) {
+      UnpinAll(prepared);
+      return Status::InvalidArgument(which + "length is 0");
+    }
+    if (r.opcode != TransferRequest::READ && r.opcode != TransferRequest::WRITE) {
+      UnpinAll(prepared);
+      return Status::InvalidArgument(which + "opcode must be READ or WRITE");
+    }
+    if (src + r.length < src || r.target_offset + r.length < r.target_offset) {
+      UnpinAll(prepared);
+      return Status::InvalidArgument(which + "address + length wraps around");
+    }
+    Prepared p;
+    p.local = registry.Pin(src, r.length, /*remote_only=*/false);
+    if (p.local == nullptr) {
+      UnpinAll(prepared);
+      return Status::InvalidArgument(which + "local range " + RangeText(src, r.length) +
+                                     " is not inside registered memory; register it first");
+    }
+    if (r.target_id == LOCAL_SEGMENT_ID) {
+      p.local_target = registry.Pin(r.target_offset, r.length, /*remote_only=*/false);
+      if (p.local_target == nullptr) {
+        MemoryRegistry::Unpin(p.local);
+        UnpinAll(prepared);
+        return Status::InvalidArgument(which + "target range " +
+                                       RangeText(r.target_offset, r.length) +
+                                       " is not inside this engine's registered memory");
+      }
+      prepared.push_back(p);
+      continue;
+    }
+    PeerRoute* route = nullptr;
+    for (size_t k = 0; k < routes.size(); ++k) {
+      if (routes[k].id == r.target_id) {
+        route = &routes[k];
+        p.route = k;
+      }
+    }
+    if (route == nullptr) {
+      auto desc = segments.Get(r.target_id);
+      if (!desc.ok()) {
+        MemoryRegistry::Unpin(p.local);
+        UnpinAll(prepared);
+        return desc.status().WithContext(which.substr(0, which.size() - 2));
+      }
+      routes.push_back({r.target_id, std::move(desc).value(), nullptr, false});
+      route = &routes.back();
+      p.route = routes.size() - 1;
+    }
+    if (route->desc->FindBuffer(r.target_offset, r.length) == nullptr && !route->refreshed) {
+      // The peer may have registered more memory since we fetched its descriptor.
+      route->refreshed = true;
+      auto fresh = segments.Refresh(r.target_id);
+      if (fresh.ok()) route->desc = std::move(fresh).value();
+    }
+    if (route->desc->FindBuffer(r.target_offset, r.length) == nullptr) {
+      MemoryRegistry::Unpin(p.local);
+      UnpinAll(prepared);
+      return Status::InvalidArgument(which + "remote range " +
+                                     RangeText(r.target_offset, r.length) +
+                                     " is not inside any buffer registered by segment '" +
+                                     route->desc->name + "'");
+    }
+    if (route->transport == nullptr) route->transport = PickTransport(*route->desc);
+    if (route->transport == nullptr) {
+      MemoryRegistry::Unpin(p.local);
+      UnpinAll(prepared);
+      return Status::Unavailable(which + "no installed transport reaches segment '" +
+                                 route->desc->name + "' (protocol " + route->desc->protocol +
+                                 ")");
+    }
+    prepared.push_back(p);
+  }
+
+  // 2. Reserve the tasks, then cut into slices and hand them out per peer.
+  size_t first = 0;
+  TransferTask* tasks = batch->Reserve(requests.size(), &first);
+  if (tasks == nullptr) {
+    UnpinAll(prepared);
+    return Status::ResourceExhausted("batch " + std::to_string(id) +
+                                     " is full (another thread submitted meanwhile)");
+  }
+  const uint64_t slice_size = SliceSizeFor(options);
+  thread_local std::vector<Slice> slices;
+  for (size_t k = 0; k < routes.size(); ++k) {
+    const PeerRoute& route = routes[k];
+    slices.clear();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Prepared& p = prepared[i];
+      if (p.route != k) continue;
+      const TransferRequest& r = requests[i];
+      uint64_t n = (r.length + slice_size - 1) / slice_size;
+      tasks[i].Start(static_cast<uint32_t>(n), r.length, p.local);
+      for (uint64_t off = 0; off < r.length; off += slice_size) {
+        Slice s;
+        s.task = &tasks[i];
+        s.opcode = r.opcode;
+        s.local = reinterpret_cast<uint64_t>(r.source) + off;
+        s.remote = r.target_offset + off;
+        s.length = std::min<uint64_t>(slice_size, r.length - off);
+        slices.push_back(s);
+      }
+    }
+    Status s = route.transport->Submit(route.desc, slices.data(), slices.size());
+    if (!s.ok()) {
+      LOG(WARNING) << "submit to " << route.desc->name << ": " << s.ToString();
+      std::string msg = s.ToString();
+      for (const Slice& sl : slices) sl.task->OnSliceDone(FAILED, 0, msg.c_str());
+    }
+  }
+  // Requests to our own segment are a memcpy, done here.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Prepared& p = prepared[i];
+    if (p.local_target == nullptr) continue;
+    const TransferRequest& r = requests[i];
+    auto* remote = reinterpret_cast<void*>(r.target_offset);
+    if (r.opcode == TransferRequest::WRITE) {
+      std::memmove(remote, r.source, r.length);
+    } else {
+      std::memmove(r.source, remote, r.length);
+    }
+    MemoryRegistry::Unpin(p.local_target);
+    tasks[i].Start(1, r.length, p.local);
+    tasks[i].OnSliceDone(COMPLETED, r.length);
+  }
+  prepared.clear();
+  routes.clear();
+  return Status::OK();
+}
+
+Result<TransferStatus> TransferEngine::Impl::BatchStatus(BatchID id) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Batch> batch, batches.Get(id));
+  TransferStatus st = batch->Aggregate();
+  if (st.s == COMPLETED) {
+    std::optional<std::pair<SegmentID, NotifyDesc>> notify;
+    {
+      std::lock_guard lock(batch->notify_mu);
+      notify.swap(batch->pending_notify);
+    }
+    if (notify) {
+      Status s;
+      if (notify->first == LOCAL_SEGMENT_ID) {
+        s = SendNotifyTo(local_name, notify->second);
+      } else {
+        auto name = segments.NameOf(notify->first);
+        s = name.ok() ? SendNotifyTo(*name, notify->second) : name.status();
+      }
+      if (!s.ok()) LOG(WARNING) << "notify after batch " << id << ": " << s.ToString();
+    }
+  }
+  return st;
+}
+
+void TransferEngine::Impl::ReapOrphans() {
+  std::lock_guard lock(orphan_mu);
+  for (size_t i = 0; i < orphans.size();) {
+    if (batches.Free(orphans[i]).ok()) {
+      orphans[i] = orphans.back();
+      orphans.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+Status TransferEngine::Impl::TransferSync(const std::vector<TransferRequest>& requests,
+                                          std::chrono::milliseconds timeout) {
+  ReapOrphans();
+  MC_ASSIGN_OR_RETURN(BatchID id, batches.Allocate(std::max<size_t>(requests.size(), 1)));
+  Status s = Submit(id, requests);
+  if (!s.ok()) {
+    (void)batches.Free(id);
+    return s;
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Batch> batch, batches.Get(id));
+  int spins = 0;
+  while (!batch->AllFinished()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      // The batch is freed by a later call once its slices end (bounded by the slice
+      // timeout), so the caller is not held and nothing leaks.
+      std::lock_guard lock(orphan_mu);
+      orphans.push_back(id);
+      return Status::DeadlineExceeded("transfer did not finish within " +
+                                      std::to_string(timeout.count()) + " ms");
+    }
+    if (++spins < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  Status result;
+  for (size_t i = 0; i < batch->size(); ++i) {
+    TransferStatus st = batch->task(i).status();
+    if (st.s != COMPLETED) {
+      std::string err = batch->task(i).error();
+      result = st.s == TIMEOUT ? Status::DeadlineExceeded("request " + std::to_string(i) + ": " + err)
+                               : Status::Unavailable("request " + std::to_string(i) + ": " + err);
+      break;
+    }
+  }
+  (void)batches.Free(id);
+  return result;
+}
+
+}  // namespace mooncake

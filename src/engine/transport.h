@@ -1,0 +1,71 @@
+// Transport: the seam between the engine core and whatever moves bytes.
+//
+// The engine validates every request against the local and the remote registrations, cuts it
+// into slices and hands the slices to the transport chosen for the peer. A transport moves
+// them and reports each exactly once through Slice::task->OnSliceDone, from any thread, in
+// any order. It never looks up address tables of its own for local memory: what reaches it
+// is already checked. On the serving side it checks every remote-supplied range against the
+// MemoryRegistry before touching a byte.
+//
+// Adding a transport: a folder under src/transport/, a class implementing this interface,
+// and one line in src/engine/transport_registry.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/memory_registry.h"
+#include "metadata/segment_desc.h"
+#include "mooncake/options.h"
+#include "mooncake/status.h"
+
+namespace mooncake {
+
+struct Slice {
+  TransferTask* task = nullptr;
+  TransferRequest::OpCode opcode = TransferRequest::READ;
+  uint64_t local = 0;   // local address
+  uint64_t remote = 0;  // absolute address in the peer
+  uint64_t length = 0;
+};
+
+// What a transport gets from the engine at start.
+struct TransportContext {
+  EngineOptions options;
+  MemoryRegistry* registry = nullptr;  // outlives the transport
+  std::string local_host;              // host part of the segment name
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+
+  // Starts listeners and fills this transport's fields of the local descriptor.
+  virtual Status Start(const TransportContext& ctx, SegmentDesc* local_desc) = 0;
+  // Stops listeners and connections; outstanding slices report FAILED. Idempotent.
+  virtual void Stop() = 0;
+
+  // Whether this transport can reach the peer described by `peer`.
+  virtual bool CanReach(const SegmentDesc& peer) const = 0;
+
+  // Queues slices to the peer; they complete asynchronously. Returns an error only when
+  // nothing was queued (every slice is then still owned by the caller).
+  virtual Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
+                        size_t count) = 0;
+
+  // Forget cached connections to a peer (its descriptor changed).
+  virtual void DropPeer(const SegmentDesc& peer) = 0;
+};
+
+// src/engine/transport_registry.cc: creates the built-in transport called `name`, or
+// Unimplemented naming what is missing.
+Result<std::unique_ptr<Transport>> CreateTransport(const std::string& name);
+// Names of the transports built into this binary, best first.
+std::vector<std::string> BuiltinTransports();
+
+}  // namespace mooncake

@@ -1,0 +1,15 @@
+// The one list of built-in transports. Adding a transport: one line here and its folder.
+#include "engine/transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace mooncake {
+
+std::vector<std::string> BuiltinTransports() { return {"tcp"}; }
+
+Result<std::unique_ptr<Transport>> CreateTransport(const std::string& name) {
+  if (name == "tcp") return std::unique_ptr<Transport>(new tcp::TcpTransport());
+  return Status::Unimplemented("transport '" + name +
+                               "' is not built into this engine (built in: tcp)");
+}
+
+}  // namespace mooncake

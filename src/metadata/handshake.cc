@@ -1,0 +1,199 @@
+#include "metadata/handshake.h"
+
+#include <endian.h>
+#include <fcntl.h>
+#include <glog/logging.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mooncake {
+
+const char* HandshakeTypeName(HandshakeType t) {
+  switch (t) {
+    case HandshakeType::kConnection: return "Connection";
+    case HandshakeType::kMetadata: return "Metadata";
+    case HandshakeType::kNotify: return "Notify";
+    case HandshakeType::kProbe: return "Probe";
+  }
+  return "Unknown";
+}
+
+std::string EncodeHandshakeFrame(HandshakeType type, std::string_view payload) {
+  std::string out(9 + payload.size(), '\0');
+  uint64_t len = htole64(payload.size() + 1);
+  std::memcpy(out.data(), &len, 8);
+  out[8] = static_cast<char>(type);
+  std::memcpy(out.data() + 9, payload.data(), payload.size());
+  return out;
+}
+
+Status CheckHandshakeLength(uint64_t length, size_t max_length) {
+  if (length == 0) return Status::DataLoss("handshake frame of length 0");
+  if (length > max_length) {
+    return Status::DataLoss("handshake frame of " + std::to_string(length) +
+                            " bytes exceeds the limit of " + std::to_string(max_length) +
+                            " (MC_HANDSHAKE_MAX_LENGTH)");
+  }
+  return Status::OK();
+}
+
+Result<HandshakeFrame> DecodeHandshakeBody(std::string_view body) {
+  if (body.empty()) return Status::DataLoss("handshake frame body is empty");
+  HandshakeFrame f;
+  auto first = static_cast<uint8_t>(body[0]);
+  if (first > 3) {
+    f.legacy = true;  // no type byte: the body is the JSON of a Connection request
+    f.type = HandshakeType::kConnection;
+    f.payload.assign(body.data(), body.size());
+  } else {
+    f.type = static_cast<HandshakeType>(first);
+    f.payload.assign(body.data() + 1, body.size() - 1);
+  }
+  return f;
+}
+
+Result<HandshakeFrame> DecodeHandshakeFrame(std::string_view bytes, size_t max_length) {
+  if (bytes.size() < 8) return Status::DataLoss("handshake frame shorter than its length prefix");
+  uint64_t len = 0;
+  std::memcpy(&len, bytes.data(), 8);
+  len = le64toh(len);
+  MC_RETURN_IF_ERROR(CheckHandshakeLength(len, max_length));
+  if (bytes.size() - 8 < len) return Status::DataLoss("handshake frame truncated");
+  return DecodeHandshakeBody(bytes.substr(8, len));
+}
+
+Result<HandshakeFrame> ReadHandshakeFrame(int fd, size_t max_length, int timeout_ms) {
+  uint64_t len = 0;
+  MC_RETURN_IF_ERROR(ReadFull(fd, &len, 8, timeout_ms));
+  len = le64toh(len);
+  MC_RETURN_IF_ERROR(CheckHandshakeLength(len, max_length));
+  std::string body(len, '\0');
+  MC_RETURN_IF_ERROR(ReadFull(fd, body.data(), len, timeout_ms));
+  return DecodeHandshakeBody(body);
+}
+
+Result<std::string> HandshakeCall(const std::string& host, uint16_t port, HandshakeType type,
+                                  std::string_view payload, const HandshakeLimits& limits) {
+  std::string where = "handshake " + std::string(HandshakeTypeName(type)) + " to " +
+                      HostPort{host, port, true}.ToString();
+  auto fd = ConnectTcp(host, port, limits.connect_timeout_ms);
+  if (!fd.ok()) return fd.status().WithContext(where);
+  std::string frame = EncodeHandshakeFrame(type, payload);
+  MC_RETURN_IF_ERROR(
+      WriteFull(fd->get(), frame.data(), frame.size(), limits.io_timeout_ms).WithContext(where));
+  auto reply = ReadHandshakeFrame(fd->get(), limits.max_length, limits.io_timeout_ms);
+  if (!reply.ok()) return reply.status().WithContext(where);
+  if (reply->type != type) {
+    return Status::DataLoss(where + ": reply has type " + HandshakeTypeName(reply->type));
+  }
+  return std::move(reply->payload);
+}
+
+HandshakeServer::HandshakeServer(HandshakeLimits limits, int threads)
+    : limits_(limits), num_threads_(threads < 1 ? 1 : threads) {}
+
+HandshakeServer::~HandshakeServer() { Stop(); }
+
+Status HandshakeServer::Start(UniqueFd listen_fd, Handler handler) {
+  if (::pipe2(wake_fd_, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  listen_fd_ = std::move(listen_fd);
+  handler_ = std::move(handler);
+  for (int i = 0; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::OK();
+}
+
+void HandshakeServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_fd_[1] >= 0) {
+    char c = 0;
+    (void)!::write(wake_fd_[1], &c, 1);
+  }
+  cv_.notify_all();
+  if (acceptor_.joinable()) acceptor_.join();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  for (int fd : pending_) ::close(fd);
+  pending_.clear();
+  for (int& fd : wake_fd_) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  listen_fd_.Reset();
+}
+
+void HandshakeServer::AcceptLoop() {
+  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+  while (!stopping_.load()) {
+    int r = ::poll(fds, 2, -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (fds[1].revents) break;
+    if (!(fds[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        LOG(WARNING) << "handshake accept: out of file descriptors";
+        ::usleep(10000);
+      }
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    pending_.push_back(fd);
+    cv_.notify_one();
+  }
+}
+
+void HandshakeServer::WorkerLoop() {
+  for (;;) {
+    int fd = -1;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_.load() || !pending_.empty(); });
+      if (stopping_.load()) return;
+      fd = pending_.front();
+      pending_.pop_front();
+    }
+    Serve(fd);
+    ::close(fd);
+  }
+}
+
+void HandshakeServer::Serve(int fd) {
+  auto request = ReadHandshakeFrame(fd, limits_.max_length, limits_.io_timeout_ms);
+  if (!request.ok()) {
+    VLOG(1) << "handshake: dropping connection: " << request.status().ToString();
+    return;
+  }
+  auto reply = handler_(*request);
+  if (!reply.ok()) {
+    LOG(WARNING) << "handshake " << HandshakeTypeName(request->type)
+                 << " request refused: " << reply.status().ToString();
+    return;
+  }
+  std::string frame;
+  if (request->legacy) {
+    uint64_t len = htole64(reply->size());
+    frame.assign(reinterpret_cast<const char*>(&len), 8);
+    frame += *reply;
+  } else {
+    frame = EncodeHandshakeFrame(request->type, *reply);
+  }
+  Status s = WriteFull(fd, frame.data(), frame.size(), limits_.io_timeout_ms);
+  if (!s.ok()) {
+    VLOG(1) << "handshake reply: " << s.ToString();
+    return;
+  }
+  ::shutdown(fd, SHUT_WR);
+  // Wait (bounded) for the client's EOF so that it reads the whole reply before we close.
+  char sink[256];
+  pollfd p{fd, POLLIN, 0};
+  for (int i = 0; i < 16 && ::poll(&p, 1, 1000) > 0; ++i) {
+    if (::recv(fd, sink, sizeof(sink), 0) <= 0) break;
+  }
+}
+
+}  // namespace mooncake

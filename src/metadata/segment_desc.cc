@@ -1,0 +1,109 @@
+#include "metadata/segment_desc.h"
+
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "metadata/json_util.h"
+
+namespace mooncake {
+
+using nlohmann::json;
+
+const BufferDesc* SegmentDesc::FindBuffer(uint64_t addr, uint64_t len) const {
+  if (len == 0 || addr + len < addr) return nullptr;
+  for (const auto& b : buffers) {
+    if (addr >= b.addr && addr + len <= b.end()) return &b;
+  }
+  return nullptr;
+}
+
+bool SegmentDesc::SameContent(const SegmentDesc& o) const {
+  if (name != o.name || protocol != o.protocol || tcp_data_port != o.tcp_data_port ||
+      tcp_proto_version != o.tcp_proto_version || buffers.size() != o.buffers.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const auto &a = buffers[i], &b = o.buffers[i];
+    if (a.name != b.name || a.addr != b.addr || a.length != b.length) return false;
+  }
+  return true;
+}
+
+std::string EncodeSegmentDesc(const SegmentDesc& d) {
+  json j;  // std::map-backed: keys come out sorted, like jsoncpp's FastWriter
+  j["name"] = d.name;
+  j["protocol"] = d.protocol;
+  j["tcp_data_port"] = d.tcp_data_port;
+  j["tcp_proto_version"] = d.tcp_proto_version;
+  j["timestamp"] = d.timestamp;
+  json bufs = json::array();
+  for (const auto& b : d.buffers) {
+    bufs.push_back({{"name", b.name}, {"addr", b.addr}, {"length", b.length}});
+  }
+  j["buffers"] = std::move(bufs);
+  return j.dump() + "\n";
+}
+
+Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
+  MC_ASSIGN_OR_RETURN(json j, ParseJsonBounded(text, "segment descriptor"));
+  if (!j.is_object()) return Status::DataLoss("segment descriptor is not a JSON object");
+  SegmentDesc d;
+  MC_RETURN_IF_ERROR(GetString(j, "name", /*required=*/true, &d.name));
+  if (d.name.empty()) return Status::DataLoss("segment descriptor: 'name' is empty");
+  if (j.contains("protocol") && j["protocol"].is_array()) {
+    // Multi-protocol descriptors list several; the first is the one buffers describe.
+    const json& arr = j["protocol"];
+    if (arr.empty() || !arr[0].is_string()) {
+      return Status::DataLoss("segment descriptor: 'protocol' array is empty or not strings");
+    }
+    d.protocol = arr[0].get<std::string>();
+  } else {
+    MC_RETURN_IF_ERROR(GetString(j, "protocol", /*required=*/true, &d.protocol));
+  }
+  uint64_t port = 0;
+  MC_RETURN_IF_ERROR(GetUint(j, "tcp_data_port", 65535, &port));
+  d.tcp_data_port = static_cast<uint16_t>(port);
+  uint64_t version = 1;
+  MC_RETURN_IF_ERROR(GetUint(j, "tcp_proto_version", 1000, &version));
+  d.tcp_proto_version = static_cast<int>(version == 0 ? 1 : version);
+  MC_RETURN_IF_ERROR(GetString(j, "timestamp", /*required=*/false, &d.timestamp));
+  if (j.contains("buffers")) {
+    const json& bufs = j["buffers"];
+    if (!bufs.is_array()) return Status::DataLoss("segment descriptor: 'buffers' is not an array");
+    if (bufs.size() > kMaxDescriptorBuffers) {
+      return Status::DataLoss("segment descriptor: too many buffers");
+    }
+    d.buffers.reserve(bufs.size());
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      const json& b = bufs[i];
+      std::string where = "segment descriptor buffers[" + std::to_string(i) + "]";
+      if (!b.is_object()) return Status::DataLoss(where + " is not an object");
+      BufferDesc bd;
+      MC_RETURN_IF_ERROR(GetString(b, "name", false, &bd.name).WithContext(where));
+      MC_RETURN_IF_ERROR(GetUint(b, "addr", UINT64_MAX, &bd.addr).WithContext(where));
+      MC_RETURN_IF_ERROR(GetUint(b, "length", UINT64_MAX, &bd.length).WithContext(where));
+      if (bd.addr == 0 || bd.length == 0 || bd.addr + bd.length < bd.addr) {
+        return Status::DataLoss(where + ": addr and length must be non-zero and not wrap");
+      }
+      d.buffers.push_back(std::move(bd));
+    }
+  }
+  return d;
+}
+
+std::string DescriptorTimestampNow() {
+  timeval tv{};
+  ::gettimeofday(&tv, nullptr);
+  tm local{};
+  ::localtime_r(&tv.tv_sec, &local);
+  char buf[64];
+  size_t n = std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  std::snprintf(buf + n, sizeof(buf) - n, ".%06ld", static_cast<long>(tv.tv_usec));
+  return buf;
+}
+
+}  // namespace mooncake

@@ -1,0 +1,51 @@
+// SegmentDesc: what a peer needs to reach a segment, and its JSON form.
+//
+// The JSON is upstream Mooncake's (docs/wire_protocol.md §2): compact, keys sorted, ending in
+// "\n"; fields name, protocol, tcp_data_port, tcp_proto_version, timestamp, buffers[]. Fields
+// this engine adds for its own transports sit beside them and are ignored by upstream.
+// Decoding accepts any field order, ignores unknown fields, bounds nesting depth and size,
+// and rejects wrong types with a message naming the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mooncake/status.h"
+
+namespace mooncake {
+
+struct BufferDesc {
+  std::string name;  // tcp: the segment name; rdma/ascend: the memory location
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint64_t end() const { return addr + length; }
+};
+
+struct SegmentDesc {
+  std::string name;
+  std::string protocol = "tcp";
+  uint16_t tcp_data_port = 0;
+  int tcp_proto_version = 1;  // missing in the JSON means 1
+  std::string timestamp;      // ignored when comparing
+  std::vector<BufferDesc> buffers;
+  // Where to reach the peer: set by whoever fetched the descriptor (P2P: the host part of
+  // the segment name). Not part of the JSON.
+  std::string host;
+
+  // The buffer wholly containing [addr, addr+len), or nullptr.
+  const BufferDesc* FindBuffer(uint64_t addr, uint64_t len) const;
+  // Equal in everything but the timestamp.
+  bool SameContent(const SegmentDesc& other) const;
+};
+
+constexpr size_t kMaxDescriptorBuffers = 1 << 20;
+
+std::string EncodeSegmentDesc(const SegmentDesc& desc);
+Result<SegmentDesc> DecodeSegmentDesc(std::string_view json);
+
+// "%Y-%m-%d %H:%M:%S.uuuuuu" in local time, as upstream stamps descriptors.
+std::string DescriptorTimestampNow();
+
+}  // namespace mooncake

@@ -1,0 +1,287 @@
+#include "transport/tcp/tcp_server.h"
+
+#include <fcntl.h>
+#include <glog/logging.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "transport/tcp/tcp_wire.h"
+
+namespace mooncake::tcp {
+namespace {
+
+constexpr size_t kRxBufferSize = 256 << 10;
+// Payloads at least this long are received straight into the destination.
+constexpr size_t kDirectThreshold = 16 << 10;
+
+// One accepted connection. Owns nothing but its buffers; the fd belongs to the server.
+class Session {
+ public:
+  Session(int fd, MemoryRegistry* registry, int timeout_ms)
+      : fd_(fd), registry_(registry), timeout_ms_(timeout_ms), rx_(new uint8_t[kRxBufferSize]) {
+    statuses_.reserve(256);
+  }
+
+  // Serves requests until EOF, a protocol error, a rejected range or a timeout.
+  void Run() {
+    for (;;) {
+      Status s = FillAtLeast(kHeaderSize, /*idle=*/buffered() == 0);
+      if (!s.ok()) {
+        if (!s.IsUnavailable() || buffered() != 0) LOG(WARNING) << "TcpServer: " << s.ToString();
+        return;
+      }
+      Header h;
+      bool known = DecodeHeader(rx_.get() + rb_, &h);
+      rb_ += kHeaderSize;
+      if (!known) {
+        LOG(WARNING) << "TcpServer: unknown opcode in request header; closing connection";
+        return;
+      }
+      MemoryRegion* region = registry_->Pin(h.addr, h.size, /*remote_only=*/true);
+      if (region == nullptr) {
+        std::ostringstream os;
+        os << "TcpServer: remote-supplied range 0x" << std::hex << h.addr << std::dec << " + "
+           << h.size << " is not within any buffer registered for remote access; rejecting";
+        LOG(WARNING) << os.str();
+        if (h.v2) {
+          statuses_.push_back(EncodeStatus(kStatusAddrRejected));
+          (void)FlushStatuses();
+        }
+        return;
+      }
+      s = h.op == kOpWrite ? ApplyWrite(h) : ServeRead(h);
+      MemoryRegistry::Unpin(region);
+      if (!s.ok()) {
+        LOG(WARNING) << "TcpServer: " << (h.op == kOpWrite ? "write" : "read") << " of "
+                     << h.size << " bytes: " << s.ToString();
+        return;
+      }
+    }
+  }
+
+ private:
+  size_t buffered() const { return re_ - rb_; }
+
+  Status ApplyWrite(const Header& h) {
+    auto* dst = reinterpret_cast<uint8_t*>(h.addr);
+    size_t have = std::min<uint64_t>(buffered(), h.size);
+    std::memcpy(dst, rx_.get() + rb_, have);
+    rb_ += have;
+    size_t left = h.size - have;
+    if (left >= kDirectThreshold) {
+      MC_RETURN_IF_ERROR(RecvDirect(dst + have, left));
+    } else if (left > 0) {
+      MC_RETURN_IF_ERROR(FillAtLeast(left, false));
+      std::memcpy(dst + have, rx_.get() + rb_, left);
+      rb_ += left;
+    }
+    if (h.v2) statuses_.push_back(EncodeStatus(kStatusOk));
+    if (statuses_.size() >= 1024) return FlushStatuses();
+    return Status::OK();
+  }
+
+  Status ServeRead(const Header& h) {
+    if (h.v2) statuses_.push_back(EncodeStatus(kStatusOk));
+    iovec iov[2];
+    int n = 0;
+    if (!statuses_.empty()) {
+      iov[n++] = {statuses_.data(), statuses_.size() * kStatusSize};
+    }
+    iov[n++] = {reinterpret_cast<void*>(h.addr), h.size};
+    Status s = SendAll(iov, n);
+    statuses_.clear();
+    return s;
+  }
+
+  Status FlushStatuses() {
+    if (statuses_.empty()) return Status::OK();
+    iovec iov{statuses_.data(), statuses_.size() * kStatusSize};
+    Status s = SendAll(&iov, 1);
+    statuses_.clear();
+    return s;
+  }
+
+  // Waits for the socket; when idle (between requests) there is no deadline.
+  Status Wait(short events, bool idle) {
+    pollfd p{fd_, events, 0};
+    for (;;) {
+      int r = ::poll(&p, 1, idle ? -1 : timeout_ms_);
+      if (r > 0) return Status::OK();
+      if (r == 0) {
+        return Status::DeadlineExceeded("peer made no progress for " +
+                                        std::to_string(timeout_ms_) + " ms");
+      }
+      if (errno != EINTR) return ErrnoStatus("poll", errno);
+    }
+  }
+
+  // Ensures `n` bytes (n <= kRxBufferSize) are buffered. Flushes pending statuses before it
+  // would block, so that replies to a pipelined burst go out in one send.
+  Status FillAtLeast(size_t n, bool idle) {
+    if (buffered() >= n) return Status::OK();
+    if (rb_ > 0) {
+      std::memmove(rx_.get(), rx_.get() + rb_, buffered());
+      re_ -= rb_;
+      rb_ = 0;
+    }
+    while (buffered() < n) {
+      ssize_t got = ::recv(fd_, rx_.get() + re_, kRxBufferSize - re_, MSG_DONTWAIT);
+      if (got > 0) {
+        re_ += static_cast<size_t>(got);
+        continue;
+      }
+      if (got == 0) return Status::Unavailable("connection closed by peer");
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return ErrnoStatus("recv", errno);
+      MC_RETURN_IF_ERROR(FlushStatuses());
+      MC_RETURN_IF_ERROR(Wait(POLLIN, idle && buffered() == 0));
+    }
+    return Status::OK();
+  }
+
+  Status RecvDirect(uint8_t* dst, size_t len) {
+    while (len > 0) {
+      ssize_t got = ::recv(fd_, dst, len, MSG_DONTWAIT);
+      if (got > 0) {
+        dst += got;
+        len -= static_cast<size_t>(got);
+        continue;
+      }
+      if (got == 0) return Status::Unavailable("connection closed in the middle of a payload");
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return ErrnoStatus("recv", errno);
+      MC_RETURN_IF_ERROR(FlushStatuses());
+      MC_RETURN_IF_ERROR(Wait(POLLIN, false));
+    }
+    return Status::OK();
+  }
+
+  Status SendAll(iovec* iov, int n) {
+    while (n > 0) {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      ssize_t sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) return ErrnoStatus("send", errno);
+        MC_RETURN_IF_ERROR(Wait(POLLOUT, false));
+        continue;
+      }
+      size_t left = static_cast<size_t>(sent);
+      while (n > 0 && left >= iov->iov_len) {
+        left -= iov->iov_len;
+        ++iov;
+        --n;
+      }
+      if (n > 0) {
+        iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+        iov->iov_len -= left;
+      }
+    }
+    return Status::OK();
+  }
+
+  const int fd_;
+  MemoryRegistry* const registry_;
+  const int timeout_ms_;
+  std::unique_ptr<uint8_t[]> rx_;
+  size_t rb_ = 0, re_ = 0;
+  std::vector<uint64_t> statuses_;
+};
+
+}  // namespace
+
+TcpServer::TcpServer(const EngineOptions& options, MemoryRegistry* registry)
+    : options_(options), registry_(registry) {}
+
+TcpServer::~TcpServer() { Stop(); }
+
+Status TcpServer::Start(UniqueFd listen_fd) {
+  if (::pipe2(wake_fd_, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  listen_fd_ = std::move(listen_fd);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::OK();
+}
+
+void TcpServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_fd_[1] >= 0) {
+    char c = 0;
+    (void)!::write(wake_fd_[1], &c, 1);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<std::unique_ptr<Conn>> conns;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
+    conns.swap(conns_);
+  }
+  for (auto& c : conns) {
+    c->thread.join();
+    ::close(c->fd);
+  }
+  for (int& fd : wake_fd_) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  listen_fd_.Reset();
+}
+
+void TcpServer::ReapFinishedLocked() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if ((*it)->done.load()) {
+      (*it)->thread.join();
+      ::close((*it)->fd);
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TcpServer::AcceptLoop() {
+  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+  while (!stopping_.load()) {
+    int r = ::poll(fds, 2, 1000);
+    {
+      std::lock_guard lock(mu_);
+      ReapFinishedLocked();
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (fds[1].revents) break;
+    if (r <= 0 || !(fds[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) ::usleep(10000);
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    if (conns_.size() >= kMaxConnections) {
+      LOG(WARNING) << "TcpServer: " << kMaxConnections << " connections open; refusing another";
+      ::close(fd);
+      continue;
+    }
+    SetNoDelay(fd);
+    auto conn = std::make_unique<Conn>();
+    conn->fd = fd;
+    Conn* raw = conn.get();
+    conn->thread = std::thread([this, raw] { ServeConnection(raw); });
+    conns_.push_back(std::move(conn));
+  }
+}
+
+void TcpServer::ServeConnection(Conn* conn) {
+  Session(conn->fd, registry_, options_.slice_timeout_ms).Run();
+  ::shutdown(conn->fd, SHUT_RDWR);
+  conn->done.store(true);
+}
+
+}  // namespace mooncake::tcp

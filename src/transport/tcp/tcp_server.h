@@ -1,0 +1,53 @@
+// The serving side of the TCP transport: accepts data connections and applies each request to
+// this process's registered memory, after checking the range against the MemoryRegistry.
+// One thread per connection (blocking I/O; a connection carries one initiator stream).
+#pragma once
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/net.h"
+#include "engine/memory_registry.h"
+#include "mooncake/options.h"
+
+namespace mooncake::tcp {
+
+class TcpServer {
+ public:
+  TcpServer(const EngineOptions& options, MemoryRegistry* registry);
+  ~TcpServer();
+  TcpServer(const TcpServer&) = delete;
+  TcpServer& operator=(const TcpServer&) = delete;
+
+  // Takes a listening socket and starts accepting.
+  Status Start(UniqueFd listen_fd);
+  // Closes the listener and every connection; joins all threads.
+  void Stop();
+
+  // Limits a connection may not exceed.
+  static constexpr size_t kMaxConnections = 4096;
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void AcceptLoop();
+  void ServeConnection(Conn* conn);
+  void ReapFinishedLocked();
+
+  const EngineOptions options_;
+  MemoryRegistry* const registry_;
+  UniqueFd listen_fd_;
+  int wake_fd_[2] = {-1, -1};
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::list<std::unique_ptr<Conn>> conns_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace mooncake::tcp

@@ -1,0 +1,364 @@
+#include "transport/tcp/tcp_stream.h"
+
+#include <glog/logging.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+namespace mooncake::tcp {
+namespace {
+
+constexpr size_t kRxBufferSize = 256 << 10;
+constexpr size_t kDirectThreshold = 16 << 10;
+constexpr int kMaxIov = 256;
+constexpr uint64_t kMaxSendBytes = 16 << 20;
+
+}  // namespace
+
+TcpStream::TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options)
+    : host_(std::move(host)),
+      port_(port),
+      v2_(v2),
+      options_(options),
+      where_(HostPort{host_, port_, true}.ToString()),
+      rx_(kRxBufferSize) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  thread_ = std::thread([this] { Run(); });
+}
+
+TcpStream::~TcpStream() { Stop(); }
+
+void TcpStream::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  if (thread_.joinable()) thread_.join();
+  ::close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+void TcpStream::Enqueue(const Slice* slices, size_t count, uint64_t bytes) {
+  queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      for (size_t i = 0; i < count; ++i) {
+        queued_bytes_.fetch_sub(slices[i].length, std::memory_order_relaxed);
+        slices[i].task->OnSliceDone(FAILED, 0, "the connection to the peer was closed (engine stopping or peer descriptor changed)");
+      }
+      return;
+    }
+    incoming_.insert(incoming_.end(), slices, slices + count);
+  }
+  if (sleeping_.load()) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+}
+
+bool TcpStream::TakeIncoming() {
+  std::vector<Slice> batch;
+  {
+    std::lock_guard lock(mu_);
+    if (incoming_.empty()) return false;
+    batch.swap(incoming_);
+  }
+  if (q_.empty()) last_progress_ = Clock::now();
+  for (const Slice& s : batch) {
+    Entry& e = q_.emplace_back();
+    e.slice = s;
+    Header h;
+    h.size = s.length;
+    h.addr = s.remote;
+    h.op = s.opcode == TransferRequest::WRITE ? kOpWrite : kOpRead;
+    h.v2 = v2_;
+    EncodeHeader(h, e.header);
+  }
+  return true;
+}
+
+Status TcpStream::Connect() {
+  auto fd = ConnectTcp(host_, port_, options_.tcp_connect_timeout_ms);
+  if (!fd.ok()) return fd.status();
+  fd_ = std::move(fd).value();
+  SetNonBlocking(fd_.get(), true);
+  int buf = 4 << 20;
+  ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  last_progress_ = Clock::now();
+  return Status::OK();
+}
+
+void TcpStream::ResetConnection() {
+  fd_.Reset();
+  send_idx_ = 0;
+  send_off_ = 0;
+  rx_state_ = RxState::kStatus;
+  rx_payload_done_ = 0;
+  rb_ = re_ = 0;
+}
+
+void TcpStream::CompleteFront(TransferStatusEnum result, const char* message) {
+  Entry& e = q_.front();
+  queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);
+  e.slice.task->OnSliceDone(result, result == COMPLETED ? e.slice.length : 0, message);
+  q_.pop_front();
+  if (send_idx_ > 0) {
+    --send_idx_;
+  } else {
+    send_off_ = 0;
+  }
+}
+
+void TcpStream::FailAll(TransferStatusEnum result, const std::string& message) {
+  std::string msg = message;
+  for (Entry& e : q_) {
+    if (e.completed) continue;
+    queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);
+    e.slice.task->OnSliceDone(result, 0, msg.c_str());
+  }
+  q_.clear();
+  ResetConnection();
+}
+
+Status TcpStream::SendSome() {
+  for (int round = 0; round < 8 && send_idx_ < q_.size(); ++round) {
+    iovec iov[kMaxIov];
+    int n = 0;
+    uint64_t total = 0;
+    for (size_t i = send_idx_; i < q_.size() && n + 2 <= kMaxIov && total < kMaxSendBytes; ++i) {
+      Entry& e = q_[i];
+      uint64_t off = i == send_idx_ ? send_off_ : 0;
+      if (off < kHeaderSize) {
+        iov[n++] = {e.header + off, kHeaderSize - off};
+        total += kHeaderSize - off;
+        off = kHeaderSize;
+      }
+      if (e.slice.opcode == TransferRequest::WRITE) {
+        uint64_t done = off - kHeaderSize;
+        iov[n++] = {reinterpret_cast<uint8_t*>(e.slice.local) + done, e.slice.length - done};
+        total += e.slice.length - done;
+      }
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t sent = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return Status::OK();
+      return ErrnoStatus("send to " + where_, errno);
+    }
+    last_progress_ = Clock::now();
+    uint64_t left = static_cast<uint64_t>(sent);
+    while (left > 0) {
+      Entry& e = q_[send_idx_];
+      uint64_t rest = e.wire_size() - send_off_;
+      if (left < rest) {
+        send_off_ += left;
+        break;
+      }
+      left -= rest;
+      send_off_ = 0;
+      ++send_idx_;
+      if (!v2_ && e.slice.opcode == TransferRequest::WRITE) {
+        // v1 has no acknowledgement: a WRITE is done once its last byte is sent.
+        e.completed = true;
+        queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);
+        e.slice.task->OnSliceDone(COMPLETED, e.slice.length);
+      }
+    }
+    if (static_cast<uint64_t>(sent) < total) return Status::OK();  // socket buffer full
+  }
+  return Status::OK();
+}
+
+Status TcpStream::ReceiveSome() {
+  for (int round = 0; round < 16; ++round) {
+    ssize_t got;
+    bool direct = false;
+    if (rx_state_ == RxState::kPayload && rb_ == re_ && !q_.empty()) {
+      const Slice& s = q_.front().slice;
+      uint64_t left = s.length - rx_payload_done_;
+      if (left >= kDirectThreshold) {
+        direct = true;
+        got = ::recv(fd_.get(), reinterpret_cast<uint8_t*>(s.local) + rx_payload_done_, left,
+                     MSG_DONTWAIT);
+      }
+    }
+    if (!direct) {
+      if (rb_ == re_) rb_ = re_ = 0;
+      if (re_ == rx_.size()) {
+        std::memmove(rx_.data(), rx_.data() + rb_, re_ - rb_);
+        re_ -= rb_;
+        rb_ = 0;
+      }
+      got = ::recv(fd_.get(), rx_.data() + re_, rx_.size() - re_, MSG_DONTWAIT);
+    }
+    if (got == 0) {
+      return Status::Unavailable("connection to " + where_ + " closed by the peer");
+    }
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return Status::OK();
+      return ErrnoStatus("recv from " + where_, errno);
+    }
+    last_progress_ = Clock::now();
+    if (direct) {
+      rx_payload_done_ += static_cast<uint64_t>(got);
+      if (rx_payload_done_ == q_.front().slice.length) {
+        rx_state_ = RxState::kStatus;
+        CompleteFront(COMPLETED, nullptr);
+      }
+    } else {
+      re_ += static_cast<size_t>(got);
+    }
+    MC_RETURN_IF_ERROR(ProcessBuffered());
+    if (!fd_.valid()) return Status::OK();  // reset after a rejection; resend from the top
+  }
+  return Status::OK();
+}
+
+Status TcpStream::ProcessBuffered() {
+  for (;;) {
+    while (!q_.empty() && q_.front().completed) {
+      q_.pop_front();
+      if (send_idx_ > 0) --send_idx_;
+    }
+    size_t have = re_ - rb_;
+    if (q_.empty()) {
+      if (have > 0) return Status::DataLoss("unexpected bytes from " + where_);
+      return Status::OK();
+    }
+    Entry& front = q_.front();
+    if (rx_state_ == RxState::kStatus) {
+      if (!v2_) {
+        // v1: only READs get a reply, and it is the bare payload.
+        rx_state_ = RxState::kPayload;
+        rx_payload_done_ = 0;
+        continue;
+      }
+      if (have < kStatusSize) return Status::OK();
+      uint64_t wire;
+      std::memcpy(&wire, rx_.data() + rb_, kStatusSize);
+      rb_ += kStatusSize;
+      uint32_t code = 0;
+      if (!DecodeStatus(wire, &code)) {
+        return Status::DataLoss("status frame from " + where_ + " has a wrong magic");
+      }
+      if (code != kStatusOk) {
+        std::ostringstream os;
+        os << where_ << " rejected range 0x" << std::hex << front.slice.remote << std::dec
+           << " + " << front.slice.length
+           << ": not within memory it registered for remote access";
+        std::string msg = os.str();
+        LOG(WARNING) << msg;
+        CompleteFront(FAILED, msg.c_str());
+        // The target closes after a rejection and never ran what follows: resend it.
+        ResetConnection();
+        return Status::OK();
+      }
+      if (send_idx_ == 0) {
+        return Status::DataLoss("status frame from " + where_ + " before the request was sent");
+      }
+      if (front.slice.opcode == TransferRequest::WRITE) {
+        CompleteFront(COMPLETED, nullptr);
+        continue;
+      }
+      rx_state_ = RxState::kPayload;
+      rx_payload_done_ = 0;
+      continue;
+    }
+    // kPayload
+    uint64_t want = front.slice.length - rx_payload_done_;
+    uint64_t take = std::min<uint64_t>(want, have);
+    if (take == 0) return Status::OK();
+    std::memcpy(reinterpret_cast<uint8_t*>(front.slice.local) + rx_payload_done_,
+                rx_.data() + rb_, take);
+    rb_ += take;
+    rx_payload_done_ += take;
+    if (rx_payload_done_ < front.slice.length) return Status::OK();
+    rx_state_ = RxState::kStatus;
+    CompleteFront(COMPLETED, nullptr);
+  }
+}
+
+int TcpStream::PollTimeoutMs() const {
+  if (q_.empty()) return -1;
+  auto deadline = last_progress_ + std::chrono::milliseconds(options_.slice_timeout_ms);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() < 0 ? 0 : static_cast<int>(left.count()) + 1;
+}
+
+void TcpStream::Run() {
+  for (;;) {
+    TakeIncoming();
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+    }
+    if (!q_.empty() && !fd_.valid()) {
+      Status s = Connect();
+      if (!s.ok()) {
+        LOG(WARNING) << "TcpTransport: " << s.ToString();
+        FailAll(FAILED, s.ToString());
+        continue;
+      }
+    }
+    if (fd_.valid() && send_idx_ < q_.size()) {
+      Status s = SendSome();
+      if (!s.ok()) {
+        LOG(WARNING) << "TcpTransport: " << s.ToString();
+        FailAll(FAILED, s.ToString());
+        continue;
+      }
+    }
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {fd_.get(), POLLIN, 0}};
+    if (send_idx_ < q_.size()) fds[1].events |= POLLOUT;
+    int nfds = fd_.valid() ? 2 : 1;
+    sleeping_.store(true);
+    {
+      std::lock_guard lock(mu_);
+      if (!incoming_.empty() || stopping_) {
+        sleeping_.store(false);
+        continue;
+      }
+    }
+    int r = ::poll(fds, nfds, PollTimeoutMs());
+    sleeping_.store(false);
+    if (r < 0 && errno != EINTR) {
+      LOG(ERROR) << "TcpTransport: poll: " << std::strerror(errno);
+      continue;
+    }
+    if (fds[0].revents & POLLIN) {
+      uint64_t v;
+      (void)!::read(wake_fd_, &v, sizeof(v));
+    }
+    if (nfds == 2 && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
+      Status s = ReceiveSome();
+      if (!s.ok()) {
+        if (!q_.empty()) LOG(WARNING) << "TcpTransport: " << s.ToString();
+        FailAll(FAILED, s.ToString());
+        continue;
+      }
+    }
+    if (!q_.empty() && PollTimeoutMs() == 0) {
+      std::string msg = "no progress on the connection to " + where_ + " for " +
+                        std::to_string(options_.slice_timeout_ms) + " ms (MC_SLICE_TIMEOUT)";
+      LOG(WARNING) << "TcpTransport: " << msg;
+      FailAll(TIMEOUT, msg);
+    }
+  }
+  FailAll(FAILED, "engine is shutting down");
+}
+
+}  // namespace mooncake::tcp

@@ -1,0 +1,94 @@
+// TcpStream: one persistent initiator connection to a peer's data port, driven by its own
+// thread as a small event loop (non-blocking socket + poll). Requests are pipelined: headers
+// and payloads of many slices go out in one sendmsg, replies are matched in order, READ
+// payloads are received straight into their destination.
+//
+// Failure handling:
+// - connect failure, broken connection, malformed reply: every queued slice FAILED;
+// - no byte sent or received for options.slice_timeout_ms while slices are outstanding:
+//   every queued slice TIMEOUT, the connection is closed;
+// - ADDR_REJECTED: that slice FAILED; the target closes the connection, so the slices behind
+//   it (never executed by the target) are resent on a fresh connection.
+// The next slices enqueued after a failure open a new connection.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/net.h"
+#include "engine/transport.h"
+#include "mooncake/options.h"
+#include "transport/tcp/tcp_wire.h"
+
+namespace mooncake::tcp {
+
+class TcpStream {
+ public:
+  TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options);
+  ~TcpStream();  // Stop()s
+  TcpStream(const TcpStream&) = delete;
+  TcpStream& operator=(const TcpStream&) = delete;
+
+  // Thread-safe; never blocks on the network.
+  void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
+  // Bytes queued or in flight; a hint for load balancing.
+  uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
+  // Fails every outstanding slice and joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  struct Entry {
+    Slice slice;
+    uint8_t header[kHeaderSize];
+    bool completed = false;  // v1 WRITE: done once sent, no reply expected
+    uint64_t wire_size() const {
+      return kHeaderSize + (slice.opcode == TransferRequest::WRITE ? slice.length : 0);
+    }
+  };
+  enum class RxState { kStatus, kPayload };
+  using Clock = std::chrono::steady_clock;
+
+  void Run();
+  bool TakeIncoming();  // moves incoming_ into q_; false if nothing was there
+  Status Connect();
+  Status SendSome();
+  Status ReceiveSome();
+  Status ProcessBuffered();
+  void CompleteFront(TransferStatusEnum result, const char* message);
+  void FailAll(TransferStatusEnum result, const std::string& message);
+  void ResetConnection();
+  int PollTimeoutMs() const;
+
+  const std::string host_;
+  const uint16_t port_;
+  const bool v2_;
+  const EngineOptions options_;
+  const std::string where_;  // "host:port" for messages
+
+  std::mutex mu_;
+  std::vector<Slice> incoming_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;        // GUARDED_BY(mu_)
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> queued_bytes_{0};
+  int wake_fd_ = -1;  // eventfd
+  std::thread thread_;
+
+  // Owned by the stream's thread.
+  UniqueFd fd_;
+  std::deque<Entry> q_;        // sent or to send, in wire order
+  size_t send_idx_ = 0;        // first entry not fully sent
+  uint64_t send_off_ = 0;      // bytes of q_[send_idx_] already sent
+  RxState rx_state_ = RxState::kStatus;
+  uint64_t rx_payload_done_ = 0;
+  std::vector<uint8_t> rx_;
+  size_t rb_ = 0, re_ = 0;
+  Clock::time_point last_progress_;
+};
+
+}  // namespace mooncake::tcp

@@ -1,0 +1,130 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <glog/logging.h>
+
+#include <mutex>
+
+namespace mooncake::tcp {
+
+TcpTransport::~TcpTransport() { Stop(); }
+
+Status TcpTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
+  options_ = ctx.options;
+  uint16_t port = 0;
+  MC_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcpInRange(options_.min_rpc_port, options_.max_rpc_port,
+                                                     1024, &port));
+  server_ = std::make_unique<TcpServer>(options_, ctx.registry);
+  MC_RETURN_IF_ERROR(server_->Start(std::move(fd)));
+  data_port_ = port;
+  local_desc->tcp_data_port = port;
+  local_desc->tcp_proto_version = 2;
+  LOG(INFO) << "TcpTransport: listen on port " << port;
+  return Status::OK();
+}
+
+void TcpTransport::Stop() {
+  std::map<std::string, std::shared_ptr<Peer>> peers;
+  {
+    std::unique_lock lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    peers.swap(peers_);
+  }
+  for (auto& [key, peer] : peers) {
+    for (auto& s : peer->streams) s->Stop();
+  }
+  if (server_) server_->Stop();
+}
+
+bool TcpTransport::CanReach(const SegmentDesc& peer) const {
+  return peer.tcp_data_port != 0 && !peer.host.empty();
+}
+
+std::string TcpTransport::PeerKey(const SegmentDesc& peer) {
+  return peer.host + ":" + std::to_string(peer.tcp_data_port) + "/v" +
+         std::to_string(peer.tcp_proto_version >= 2 ? 2 : 1);
+}
+
+std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentDesc& desc) {
+  std::string key = PeerKey(desc);
+  {
+    std::shared_lock lock(mu_);
+    if (stopped_) return nullptr;
+    auto it = peers_.find(key);
+    if (it != peers_.end()) return it->second;
+  }
+  std::unique_lock lock(mu_);
+  if (stopped_) return nullptr;
+  auto& slot = peers_[key];
+  if (!slot) {
+    auto peer = std::make_shared<Peer>();
+    bool v2 = desc.tcp_proto_version >= 2 && !options_.tcp_force_v1;
+    for (int i = 0; i < options_.tcp_streams_per_peer; ++i) {
+      peer->streams.push_back(
+          std::make_unique<TcpStream>(desc.host, desc.tcp_data_port, v2, options_));
+    }
+    slot = std::move(peer);
+  }
+  return slot;
+}
+
+Status TcpTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
+                            size_t count) {
+  if (!CanReach(*desc)) {
+    return Status::Unavailable("segment '" + desc->name + "' publishes no TCP data port");
+  }
+  std::shared_ptr<Peer> peer = GetOrCreatePeer(*desc);
+  if (!peer) return Status::FailedPrecondition("TCP transport is stopped");
+  const size_t n = peer->streams.size();
+  if (n == 1 || count == 1) {
+    // Least-loaded stream takes everything.
+    size_t best = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (peer->streams[i]->queued_bytes() < peer->streams[best]->queued_bytes()) best = i;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < count; ++i) bytes += slices[i].length;
+    peer->streams[best]->Enqueue(slices, count, bytes);
+    return Status::OK();
+  }
+  // Spread slices over the streams, each to the one with the fewest bytes queued.
+  thread_local std::vector<std::vector<Slice>> groups;
+  thread_local std::vector<uint64_t> load;
+  groups.resize(n);
+  load.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    groups[i].clear();
+    load[i] = peer->streams[i]->queued_bytes();
+  }
+  for (size_t i = 0; i < count; ++i) {
+    size_t best = 0;
+    for (size_t j = 1; j < n; ++j) {
+      if (load[j] < load[best]) best = j;
+    }
+    groups[best].push_back(slices[i]);
+    load[best] += slices[i].length + 64;  // small requests still spread
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (groups[i].empty()) continue;
+    uint64_t bytes = 0;
+    for (const Slice& s : groups[i]) bytes += s.length;
+    peer->streams[i]->Enqueue(groups[i].data(), groups[i].size(), bytes);
+  }
+  return Status::OK();
+}
+
+void TcpTransport::DropPeer(const SegmentDesc& desc) {
+  std::shared_ptr<Peer> peer;
+  {
+    std::unique_lock lock(mu_);
+    auto it = peers_.find(PeerKey(desc));
+    if (it == peers_.end()) return;
+    peer = std::move(it->second);
+    peers_.erase(it);
+  }
+  // Streams finish (fail) what they hold when stopped; other submitters may still hold the
+  // peer, so the streams die with the last reference.
+  for (auto& s : peer->streams) s->Stop();
+}
+
+}  // namespace mooncake::tcp

@@ -1,0 +1,47 @@
+// TcpTransport: upstream-compatible TCP data path (protocol v1/v2), with persistent pipelined
+// streams per peer. See README.md in this folder.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "engine/transport.h"
+#include "transport/tcp/tcp_server.h"
+#include "transport/tcp/tcp_stream.h"
+
+namespace mooncake::tcp {
+
+class TcpTransport : public Transport {
+ public:
+  TcpTransport() = default;
+  ~TcpTransport() override;
+
+  const char* name() const override { return "tcp"; }
+  Status Start(const TransportContext& ctx, SegmentDesc* local_desc) override;
+  void Stop() override;
+  bool CanReach(const SegmentDesc& peer) const override;
+  Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
+                size_t count) override;
+  void DropPeer(const SegmentDesc& peer) override;
+
+  uint16_t data_port() const { return data_port_; }
+
+ private:
+  struct Peer {
+    std::vector<std::unique_ptr<TcpStream>> streams;
+  };
+  static std::string PeerKey(const SegmentDesc& peer);
+  std::shared_ptr<Peer> GetOrCreatePeer(const SegmentDesc& peer);
+
+  EngineOptions options_;
+  uint16_t data_port_ = 0;
+  std::unique_ptr<TcpServer> server_;
+  std::shared_mutex mu_;
+  std::map<std::string, std::shared_ptr<Peer>> peers_;  // GUARDED_BY(mu_)
+  bool stopped_ = false;                                // GUARDED_BY(mu_)
+};
+
+}  // namespace mooncake::tcp
