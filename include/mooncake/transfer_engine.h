@@ -110,6 +110,9 @@ class TransferEngine {
   // COMPLETED when all tasks are (or there are none); FAILED if any failed or timed out;
   // else WAITING. transferred_bytes sums the tasks.
   Result<TransferStatus> GetBatchTransferStatus(BatchID batch);
+  // Blocks until every request of the batch has ended or `timeout` passes (no busy
+  // polling); returns the batch status (WAITING on timeout).
+  Result<TransferStatus> WaitBatch(BatchID batch, std::chrono::milliseconds timeout);
   // The first failure's message of a task (empty while WAITING or when it succeeded).
   Result<std::string> GetTransferError(BatchID batch, size_t task_id);
   // FailedPrecondition while any request is in flight (the id stays valid).

@@ -12,14 +12,6 @@ void TransferTask::Start(uint32_t slices, uint64_t length, MemoryRegion* local) 
   pending_.store(slices, std::memory_order_release);
 }
 
-void TransferTask::FailBeforeStart(TransferStatusEnum result, const std::string& message) {
-  started_ = true;
-  result_.store(result, std::memory_order_relaxed);
-  error_claimed_.store(true, std::memory_order_relaxed);
-  error_ = message;
-  pending_.store(0, std::memory_order_release);
-}
-
 void TransferTask::OnSliceDone(TransferStatusEnum result, uint64_t bytes, const char* message) {
   if (result == COMPLETED) {
     transferred_.fetch_add(bytes, std::memory_order_relaxed);
@@ -32,8 +24,9 @@ void TransferTask::OnSliceDone(TransferStatusEnum result, uint64_t bytes, const 
       error_ = message ? message : TransferStatusName(result);
     }
   }
-  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && local_ != nullptr) {
-    MemoryRegistry::Unpin(local_);
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (local_ != nullptr) MemoryRegistry::Unpin(local_);
+    owner_->TaskFinished();  // last touch: the batch may go away after this
   }
 }
 
@@ -53,20 +46,32 @@ std::string TransferTask::error() const { return finished() ? error_ : std::stri
 Batch::Batch(size_t capacity) : capacity_(capacity), tasks_(new TransferTask[capacity]) {}
 
 TransferTask* Batch::Reserve(size_t n, size_t* first_index) {
-  std::lock_guard lock(reserve_mu_);
+  std::lock_guard lock(mu_);
   size_t cur = size_.load(std::memory_order_relaxed);
   if (n > capacity_ - cur) return nullptr;
+  for (size_t i = cur; i < cur + n; ++i) {
+    tasks_[i].owner_ = this;
+    tasks_[i].pending_.store(1, std::memory_order_relaxed);  // until Start sets the count
+  }
   *first_index = cur;
+  unfinished_ += n;
   size_.store(cur + n, std::memory_order_release);
   return &tasks_[cur];
 }
 
-bool Batch::AllFinished() const {
-  size_t n = size();
-  for (size_t i = 0; i < n; ++i) {
-    if (!tasks_[i].finished()) return false;
-  }
-  return true;
+void Batch::TaskFinished() {
+  std::lock_guard lock(mu_);
+  if (--unfinished_ == 0) cv_.notify_all();
+}
+
+bool Batch::AllFinished() {
+  std::lock_guard lock(mu_);
+  return unfinished_ == 0;
+}
+
+bool Batch::WaitAll(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [this] { return unfinished_ == 0; });
 }
 
 TransferStatus Batch::Aggregate() const {

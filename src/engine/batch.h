@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,13 +22,13 @@
 
 namespace mooncake {
 
+class Batch;
+
 class TransferTask {
  public:
-  // REQUIRES: not yet started. `slices` > 0. `local` (pinned by the caller, may be null) is
-  // unpinned when the last slice reports.
+  // REQUIRES: reserved in `owner`, not yet started, `slices` > 0. `local` (pinned by the
+  // caller, may be null) is unpinned when the last slice reports.
   void Start(uint32_t slices, uint64_t length, MemoryRegion* local);
-  // Marks the whole task failed before any slice was handed out. REQUIRES: not started.
-  void FailBeforeStart(TransferStatusEnum result, const std::string& message);
 
   // Called once per slice. `result` is COMPLETED, FAILED or TIMEOUT; `bytes` counts towards
   // transferred_bytes only when COMPLETED. `message` is kept for the first failure.
@@ -42,6 +43,8 @@ class TransferTask {
   std::string error() const;
 
  private:
+  friend class Batch;
+  Batch* owner_ = nullptr;
   bool started_ = false;
   uint64_t length_ = 0;
   MemoryRegion* local_ = nullptr;
@@ -63,18 +66,27 @@ class Batch {
   size_t size() const { return size_.load(std::memory_order_acquire); }
   TransferTask& task(size_t i) { return tasks_[i]; }
   // True when every reserved task has finished.
-  bool AllFinished() const;
+  bool AllFinished();
   TransferStatus Aggregate() const;
+  // Blocks until every reserved task has finished or `timeout` passes; true if finished.
+  bool WaitAll(std::chrono::milliseconds timeout);
 
   // Notify to send once the batch completes (SubmitTransferWithNotify).
   std::mutex notify_mu;
   std::optional<std::pair<SegmentID, NotifyDesc>> pending_notify;  // GUARDED_BY(notify_mu)
 
  private:
+  friend class TransferTask;
+  // Called by a task after its last slice reported; its last touch of the batch. The batch
+  // may be destroyed (by BatchTable::Free, which takes mu_) as soon as this returns.
+  void TaskFinished();
+
   const size_t capacity_;
   std::unique_ptr<TransferTask[]> tasks_;
-  std::mutex reserve_mu_;
-  std::atomic<size_t> size_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t unfinished_ = 0;        // GUARDED_BY(mu_)
+  std::atomic<size_t> size_{0};  // written under mu_
 };
 
 // Maps checked ids to batches. An id is (generation << 32) | (slot + 1): a freed or

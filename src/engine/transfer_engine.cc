@@ -324,6 +324,12 @@ Result<TransferStatus> TransferEngine::GetBatchTransferStatus(BatchID batch) {
   return impl_->BatchStatus(batch);
 }
 
+Result<TransferStatus> TransferEngine::WaitBatch(BatchID batch, std::chrono::milliseconds timeout) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Batch> b, impl_->batches.Get(batch));
+  b->WaitAll(timeout);
+  return impl_->BatchStatus(batch);
+}
+
 Result<std::string> TransferEngine::GetTransferError(BatchID batch, size_t task_id) {
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Batch> b, impl_->batches.Get(batch));
   if (task_id >= b->size()) return Status::InvalidArgument("no such task");

@@ -4,7 +4,6 @@
 
 #include <cstring>
 #include <sstream>
-#include <thread>
 
 #include "engine/engine_impl.h"
 
@@ -243,23 +242,14 @@ Status TransferEngine::Impl::TransferSync(const std::vector<TransferRequest>& re
     (void)batches.Free(id);
     return s;
   }
-  auto deadline = std::chrono::steady_clock::now() + timeout;
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Batch> batch, batches.Get(id));
-  int spins = 0;
-  while (!batch->AllFinished()) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      // The batch is freed by a later call once its slices end (bounded by the slice
-      // timeout), so the caller is not held and nothing leaks.
-      std::lock_guard lock(orphan_mu);
-      orphans.push_back(id);
-      return Status::DeadlineExceeded("transfer did not finish within " +
-                                      std::to_string(timeout.count()) + " ms");
-    }
-    if (++spins < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+  if (!batch->WaitAll(timeout)) {
+    // The batch is freed by a later call once its slices end (bounded by the slice
+    // timeout), so the caller is not held and nothing leaks.
+    std::lock_guard lock(orphan_mu);
+    orphans.push_back(id);
+    return Status::DeadlineExceeded("transfer did not finish within " +
+                                    std::to_string(timeout.count()) + " ms");
   }
   Status result;
   for (size_t i = 0; i < batch->size(); ++i) {
