@@ -1,0 +1,265 @@
+// In-process tests of the engine API: two engines in one process talking over TCP loopback.
+// Multi-process suites live in tests/.
+#include "mooncake/transfer_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace mooncake {
+namespace {
+
+using std::chrono::milliseconds;
+
+EngineOptions FastOptions() {
+  EngineOptions o;
+  o.slice_timeout_ms = 3000;
+  o.handshake_io_timeout_ms = 2000;
+  o.handshake_connect_timeout_ms = 2000;
+  return o;
+}
+
+class EnginePair : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(target_.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+    ASSERT_TRUE(initiator_.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+    remote_.assign(kSize, 0);
+    local_.assign(kSize, 0);
+    ASSERT_TRUE(target_.RegisterLocalMemory(remote_.data(), kSize).ok());
+    ASSERT_TRUE(initiator_.RegisterLocalMemory(local_.data(), kSize).ok());
+    auto seg = initiator_.OpenSegment(target_.GetLocalSegmentName());
+    ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+    seg_ = *seg;
+  }
+  uint64_t Remote(size_t off = 0) { return reinterpret_cast<uint64_t>(remote_.data()) + off; }
+
+  static constexpr size_t kSize = 8 << 20;
+  TransferEngine target_{FastOptions()};
+  TransferEngine initiator_{FastOptions()};
+  std::vector<uint8_t> remote_, local_;
+  SegmentID seg_ = 0;
+};
+
+TEST_F(EnginePair, SegmentNameIsHostAndRpcPort) {
+  EXPECT_EQ(target_.GetLocalSegmentName(), "127.0.0.1:" + std::to_string(target_.GetRpcPort()));
+  EXPECT_GE(target_.GetRpcPort(), 15000);
+  EXPECT_LE(target_.GetRpcPort(), 17000);
+  EXPECT_NE(seg_, LOCAL_SEGMENT_ID);
+  auto again = initiator_.OpenSegment("/" + target_.GetLocalSegmentName());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, seg_) << "a second open returns the cached id";
+  auto own = initiator_.OpenSegment(initiator_.GetLocalSegmentName());
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(*own, LOCAL_SEGMENT_ID);
+}
+
+TEST_F(EnginePair, WriteThenReadBackOddSizes) {
+  for (size_t len : {size_t{1}, size_t{7}, size_t{4096}, size_t{65537}, size_t{1234567},
+                     size_t{kSize}}) {
+    for (size_t i = 0; i < len; ++i) local_[i] = static_cast<uint8_t>(i * 31 + len);
+    ASSERT_TRUE(initiator_
+                    .TransferSync({{TransferRequest::WRITE, local_.data(), seg_, Remote(), len}})
+                    .ok());
+    ASSERT_EQ(0, std::memcmp(remote_.data(), local_.data(), len)) << len;
+    std::vector<uint8_t> expect(local_.begin(), local_.begin() + len);
+    std::memset(local_.data(), 0, len);
+    ASSERT_TRUE(initiator_
+                    .TransferSync({{TransferRequest::READ, local_.data(), seg_, Remote(), len}})
+                    .ok());
+    ASSERT_EQ(0, std::memcmp(expect.data(), local_.data(), len)) << len;
+  }
+}
+
+TEST_F(EnginePair, BatchStatusAndBytes) {
+  auto id = initiator_.AllocateBatchID(64);
+  ASSERT_TRUE(id.ok());
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 64; ++i) {
+    reqs.push_back({TransferRequest::WRITE, local_.data() + i * 1000, seg_, Remote(i * 1000), 1000});
+  }
+  ASSERT_TRUE(initiator_.SubmitTransfer(*id, reqs).ok());
+  auto st = initiator_.WaitBatch(*id, milliseconds(5000));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->s, COMPLETED);
+  EXPECT_EQ(st->transferred_bytes, 64000u);
+  auto t = initiator_.GetTransferStatus(*id, 63);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->s, COMPLETED);
+  EXPECT_EQ(t->transferred_bytes, 1000u);
+  EXPECT_FALSE(initiator_.GetTransferStatus(*id, 64).ok()) << "task id out of range";
+  // Capacity is the total over submits.
+  EXPECT_EQ(initiator_.SubmitTransfer(*id, {reqs[0]}).code(), Status::Code::kResourceExhausted);
+  EXPECT_TRUE(initiator_.FreeBatchID(*id).ok());
+  EXPECT_EQ(initiator_.FreeBatchID(*id).code(), Status::Code::kNotFound) << "double free";
+  EXPECT_FALSE(initiator_.GetBatchTransferStatus(*id).ok()) << "stale id";
+  EXPECT_FALSE(initiator_.GetBatchTransferStatus(0xdeadbeef12345ull).ok()) << "garbage id";
+}
+
+TEST_F(EnginePair, BadRequestsAreRefusedAndNothingIsSubmitted) {
+  auto id = initiator_.AllocateBatchID(8);
+  ASSERT_TRUE(id.ok());
+  std::vector<uint8_t> unregistered(64);
+  struct Case {
+    TransferRequest req;
+    Status::Code code;
+  } cases[] = {
+      {{TransferRequest::WRITE, local_.data(), seg_, Remote(), 0}, Status::Code::kInvalidArgument},
+      {{TransferRequest::WRITE, unregistered.data(), seg_, Remote(), 64},
+       Status::Code::kInvalidArgument},
+      {{TransferRequest::WRITE, local_.data(), seg_, Remote(kSize - 10), 64},
+       Status::Code::kInvalidArgument},
+      {{TransferRequest::WRITE, local_.data(), seg_, UINT64_MAX - 5, 64},
+       Status::Code::kInvalidArgument},
+      {{TransferRequest::WRITE, local_.data(), 999, Remote(), 64}, Status::Code::kNotFound},
+  };
+  for (const auto& c : cases) {
+    // A good request first: it must not be submitted when a later one is bad.
+    Status s = initiator_.SubmitTransfer(
+        *id, {{TransferRequest::WRITE, local_.data(), seg_, Remote(), 8}, c.req});
+    EXPECT_EQ(s.code(), c.code) << s.ToString();
+    EXPECT_FALSE(s.message().empty());
+  }
+  auto st = initiator_.GetBatchTransferStatus(*id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->s, COMPLETED) << "an empty batch is complete";
+  EXPECT_TRUE(initiator_.FreeBatchID(*id).ok());
+}
+
+TEST_F(EnginePair, TargetRejectsRangeItUnregistered) {
+  // The initiator's cached descriptor still lists the buffer; the target no longer has it.
+  std::vector<uint8_t> extra(1 << 20);
+  ASSERT_TRUE(target_.RegisterLocalMemory(extra.data(), extra.size()).ok());
+  ASSERT_TRUE(initiator_.RefreshSegment(seg_).ok());
+  ASSERT_TRUE(target_.UnregisterLocalMemory(extra.data()).ok());
+  auto id = initiator_.AllocateBatchID(3);
+  ASSERT_TRUE(id.ok());
+  uint64_t gone = reinterpret_cast<uint64_t>(extra.data());
+  ASSERT_TRUE(initiator_
+                  .SubmitTransfer(*id, {{TransferRequest::WRITE, local_.data(), seg_, Remote(), 100},
+                                        {TransferRequest::WRITE, local_.data(), seg_, gone, 100},
+                                        {TransferRequest::READ, local_.data(), seg_, Remote(), 100}})
+                  .ok());
+  auto st = initiator_.WaitBatch(*id, milliseconds(5000));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->s, FAILED);
+  EXPECT_EQ(initiator_.GetTransferStatus(*id, 0)->s, COMPLETED);
+  EXPECT_EQ(initiator_.GetTransferStatus(*id, 1)->s, FAILED);
+  EXPECT_EQ(initiator_.GetTransferStatus(*id, 2)->s, COMPLETED) << "others keep being served";
+  EXPECT_NE(initiator_.GetTransferError(*id, 1)->find("rejected"), std::string::npos);
+  EXPECT_TRUE(initiator_.FreeBatchID(*id).ok());
+}
+
+TEST_F(EnginePair, RefreshFindsNewlyRegisteredMemory) {
+  std::vector<uint8_t> later(4096, 0);
+  ASSERT_TRUE(target_.RegisterLocalMemory(later.data(), later.size()).ok());
+  std::memset(local_.data(), 0xAB, 4096);
+  Status s = initiator_.TransferSync({{TransferRequest::WRITE, local_.data(), seg_,
+                                       reinterpret_cast<uint64_t>(later.data()), 4096}});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(later[4095], 0xAB);
+  ASSERT_TRUE(target_.UnregisterLocalMemory(later.data()).ok());
+}
+
+TEST_F(EnginePair, ConcurrentSubmittersFromEightThreads) {
+  constexpr int kThreads = 8;
+  constexpr size_t kChunk = kSize / kThreads;
+  for (size_t i = 0; i < kSize; ++i) local_[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 4; ++rep) {
+        std::vector<TransferRequest> reqs;
+        for (size_t off = 0; off < kChunk; off += 16384) {
+          size_t at = t * kChunk + off;
+          reqs.push_back({TransferRequest::WRITE, local_.data() + at, seg_, Remote(at), 16384});
+        }
+        if (!initiator_.TransferSync(reqs).ok()) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(0, std::memcmp(remote_.data(), local_.data(), kSize));
+}
+
+TEST_F(EnginePair, NotifyRoundTrip) {
+  ASSERT_TRUE(initiator_.SendNotify(seg_, {"initiator", "hello"}).ok());
+  auto got = target_.GetNotifies();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].name, "initiator");
+  EXPECT_EQ(got[0].notify_msg, "hello");
+  EXPECT_TRUE(target_.GetNotifies().empty()) << "drained";
+
+  auto id = initiator_.AllocateBatchID(1);
+  ASSERT_TRUE(initiator_
+                  .SubmitTransferWithNotify(
+                      *id, {{TransferRequest::WRITE, local_.data(), seg_, Remote(), 64}},
+                      {"initiator", "done"})
+                  .ok());
+  auto st = initiator_.WaitBatch(*id, milliseconds(5000));
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->s, COMPLETED);
+  auto after = target_.GetNotifies();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].notify_msg, "done");
+  EXPECT_TRUE(initiator_.FreeBatchID(*id).ok());
+  EXPECT_TRUE(initiator_.Probe(target_.GetLocalSegmentName()).ok());
+}
+
+TEST_F(EnginePair, LocalSegmentIsAMemcpy) {
+  std::vector<uint8_t> other(4096, 0);
+  ASSERT_TRUE(initiator_.RegisterLocalMemory(other.data(), other.size()).ok());
+  std::memset(local_.data(), 0x5A, 4096);
+  ASSERT_TRUE(initiator_
+                  .TransferSync({{TransferRequest::WRITE, local_.data(), LOCAL_SEGMENT_ID,
+                                  reinterpret_cast<uint64_t>(other.data()), 4096}})
+                  .ok());
+  EXPECT_EQ(other[0], 0x5A);
+  EXPECT_EQ(other[4095], 0x5A);
+  ASSERT_TRUE(initiator_.UnregisterLocalMemory(other.data()).ok());
+}
+
+TEST(Engine, UnreachablePeerFailsFast) {
+  TransferEngine e(FastOptions());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+  auto start = std::chrono::steady_clock::now();
+  auto seg = e.OpenSegment("127.0.0.1:1");  // nothing listens on port 1
+  EXPECT_FALSE(seg.ok());
+  EXPECT_EQ(seg.status().code(), Status::Code::kUnavailable) << seg.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(e.OpenSegment("").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(e.OpenSegment("127.0.0.1").status().code(), Status::Code::kInvalidArgument);
+}
+
+TEST(Engine, RegistrationErrors) {
+  TransferEngine e(FastOptions());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+  std::vector<uint8_t> buf(1 << 16);
+  EXPECT_EQ(e.RegisterLocalMemory(buf.data(), 0).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(e.RegisterLocalMemory(buf.data(), 4096).ok());
+  EXPECT_EQ(e.RegisterLocalMemory(buf.data() + 100, 10).code(), Status::Code::kAlreadyExists);
+  EXPECT_EQ(e.UnregisterLocalMemory(buf.data() + 1).code(), Status::Code::kNotFound);
+  EXPECT_TRUE(e.UnregisterLocalMemory(buf.data()).ok());
+  EXPECT_EQ(e.UnregisterLocalMemory(buf.data()).code(), Status::Code::kNotFound);
+  EXPECT_TRUE(e.RegisterLocalMemoryBatch({{buf.data(), 100}, {buf.data() + 100, 100}}).ok());
+  EXPECT_TRUE(e.UnregisterLocalMemoryBatch({buf.data(), buf.data() + 100}).ok());
+  EXPECT_EQ(e.RegisterLocalMemoryBatch({{buf.data(), 100}, {buf.data() + 50, 100}}).code(),
+            Status::Code::kAlreadyExists);
+}
+
+TEST(Engine, InitErrors) {
+  TransferEngine e(FastOptions());
+  EXPECT_EQ(e.Init("etcd://127.0.0.1:2379", "127.0.0.1").code(), Status::Code::kUnimplemented);
+  EXPECT_EQ(e.Init("P2PHANDSHAKE", "127.0.0.1", "rdma").code(), Status::Code::kUnimplemented);
+  EXPECT_EQ(e.Init("P2PHANDSHAKE", ":80").code(), Status::Code::kInvalidArgument);
+  EXPECT_FALSE(e.initialized());
+  EXPECT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1:16001").ok()) << "usable after failed inits";
+  EXPECT_EQ(e.Init("P2PHANDSHAKE", "127.0.0.1").code(), Status::Code::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace mooncake

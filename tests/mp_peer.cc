@@ -1,0 +1,179 @@
+// mp_peer: one side of a multi-process test, speaking the same line protocol as
+// tests/interop/upstream_peer.py so that either side can be ours or upstream's.
+//
+//   mp_peer target --size N
+//     registers N bytes filled with pattern(seed 7), prints
+//     "READY <segment> <buffer addr> <size>", then serves stdin commands:
+//       CHECK <off> <len> <seed>  -> "OK" | "BAD <first mismatching offset>"
+//       FILL <off> <len> <seed>   -> "OK"
+//     and exits 0 on EOF.
+//   mp_peer initiator --segment S --remote-addr A --size N --op write|read --block B
+//                     [--seed S] [--batch K] [--threads T]
+//     write: fills a local buffer with pattern(seed) and writes [A, A+N) in B-byte requests,
+//     K per batch; read: reads [A, A+N) and checks every byte against pattern(seed).
+//     T threads share the range. Prints "RESULT ok <bytes>" or "RESULT fail <reason>".
+// pattern(seed)[i] = (i * 131 + seed) & 0xff, i being the offset from the buffer start.
+#include <glog/logging.h>
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mooncake/transfer_engine.h"
+
+using namespace mooncake;
+
+namespace {
+
+uint8_t Pattern(uint64_t i, uint64_t seed) { return static_cast<uint8_t>(i * 131 + seed); }
+
+std::map<std::string, std::string> Flags(int argc, char** argv) {
+  std::map<std::string, std::string> f;
+  for (int i = 2; i + 1 < argc; i += 2) f[argv[i]] = argv[i + 1];
+  return f;
+}
+
+uint64_t Num(const std::map<std::string, std::string>& f, const std::string& k, uint64_t def) {
+  auto it = f.find(k);
+  return it == f.end() ? def : std::stoull(it->second, nullptr, 0);
+}
+
+uint8_t* Alloc(size_t n) {
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("mmap");
+    std::exit(2);
+  }
+  return static_cast<uint8_t*>(p);
+}
+
+int Target(const std::map<std::string, std::string>& f) {
+  size_t size = Num(f, "--size", 64 << 20);
+  TransferEngine engine;
+  Status s = engine.Init("P2PHANDSHAKE", "127.0.0.1");
+  if (!s.ok()) {
+    std::printf("FAIL %s\n", s.ToString().c_str());
+    return 1;
+  }
+  uint8_t* buf = Alloc(size);
+  for (size_t i = 0; i < size; ++i) buf[i] = Pattern(i, 7);
+  s = engine.RegisterLocalMemory(buf, size, "cpu:0");
+  if (!s.ok()) {
+    std::printf("FAIL %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("READY %s %lu %lu\n", engine.GetLocalSegmentName().c_str(),
+              reinterpret_cast<unsigned long>(buf), static_cast<unsigned long>(size));
+  std::fflush(stdout);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd;
+    uint64_t off = 0, len = 0, seed = 0;
+    in >> cmd >> off >> len >> seed;
+    if (off > size || len > size - off) {
+      std::printf("ERR range outside the buffer\n");
+    } else if (cmd == "CHECK") {
+      uint64_t bad = UINT64_MAX;
+      for (uint64_t i = off; i < off + len; ++i) {
+        if (buf[i] != Pattern(i, seed)) {
+          bad = i;
+          break;
+        }
+      }
+      if (bad == UINT64_MAX) {
+        std::printf("OK\n");
+      } else {
+        std::printf("BAD %lu\n", static_cast<unsigned long>(bad));
+      }
+    } else if (cmd == "FILL") {
+      for (uint64_t i = off; i < off + len; ++i) buf[i] = Pattern(i, seed);
+      std::printf("OK\n");
+    } else if (cmd == "UNREGISTER") {
+      Status u = engine.UnregisterLocalMemory(buf);
+      std::printf(u.ok() ? "OK\n" : "ERR %s\n", u.ToString().c_str());
+    } else {
+      std::printf("ERR unknown command\n");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int Initiator(const std::map<std::string, std::string>& f) {
+  auto fail = [](const std::string& why) {
+    std::printf("RESULT fail %s\n", why.c_str());
+    return 1;
+  };
+  auto seg_name = f.count("--segment") ? f.at("--segment") : "";
+  uint64_t remote = Num(f, "--remote-addr", 0);
+  size_t size = Num(f, "--size", 0), block = Num(f, "--block", 1 << 20);
+  size_t batch = Num(f, "--batch", 64), threads = Num(f, "--threads", 1);
+  uint64_t seed = Num(f, "--seed", 7);
+  bool write = f.count("--op") && f.at("--op") == "write";
+  if (seg_name.empty() || remote == 0 || size == 0 || block == 0 || batch == 0 || threads == 0) {
+    return fail("need --segment, --remote-addr, --size, --block > 0");
+  }
+  TransferEngine engine;
+  Status s = engine.Init("P2PHANDSHAKE", "127.0.0.1");
+  if (!s.ok()) return fail(s.ToString());
+  uint8_t* buf = Alloc(size);
+  if (write) {
+    for (size_t i = 0; i < size; ++i) buf[i] = Pattern(i, seed);
+  }
+  s = engine.RegisterLocalMemory(buf, size, "cpu:0");
+  if (!s.ok()) return fail(s.ToString());
+  auto seg = engine.OpenSegment(seg_name);
+  if (!seg.ok()) return fail(seg.status().ToString());
+  std::vector<std::string> errors(threads);
+  std::vector<std::thread> workers;
+  size_t blocks = (size + block - 1) / block;
+  for (size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<TransferRequest> reqs;
+      for (size_t b = t; b < blocks;) {
+        reqs.clear();
+        for (; b < blocks && reqs.size() < batch; b += threads) {
+          size_t off = b * block, len = std::min(block, size - off);
+          reqs.push_back({write ? TransferRequest::WRITE : TransferRequest::READ, buf + off,
+                          *seg, remote + off, len});
+        }
+        Status st = engine.TransferSync(reqs);
+        if (!st.ok()) {
+          errors[t] = st.ToString();
+          return;
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (const auto& e : errors) {
+    if (!e.empty()) return fail(e);
+  }
+  if (!write) {
+    for (size_t i = 0; i < size; ++i) {
+      if (buf[i] != Pattern(i, seed)) return fail("byte " + std::to_string(i) + " differs");
+    }
+  }
+  std::printf("RESULT ok %lu\n", static_cast<unsigned long>(size));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  std::string role = argc > 1 ? argv[1] : "";
+  auto f = Flags(argc, argv);
+  if (role == "target") return Target(f);
+  if (role == "initiator") return Initiator(f);
+  std::fprintf(stderr, "usage: mp_peer target|initiator [--flag value]...\n");
+  return 2;
+}

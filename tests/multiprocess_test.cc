@@ -1,0 +1,288 @@
+// Multi-process suite: the target is another process (tests/mp_peer.cc); the initiator is this
+// test process, or more mp_peer processes. Every byte is verified.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mooncake/transfer_engine.h"
+
+extern char** environ;
+
+namespace mooncake {
+namespace {
+
+using std::chrono::milliseconds;
+
+uint8_t Pattern(uint64_t i, uint64_t seed) { return static_cast<uint8_t>(i * 131 + seed); }
+
+// A child process with its stdin and stdout piped to us.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& args) {
+    int in[2], out[2];
+    EXPECT_EQ(::pipe(in), 0);
+    EXPECT_EQ(::pipe(out), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_ = ::fdopen(in[1], "w");
+    from_ = ::fdopen(out[0], "r");
+  }
+  ~Child() {
+    if (to_) std::fclose(to_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (from_) std::fclose(from_);
+  }
+  std::string ReadLine() {
+    char buf[4096];
+    if (!std::fgets(buf, sizeof(buf), from_)) return "";
+    std::string s(buf);
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string Command(const std::string& cmd) {
+    std::fprintf(to_, "%s\n", cmd.c_str());
+    std::fflush(to_);
+    return ReadLine();
+  }
+  void Kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  int Wait() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+struct RemoteTarget {
+  std::unique_ptr<Child> proc;
+  std::string segment;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+};
+
+RemoteTarget StartTarget(uint64_t size) {
+  RemoteTarget t;
+  t.proc = std::make_unique<Child>(
+      std::vector<std::string>{MP_PEER_PATH, "target", "--size", std::to_string(size)});
+  std::istringstream in(t.proc->ReadLine());
+  std::string ready;
+  in >> ready >> t.segment >> t.addr >> t.size;
+  EXPECT_EQ(ready, "READY");
+  return t;
+}
+
+class MultiProcess : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kSize = 64 << 20;
+  void SetUp() override {
+    EngineOptions o;
+    o.slice_timeout_ms = 4000;
+    engine_ = std::make_unique<TransferEngine>(o);
+    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1").ok());
+    target_ = StartTarget(kSize);
+    ASSERT_FALSE(target_.segment.empty());
+    local_.assign(kSize, 0);
+    ASSERT_TRUE(engine_->RegisterLocalMemory(local_.data(), kSize).ok());
+    auto seg = engine_->OpenSegment(target_.segment);
+    ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+    seg_ = *seg;
+  }
+  void TearDown() override { engine_.reset(); }
+
+  Status Move(TransferRequest::OpCode op, size_t off, size_t len, size_t block, size_t batch) {
+    std::vector<TransferRequest> reqs;
+    for (size_t o = 0; o < len;) {
+      reqs.clear();
+      for (; o < len && reqs.size() < batch; o += block) {
+        reqs.push_back({op, local_.data() + off + o, seg_, target_.addr + off + o,
+                        std::min(block, len - o)});
+      }
+      MC_RETURN_IF_ERROR(engine_->TransferSync(reqs));
+    }
+    return Status::OK();
+  }
+  void FillLocal(size_t off, size_t len, uint64_t seed) {
+    for (size_t i = off; i < off + len; ++i) local_[i] = Pattern(i, seed);
+  }
+  bool LocalMatches(size_t off, size_t len, uint64_t seed) {
+    for (size_t i = off; i < off + len; ++i) {
+      if (local_[i] != Pattern(i, seed)) return false;
+    }
+    return true;
+  }
+  std::string Check(size_t off, size_t len, uint64_t seed) {
+    return target_.proc->Command("CHECK " + std::to_string(off) + " " + std::to_string(len) +
+                                 " " + std::to_string(seed));
+  }
+
+  std::unique_ptr<TransferEngine> engine_;
+  RemoteTarget target_;
+  std::vector<uint8_t> local_;
+  SegmentID seg_ = 0;
+};
+
+TEST_F(MultiProcess, WriteAndReadSizesFromOneByteTo64MiB) {
+  const size_t sizes[] = {1, 2, 3, 4095, 4096, 4097, 65535, 65536, 65537, 262143, 262145,
+                          1 << 20, (1 << 20) + 13, 7777777, 16 << 20, kSize};
+  uint64_t seed = 11;
+  for (size_t len : sizes) {
+    ++seed;
+    FillLocal(0, len, seed);
+    ASSERT_TRUE(Move(TransferRequest::WRITE, 0, len, len, 1).ok()) << len;
+    ASSERT_EQ(Check(0, len, seed), "OK") << "write of " << len;
+    std::memset(local_.data(), 0, len);
+    ASSERT_TRUE(Move(TransferRequest::READ, 0, len, len, 1).ok()) << len;
+    ASSERT_TRUE(LocalMatches(0, len, seed)) << "read of " << len;
+  }
+}
+
+TEST_F(MultiProcess, BatchesOfOneTo1024Requests) {
+  for (size_t batch : {1, 2, 16, 128, 1024}) {
+    size_t block = 4096 + 17, len = batch * block;
+    uint64_t seed = 100 + batch;
+    FillLocal(0, len, seed);
+    ASSERT_TRUE(Move(TransferRequest::WRITE, 0, len, block, batch).ok());
+    ASSERT_EQ(Check(0, len, seed), "OK") << batch;
+    ASSERT_EQ(target_.proc->Command("FILL 0 " + std::to_string(len) + " " +
+                                    std::to_string(seed + 1)),
+              "OK");
+    ASSERT_TRUE(Move(TransferRequest::READ, 0, len, block, batch).ok());
+    ASSERT_TRUE(LocalMatches(0, len, seed + 1)) << batch;
+  }
+}
+
+TEST_F(MultiProcess, OutOfRangeRequestFailsAndTargetKeepsServing) {
+  auto id = engine_->AllocateBatchID(1);
+  ASSERT_TRUE(id.ok());
+  Status s = engine_->SubmitTransfer(
+      *id, {{TransferRequest::WRITE, local_.data(), seg_, target_.addr + kSize - 100, 4096}});
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("not inside any buffer registered"), std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(engine_->FreeBatchID(*id).ok());
+  FillLocal(0, 4096, 5);
+  ASSERT_TRUE(Move(TransferRequest::WRITE, 0, 4096, 4096, 1).ok());
+  EXPECT_EQ(Check(0, 4096, 5), "OK");
+}
+
+TEST_F(MultiProcess, FreeingABusyBatchIsRefused) {
+  auto id = engine_->AllocateBatchID(1024);
+  ASSERT_TRUE(id.ok());
+  std::vector<TransferRequest> reqs;
+  for (size_t off = 0; off < kSize; off += 65536) {
+    reqs.push_back({TransferRequest::WRITE, local_.data() + off, seg_, target_.addr + off, 65536});
+  }
+  ASSERT_TRUE(engine_->SubmitTransfer(*id, reqs).ok());
+  Status busy = engine_->FreeBatchID(*id);
+  EXPECT_EQ(busy.code(), Status::Code::kFailedPrecondition) << busy.ToString();
+  auto st = engine_->WaitBatch(*id, milliseconds(20000));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->s, COMPLETED);
+  EXPECT_EQ(st->transferred_bytes, kSize);
+  EXPECT_TRUE(engine_->FreeBatchID(*id).ok());
+}
+
+TEST_F(MultiProcess, EightThreadsSubmittingConcurrently) {
+  constexpr int kThreads = 8;
+  const size_t chunk = kSize / kThreads;
+  FillLocal(0, kSize, 77);
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      results[t] = Move(TransferRequest::WRITE, t * chunk, chunk, 65536 + t * 4096, 32);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << r.ToString();
+  EXPECT_EQ(Check(0, kSize, 77), "OK");
+}
+
+TEST_F(MultiProcess, ManyInitiatorProcessesIntoOneTarget) {
+  constexpr int kInitiators = 4;
+  const size_t chunk = kSize / kInitiators;
+  std::vector<std::unique_ptr<Child>> kids;
+  for (int i = 0; i < kInitiators; ++i) {
+    // Each writes its own quarter with its own seed; pattern offsets are buffer offsets, so
+    // the seed must make quarter i check against Pattern(i) as seen from the target.
+    kids.push_back(std::make_unique<Child>(std::vector<std::string>{
+        MP_PEER_PATH, "initiator", "--segment", target_.segment, "--remote-addr",
+        std::to_string(target_.addr + i * chunk), "--size", std::to_string(chunk), "--op",
+        "write", "--block", "65536", "--seed", std::to_string(20 + i), "--threads", "2"}));
+  }
+  for (int i = 0; i < kInitiators; ++i) {
+    std::string line = kids[i]->ReadLine();
+    EXPECT_EQ(line, "RESULT ok " + std::to_string(chunk));
+    EXPECT_EQ(kids[i]->Wait(), 0);
+  }
+  // Initiator i wrote pattern(seed 20+i) relative to its own start: byte j of its quarter is
+  // Pattern(j, 20+i) = Pattern(i*chunk + j, 20+i - i*chunk*131).
+  for (int i = 0; i < kInitiators; ++i) {
+    uint64_t seed = (20 + i - (i * chunk * 131)) & 0xff;
+    EXPECT_EQ(Check(i * chunk, chunk, seed), "OK") << "quarter " << i;
+  }
+}
+
+TEST_F(MultiProcess, KilledTargetFailsOutstandingRequestsQuickly) {
+  auto id = engine_->AllocateBatchID(1024);
+  ASSERT_TRUE(id.ok());
+  std::vector<TransferRequest> reqs;
+  for (int rep = 0; rep < 16; ++rep) {
+    for (size_t off = 0; off < kSize; off += 1 << 20) {
+      reqs.push_back({TransferRequest::WRITE, local_.data() + off, seg_, target_.addr + off,
+                      1 << 20});
+    }
+  }
+  ASSERT_TRUE(engine_->SubmitTransfer(*id, reqs).ok());
+  target_.proc->Kill();
+  auto start = std::chrono::steady_clock::now();
+  auto st = engine_->WaitBatch(*id, milliseconds(10000));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->s, FAILED) << "requests to a dead peer end FAILED";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(engine_->FreeBatchID(*id).ok());
+  // The engine stays healthy: a new target works.
+  RemoteTarget other = StartTarget(1 << 20);
+  auto seg = engine_->OpenSegment(other.segment);
+  ASSERT_TRUE(seg.ok());
+  FillLocal(0, 4096, 9);
+  ASSERT_TRUE(engine_->TransferSync({{TransferRequest::WRITE, local_.data(), *seg, other.addr, 4096}})
+                  .ok());
+  EXPECT_EQ(other.proc->Command("CHECK 0 4096 9"), "OK");
+}
+
+}  // namespace
+}  // namespace mooncake
