@@ -81,6 +81,7 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
     std::lock_guard lock(desc_mu);
     local_desc.name = local_name;
     local_desc.protocol = "tcp";
+    local_desc.tcp_data_host = hp.host;
   }
 
   std::vector<std::string> names;
@@ -144,8 +145,11 @@ Result<std::string> TransferEngine::Impl::HandleHandshake(const HandshakeFrame& 
       return std::string(R"({"name":"","notify_msg":"success"})") + "\n";
     }
     case HandshakeType::kConnection:
-      // TCP needs no connection set-up: answer with an empty handshake description.
-      return std::string("{}\n");
+      // TCP needs no connection set-up: answer with an empty handshake description, as
+      // upstream's TCP-only engine does.
+      return std::string(
+          R"({"local_gid":"","local_lid":0,"local_nic_path":"","payload":"","peer_nic_path":"",)"
+          R"("qp_num":[],"reply_msg":""})") + "\n";
   }
   return Status::InvalidArgument("unknown handshake type");
 }
@@ -170,7 +174,7 @@ Result<SegmentCache::DescPtr> TransferEngine::Impl::FetchDesc(const std::string&
   auto desc = DecodeSegmentDesc(reply);
   if (!desc.ok()) return desc.status().WithContext("descriptor of segment '" + name + "'");
   auto out = std::make_shared<SegmentDesc>(std::move(desc).value());
-  out->host = hp.host;
+  out->host = out->tcp_data_host.empty() ? hp.host : out->tcp_data_host;
   return std::shared_ptr<const SegmentDesc>(std::move(out));
 }
 

@@ -45,6 +45,9 @@ Result<HandshakeFrame> DecodeHandshakeBody(std::string_view body) {
   if (body.empty()) return Status::DataLoss("handshake frame body is empty");
   HandshakeFrame f;
   auto first = static_cast<uint8_t>(body[0]);
+  if (first == 0xfe || first == 0xff) {
+    return Status::DataLoss("handshake frame has the reserved type byte " + std::to_string(first));
+  }
   if (first > 3) {
     f.legacy = true;  // no type byte: the body is the JSON of a Connection request
     f.type = HandshakeType::kConnection;

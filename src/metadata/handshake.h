@@ -1,8 +1,8 @@
 // The P2P handshake: upstream Mooncake's RPC daemon and its frames (docs/wire_protocol.md §1).
 //
 // Frame, each direction: u64 little-endian length (type byte + payload), u8 type, JSON.
-// A frame whose first body byte is above 3 is a legacy frame without a type byte and means
-// Connection. One request per connection: the client writes its frame, reads the reply frame
+// A frame whose first body byte is 4..0xfd is a legacy frame without a type byte and means
+// Connection (answered in legacy framing); 0xfe and 0xff are rejected. One request per connection: the client writes its frame, reads the reply frame
 // (same type), and closes; the server replies, shuts down its write side and waits (bounded)
 // for the client's EOF.
 #pragma once

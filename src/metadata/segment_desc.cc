@@ -23,6 +23,7 @@ const BufferDesc* SegmentDesc::FindBuffer(uint64_t addr, uint64_t len) const {
 
 bool SegmentDesc::SameContent(const SegmentDesc& o) const {
   if (name != o.name || protocol != o.protocol || tcp_data_port != o.tcp_data_port ||
+      tcp_data_host != o.tcp_data_host ||
       tcp_proto_version != o.tcp_proto_version || buffers.size() != o.buffers.size()) {
     return false;
   }
@@ -37,6 +38,8 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
   json j;  // std::map-backed: keys come out sorted, like jsoncpp's FastWriter
   j["name"] = d.name;
   j["protocol"] = d.protocol;
+  j["rdma_server_name"] = d.rdma_server_name;
+  j["tcp_data_host"] = d.tcp_data_host;
   j["tcp_data_port"] = d.tcp_data_port;
   j["tcp_proto_version"] = d.tcp_proto_version;
   j["timestamp"] = d.timestamp;
@@ -64,6 +67,8 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
   } else {
     MC_RETURN_IF_ERROR(GetString(j, "protocol", /*required=*/true, &d.protocol));
   }
+  MC_RETURN_IF_ERROR(GetString(j, "tcp_data_host", false, &d.tcp_data_host));
+  MC_RETURN_IF_ERROR(GetString(j, "rdma_server_name", false, &d.rdma_server_name));
   uint64_t port = 0;
   MC_RETURN_IF_ERROR(GetUint(j, "tcp_data_port", 65535, &port));
   d.tcp_data_port = static_cast<uint16_t>(port);

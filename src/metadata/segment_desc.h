@@ -27,6 +27,10 @@ struct SegmentDesc {
   std::string name;
   std::string protocol = "tcp";
   uint16_t tcp_data_port = 0;
+  // Host of the TCP data port; upstream writes it (same as the segment name's host). Empty
+  // when absent: the segment name's host is used.
+  std::string tcp_data_host;
+  std::string rdma_server_name;  // upstream writes "" for tcp
   int tcp_proto_version = 1;  // missing in the JSON means 1
   std::string timestamp;      // ignored when comparing
   std::vector<BufferDesc> buffers;

@@ -3,7 +3,7 @@
 # Transfer Engine wheel, to be used as the reference peer in interop tests.
 #
 # Usage: tests/interop/setup_upstream_venv.sh [VENV_DIR]
-#   VENV_DIR defaults to /work/main/build/upstream-venv.
+#   VENV_DIR defaults to build/upstream-venv in the repository.
 # Env:
 #   MC_UPSTREAM_WHEEL   optional path to a local copy of the wheel (used instead of the index)
 #   MC_UPSTREAM_NO_APT  set to 1 to never run apt-get (fail instead if a system library is missing)
@@ -18,7 +18,7 @@ set -euo pipefail
 
 PKG="mooncake-transfer-engine-non-cuda"
 VER="0.3.13.post1"
-VENV="${1:-/work/main/build/upstream-venv}"
+VENV="${1:-$(cd "$(dirname "$0")/../.." && pwd)/build/upstream-venv}"
 PY="$VENV/bin/python"
 
 log() { echo "[setup_upstream_venv] $*" >&2; }

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the system packages needed to build and test the engine (Debian 12 / Ubuntu 22.04+).
+# Idempotent: packages already present are left alone. Needs root (or sudo).
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config
+      libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+      python3 python3-venv python3-pip
+      # Upstream's CPU wheel (interop tests and side-by-side benchmarks) loads these.
+      libibverbs1 libnuma1 libcurl4)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "install_deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
