@@ -32,8 +32,8 @@ struct EngineOptions {
   // Persistent TCP connections ("streams") per peer. MC_TCP_LANES_PER_PEER (1..16), 2.
   int tcp_streams_per_peer = 2;
   // Requests longer than this are cut into slices of this size, each its own wire request,
-  // spread over the streams. MC_TCP_SPLIT_SIZE, 256 KiB (4 KiB .. 1 GiB).
-  size_t tcp_split_size = 256 << 10;
+  // spread over the streams. MC_TCP_SPLIT_SIZE, 1 MiB (4 KiB .. 1 GiB).
+  size_t tcp_split_size = 1 << 20;
   // Speak protocol v1 (no status frames) even to v2 peers. MC_TCP_PROTO=1, off.
   bool tcp_force_v1 = false;
   // A connection with requests outstanding that makes no progress (no byte sent or received)

@@ -43,7 +43,7 @@ void UnpinAll(std::vector<Prepared>& prepared) {
 }
 
 uint64_t SliceSizeFor(const EngineOptions& o) {
-  return o.tcp_split_size == 0 ? (256 << 10) : o.tcp_split_size;
+  return o.tcp_split_size == 0 ? (1 << 20) : o.tcp_split_size;
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ class Session {
   Session(int fd, MemoryRegistry* registry, int timeout_ms)
       : fd_(fd), registry_(registry), timeout_ms_(timeout_ms), rx_(new uint8_t[kRxBufferSize]) {
     statuses_.reserve(256);
+    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   }
 
   // Serves requests until EOF, a protocol error, a rejected range or a timeout.
@@ -44,6 +47,9 @@ class Session {
         LOG(WARNING) << "TcpServer: unknown opcode in request header; closing connection";
         return;
       }
+      // After a large WRITE the next one is likely large too: then read headers alone, so
+      // that payloads land straight in their destination instead of in rx_.
+      exact_reads_ = h.op == kOpWrite && h.size >= kDirectThreshold;
       MemoryRegion* region = registry_->Pin(h.addr, h.size, /*remote_only=*/true);
       if (region == nullptr) {
         std::ostringstream os;
@@ -82,8 +88,13 @@ class Session {
       std::memcpy(dst + have, rx_.get() + rb_, left);
       rb_ += left;
     }
-    if (h.v2) statuses_.push_back(EncodeStatus(kStatusOk));
-    if (statuses_.size() >= 1024) return FlushStatuses();
+    if (h.v2) {
+      statuses_.push_back(EncodeStatus(kStatusOk));
+      acked_bytes_ += h.size;
+    }
+    // Statuses go out when the connection would block, or at these bounds so that a
+    // streaming initiator still sees completions.
+    if (statuses_.size() >= 256 || acked_bytes_ >= (8u << 20)) return FlushStatuses();
     return Status::OK();
   }
 
@@ -97,6 +108,7 @@ class Session {
     iov[n++] = {reinterpret_cast<void*>(h.addr), h.size};
     Status s = SendAll(iov, n);
     statuses_.clear();
+    acked_bytes_ = 0;
     return s;
   }
 
@@ -105,6 +117,7 @@ class Session {
     iovec iov{statuses_.data(), statuses_.size() * kStatusSize};
     Status s = SendAll(&iov, 1);
     statuses_.clear();
+    acked_bytes_ = 0;
     return s;
   }
 
@@ -132,7 +145,8 @@ class Session {
       rb_ = 0;
     }
     while (buffered() < n) {
-      ssize_t got = ::recv(fd_, rx_.get() + re_, kRxBufferSize - re_, MSG_DONTWAIT);
+      size_t want = exact_reads_ ? n - buffered() : kRxBufferSize - re_;
+      ssize_t got = ::recv(fd_, rx_.get() + re_, want, MSG_DONTWAIT);
       if (got > 0) {
         re_ += static_cast<size_t>(got);
         continue;
@@ -146,9 +160,20 @@ class Session {
     return Status::OK();
   }
 
+  // Receives a whole payload into place: first what is already there; if it must wait, it
+  // flushes pending statuses and then blocks (MSG_WAITALL: one wake-up when it is all
+  // there). SO_RCVTIMEO bounds a stall.
   Status RecvDirect(uint8_t* dst, size_t len) {
+    ssize_t now = ::recv(fd_, dst, len, MSG_DONTWAIT);
+    if (now > 0) {
+      dst += now;
+      len -= static_cast<size_t>(now);
+    } else if (now == 0) {
+      return Status::Unavailable("connection closed in the middle of a payload");
+    }
+    if (len > 0) MC_RETURN_IF_ERROR(FlushStatuses());
     while (len > 0) {
-      ssize_t got = ::recv(fd_, dst, len, MSG_DONTWAIT);
+      ssize_t got = ::recv(fd_, dst, len, MSG_WAITALL);
       if (got > 0) {
         dst += got;
         len -= static_cast<size_t>(got);
@@ -156,9 +181,11 @@ class Session {
       }
       if (got == 0) return Status::Unavailable("connection closed in the middle of a payload");
       if (errno == EINTR) continue;
-      if (errno != EAGAIN) return ErrnoStatus("recv", errno);
-      MC_RETURN_IF_ERROR(FlushStatuses());
-      MC_RETURN_IF_ERROR(Wait(POLLIN, false));
+      if (errno == EAGAIN) {
+        return Status::DeadlineExceeded("peer made no progress for " +
+                                        std::to_string(timeout_ms_) + " ms");
+      }
+      return ErrnoStatus("recv", errno);
     }
     return Status::OK();
   }
@@ -194,6 +221,8 @@ class Session {
   const int timeout_ms_;
   std::unique_ptr<uint8_t[]> rx_;
   size_t rb_ = 0, re_ = 0;
+  bool exact_reads_ = false;
+  uint64_t acked_bytes_ = 0;  // payload bytes covered by statuses_
   std::vector<uint64_t> statuses_;
 };
 

@@ -60,6 +60,8 @@ class TcpStream {
   Status SendSome();
   Status ReceiveSome();
   Status ProcessBuffered();
+  // Drops v1 WRITEs at the front that completed when sent (no reply comes for them).
+  void PopCompletedFront();
   void CompleteFront(TransferStatusEnum result, const char* message);
   void FailAll(TransferStatusEnum result, const std::string& message);
   void ResetConnection();
@@ -86,6 +88,7 @@ class TcpStream {
   uint64_t send_off_ = 0;      // bytes of q_[send_idx_] already sent
   RxState rx_state_ = RxState::kStatus;
   uint64_t rx_payload_done_ = 0;
+  uint64_t prefilled_ = 0;  // payload bytes a status+payload readv already placed
   std::vector<uint8_t> rx_;
   size_t rb_ = 0, re_ = 0;
   Clock::time_point last_progress_;
