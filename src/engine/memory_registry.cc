@@ -74,6 +74,7 @@ Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
     region->length = r.length;
     region->location = r.location;
     region->remote_accessible = r.remote_accessible;
+    region->sequence = next_sequence_++;
     InsertLocked(std::move(region));
   }
   return Status::OK();
@@ -126,9 +127,14 @@ bool MemoryRegistry::Contains(uint64_t addr, uint64_t len) const {
 
 std::vector<RegionInfo> MemoryRegistry::List() const {
   std::shared_lock lock(mu_);
+  std::vector<const MemoryRegion*> order;
+  order.reserve(regions_.size());
+  for (const auto& r : regions_) order.push_back(r.get());
+  std::sort(order.begin(), order.end(),
+            [](const MemoryRegion* a, const MemoryRegion* b) { return a->sequence < b->sequence; });
   std::vector<RegionInfo> out;
-  out.reserve(regions_.size());
-  for (const auto& r : regions_) {
+  out.reserve(order.size());
+  for (const MemoryRegion* r : order) {
     out.push_back({r->begin, r->length, r->location, r->remote_accessible});
   }
   return out;

@@ -25,6 +25,7 @@ struct MemoryRegion {
   uint64_t length = 0;
   std::string location;        // "cpu:0", "cuda:1", "*"...
   bool remote_accessible = true;
+  uint64_t sequence = 0;  // registration order
   std::atomic<int64_t> users{0};
   uint64_t end() const { return begin + length; }
 };
@@ -65,6 +66,7 @@ class MemoryRegistry {
   // True when [addr, addr+len) lies inside one registered range.
   bool Contains(uint64_t addr, uint64_t len) const;
 
+  // In registration order (upstream lists descriptor buffers so; buffers[0] is the first).
   std::vector<RegionInfo> List() const;
   size_t size() const;
 
@@ -76,6 +78,7 @@ class MemoryRegistry {
 
   mutable std::shared_mutex mu_;
   std::vector<std::unique_ptr<MemoryRegion>> regions_;  // sorted by begin; GUARDED_BY(mu_)
+  uint64_t next_sequence_ = 0;                           // GUARDED_BY(mu_)
 };
 
 }  // namespace mooncake

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -58,7 +59,7 @@ class Session {
         LOG(WARNING) << os.str();
         if (h.v2) {
           statuses_.push_back(EncodeStatus(kStatusAddrRejected));
-          (void)FlushStatuses();
+          if (FlushStatuses().ok()) DrainBeforeClose();
         }
         return;
       }
@@ -110,6 +111,20 @@ class Session {
     statuses_.clear();
     acked_bytes_ = 0;
     return s;
+  }
+
+  // After a rejection: stop sending and discard what the initiator already pipelined (for a
+  // bounded time), so that closing does not reset the connection before the initiator has
+  // read the ADDR_REJECTED frame; it then knows which request failed and resends the rest.
+  void DrainBeforeClose() {
+    ::shutdown(fd_, SHUT_WR);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = ::recv(fd_, rx_.get(), kRxBufferSize, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+    }
   }
 
   Status FlushStatuses() {

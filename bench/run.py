@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""The benchmark harness: this engine beside the physical limits of this machine, and beside
+upstream Mooncake, measured in one run.
+
+For each block size (4 KiB, 64 KiB, 1 MiB, 16 MiB), operation (read, write) and thread count
+(1, 2) it runs, several times each:
+  - raw baselines (bench/raw_baselines): a TCP loopback stream with as many connections as
+    threads, memcpy, process_vm_writev between two processes;
+  - this engine through tools/transfer_engine_bench (T threads, T TCP streams per peer);
+  - upstream's engine through the transfer_engine_bench its PyPI wheel ships (same flags,
+    MC_TCP_LANES_PER_PEER=T), when the wheel can be installed.
+It reports each figure as the median of the runs with min and max, writes a Markdown table,
+a JSON file and a PNG plot under bench/results/<date>-<commit>/, and prints the table.
+
+  bench/run.py --quick        # under 2 minutes; what CI runs as a smoke test
+  bench/run.py                # the full run
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+KIB, MIB = 1024, 1024 * 1024
+BLOCKS = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
+BATCH = {4 * KIB: 128, 64 * KIB: 128, 1 * MIB: 16, 16 * MIB: 4}
+TARGET_BUFFER = 1 << 30
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def machine():
+    cpu = "unknown cpu"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, Linux {platform.release()}"
+
+
+def commit():
+    try:
+        return subprocess.check_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                       text=True).strip()
+    except Exception:
+        return "unknown"
+
+
+class Target:
+    """A transfer_engine_bench target process; `segment` is its name."""
+
+    def __init__(self, binary, env=None, ours=True):
+        self.log = open(f"/tmp/bench-target-{os.getpid()}-{id(self)}.log", "w+")
+        args = [binary, "--mode=target", "--metadata_server=P2PHANDSHAKE",
+                "--local_server_name=127.0.0.1", f"--buffer_size={TARGET_BUFFER}"]
+        if not ours:
+            args.append("--protocol=tcp")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=env)
+        ready = "Target segment name" if ours else "numa node num"
+        deadline = time.time() + 60
+        self.segment = None
+        while time.time() < deadline and self.proc.poll() is None:
+            text = open(self.log.name).read()
+            m = re.search(r"listening on (\S+)", text)
+            if m and ready in text:
+                self.segment = m.group(1)
+                time.sleep(0.2)
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"target {binary} did not start:\n{open(self.log.name).read()[-2000:]}")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+def run_engine(binary, segment, op, block, threads, duration, ours, env):
+    batch = BATCH[block]
+    buffer = max(block * batch * threads, 64 * MIB)
+    args = [binary, "--mode=initiator", "--metadata_server=P2PHANDSHAKE",
+            "--local_server_name=127.0.0.1", f"--segment_id={segment}", f"--operation={op}",
+            f"--block_size={block}", f"--batch_size={batch}", f"--threads={threads}",
+            f"--duration={duration}", f"--buffer_size={buffer}"]
+    if ours:
+        args.append("--json")
+    else:
+        args.append("--protocol=tcp")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=duration + 120, env=env)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RuntimeError(f"{'ours' if ours else 'upstream'} {op} {block}x{threads}: exit "
+                           f"{proc.returncode}\n{out[-1500:]}")
+    if ours:
+        line = [l for l in proc.stdout.splitlines() if l.startswith("{")][-1]
+        r = json.loads(line)
+        return {"gbps": r["gbps"], "ops": r["ops_per_s"], "p50": r["batch_p50_us"],
+                "p99": r["batch_p99_us"]}
+    m = re.search(r"Test completed: duration ([\d.]+), batch count (\d+), throughput ([\d.]+) GB/s",
+                  out)
+    if not m:
+        raise RuntimeError(f"upstream: no result line\n{out[-1500:]}")
+    secs, batches, gbps = float(m.group(1)), int(m.group(2)), float(m.group(3))
+    return {"gbps": gbps, "ops": batches * batch / secs, "p50": None, "p99": None}
+
+
+def run_baseline(binary, kind, block, threads, duration):
+    proc = subprocess.run([binary, kind, "--block_size", str(block), "--threads", str(threads),
+                           "--duration", str(duration)], capture_output=True, text=True,
+                          timeout=duration + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"baseline {kind}: {proc.stderr[-500:]}")
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"gbps": r["gbps"], "ops": r["ops_per_s"]}
+
+
+def summarize(runs):
+    vals = [r["gbps"] for r in runs]
+    out = {"gbps": statistics.median(vals), "min": min(vals), "max": max(vals),
+           "ops": statistics.median(r["ops"] for r in runs)}
+    for k in ("p50", "p99"):
+        xs = [r[k] for r in runs if r.get(k) is not None]
+        out[k] = statistics.median(xs) if xs else None
+    return out
+
+
+def upstream_bench():
+    venv = REPO / "build" / "upstream-venv"
+    setup = REPO / "tests" / "interop" / "setup_upstream_venv.sh"
+    proc = subprocess.run([str(setup), str(venv)], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        log("upstream wheel unavailable; upstream column left empty: " + proc.stderr[-300:])
+        return None
+    found = list(venv.glob("lib/python3*/site-packages/mooncake/transfer_engine_bench"))
+    return str(found[0]) if found else None
+
+
+def fmt(s):
+    return f"{s['gbps']:.2f} [{s['min']:.2f}–{s['max']:.2f}]"
+
+
+def human(block):
+    return f"{block // MIB} MiB" if block >= MIB else f"{block // KIB} KiB"
+
+
+def table(results, upstream_on):
+    lines = ["| op | block | threads=streams | engine GB/s (median [min–max]) | engine req/s | "
+             "batch p50 / p99 µs | raw TCP GB/s | engine / raw | upstream GB/s | "
+             "upstream / raw |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        e, raw, up = r["engine"], r["raw_tcp"], r.get("upstream")
+        up_s = fmt(up) if up else ("n/a" if upstream_on else "not run")
+        up_ratio = f"{up['gbps'] / raw['gbps']:.0%}" if up else "—"
+        lat = f"{e['p50']:.0f} / {e['p99']:.0f}" if e.get("p50") is not None else "—"
+        lines.append(f"| {r['op']} | {human(r['block'])} | {r['threads']} | {fmt(e)} | "
+                     f"{e['ops']:,.0f} | {lat} | {fmt(raw)} | {e['gbps'] / raw['gbps']:.0%} | "
+                     f"{up_s} | {up_ratio} |")
+    return "\n".join(lines)
+
+
+def baseline_table(baselines):
+    lines = ["| baseline | block | threads | GB/s (median [min–max]) |", "|---|---|---|---|"]
+    for (kind, block, threads), s in sorted(baselines.items()):
+        lines.append(f"| {kind} | {human(block)} | {threads} | {fmt(s)} |")
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib missing: no plot (pip install matplotlib)")
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, threads in zip(axes, (1, 2)):
+        for op, style in (("write", "-"), ("read", "--")):
+            rows = [r for r in results if r["threads"] == threads and r["op"] == op]
+            xs = [r["block"] for r in rows]
+            ax.plot(xs, [r["engine"]["gbps"] for r in rows], "o" + style, label=f"engine {op}")
+            if any(r.get("upstream") for r in rows):
+                ax.plot(xs, [r["upstream"]["gbps"] if r.get("upstream") else float("nan")
+                             for r in rows], "s" + style, label=f"upstream {op}")
+        rows = [r for r in results if r["threads"] == threads and r["op"] == "write"]
+        ax.plot([r["block"] for r in rows], [r["raw_tcp"]["gbps"] for r in rows], "k^:",
+                label="raw TCP loopback")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(BLOCKS, [human(b) for b in BLOCKS])
+        ax.set_title(f"{threads} thread(s) = {threads} TCP stream(s)")
+        ax.set_xlabel("block size")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("GB/s")
+    axes[1].legend(fontsize=8)
+    fig.suptitle("TCP loopback throughput: engine vs raw stream vs upstream")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short runs (under 2 minutes)")
+    ap.add_argument("--build", default=str(REPO / "build"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--runs", type=int, help="runs per figure (default 3 quick, 5 full)")
+    ap.add_argument("--duration", type=float, help="seconds per run (default 1 quick, 3 full)")
+    ap.add_argument("--no-upstream", action="store_true")
+    args = ap.parse_args()
+    runs = args.runs or (3 if args.quick else 5)
+    up_runs = 1 if args.quick and not args.runs else runs
+    duration = args.duration or (0.6 if args.quick else 3)
+    engine_dur = max(1, round(duration))
+    build = pathlib.Path(args.build)
+    ours_bin = build / "tools" / "transfer_engine_bench"
+    raw_bin = build / "bench" / "raw_baselines"
+    for b in (ours_bin, raw_bin):
+        if not b.exists():
+            sys.exit(f"{b} is missing: build first (make build)")
+    up_bin = None if args.no_upstream else upstream_bench()
+
+    started = time.time()
+    results, baselines = [], {}
+    for threads in (1, 2):
+        env = dict(os.environ, MC_TCP_LANES_PER_PEER=str(threads))
+        ours_t = Target(str(ours_bin), env)
+        up_t = Target(up_bin, env, ours=False) if up_bin else None
+        try:
+            for block in BLOCKS:
+                for kind in ("tcp", "memcpy", "pvm"):
+                    if kind != "tcp" and block < MIB:
+                        continue  # memory-speed baselines only matter for large blocks
+                    baselines[(kind, block, threads)] = summarize(
+                        [run_baseline(str(raw_bin), kind, block, threads, duration / 2)
+                         for _ in range(runs)])
+                for op in ("write", "read"):
+                    row = {"op": op, "block": block, "threads": threads,
+                           "raw_tcp": baselines[("tcp", block, threads)]}
+                    row["engine"] = summarize([
+                        run_engine(str(ours_bin), ours_t.segment, op, block, threads, engine_dur,
+                                   True, env) for _ in range(runs)])
+                    if up_t:
+                        try:
+                            row["upstream"] = summarize([
+                                run_engine(up_bin, up_t.segment, op, block, threads, engine_dur,
+                                           False, env) for _ in range(up_runs)])
+                        except RuntimeError as e:
+                            log(f"upstream run failed: {e}")
+                    results.append(row)
+                    log(f"{op} {human(block)} x{threads}: engine {fmt(row['engine'])} GB/s, "
+                        f"raw {fmt(row['raw_tcp'])}")
+        finally:
+            ours_t.stop()
+            if up_t:
+                up_t.stop()
+    elapsed = time.time() - started
+
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d")
+    out = pathlib.Path(args.out) / f"{stamp}-{commit()}{'-quick' if args.quick else ''}"
+    out.mkdir(parents=True, exist_ok=True)
+    header = (f"# Benchmark {'(quick) ' if args.quick else ''}{stamp}, commit {commit()}\n\n"
+              f"Machine: {machine()}.\n\nCommand: `bench/run.py{' --quick' if args.quick else ''}`"
+              f" ({runs} runs per figure ({up_runs} for upstream), {engine_dur} s engine runs, {duration / 2:g} s baseline"
+              f" runs; took {elapsed:.0f} s). TCP loopback on 127.0.0.1, P2PHANDSHAKE; "
+              f"batch sizes {', '.join(f'{human(b)}: {n}' for b, n in BATCH.items())}.\n")
+    md = (header + "\n## Engine vs raw TCP and upstream\n\n" + table(results, bool(up_bin)) +
+          "\n\n## Raw baselines\n\n" + baseline_table(baselines) + "\n")
+    has_plot = plot(results, out / "throughput.png")
+    if has_plot:
+        md += "\n![throughput](throughput.png)\n"
+    (out / "results.md").write_text(md)
+    (out / "results.json").write_text(json.dumps(
+        {"machine": machine(), "commit": commit(), "date": stamp, "quick": args.quick,
+         "results": results,
+         "baselines": [{"kind": k[0], "block": k[1], "threads": k[2], **v}
+                       for k, v in baselines.items()]}, indent=1))
+    print(md)
+    log(f"wrote {out}/results.md" + (" and throughput.png" if has_plot else ""))
+
+
+if __name__ == "__main__":
+    main()
