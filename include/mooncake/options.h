@@ -40,6 +40,15 @@ struct EngineOptions {
   // for this long fails those requests with TIMEOUT and is closed. Upstream has no such
   // bound by default. MC_SLICE_TIMEOUT (seconds), 30 s.
   int slice_timeout_ms = 30000;
+  // Same-host transport (process_vm_readv/writev by the target) when both ends share a
+  // kernel and pid namespace. MC_DISABLE_SHM=1 (or MC_FORCE_TCP) turns it off. On.
+  bool enable_shm = true;
+  // Requests longer than this are cut into slices for the same-host transport. 1 MiB.
+  size_t shm_split_size = 1 << 20;
+  // Same-host connections per peer. MC_SHM_STREAMS_PER_PEER (1..16), 2.
+  int shm_streams_per_peer = 2;
+  // Overrides the host identity (tests: simulate another host). MC_HOST_ID, unset.
+  std::string host_id_override;
   // Connect timeout of TCP data connections. MC_HANDSHAKE_CONNECT_TIMEOUT, 5 s.
   int tcp_connect_timeout_ms = 5000;
 

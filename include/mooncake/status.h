@@ -97,7 +97,10 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT
+  // A Result holds a value or an error: built from an OK Status it holds Internal.
+  Result(Status status)  // NOLINT: implicit by design
+      : status_(status.ok() ? Status::Internal("Result built from an OK Status without a value")
+                            : std::move(status)) {}
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
   T& value() & { return *value_; }

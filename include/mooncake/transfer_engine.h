@@ -39,6 +39,7 @@ struct SegmentInfo {
   std::string name;
   std::string protocol;
   std::vector<Buffer> buffers;
+  std::string transport;  // the installed transport requests to it take ("" if none)
 };
 
 class TransferEngine {

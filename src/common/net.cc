@@ -195,8 +195,8 @@ Status ReadFull(int fd, void* buf, size_t len, int timeout_ms) {
   char* p = static_cast<char*>(buf);
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
   while (len > 0) {
-    if (timeout_ms >= 0) MC_RETURN_IF_ERROR(WaitFor(fd, POLLIN, RemainingMs(deadline), "read"));
-    ssize_t n = ::recv(fd, p, len, 0);
+    MC_RETURN_IF_ERROR(WaitFor(fd, POLLIN, timeout_ms < 0 ? -1 : RemainingMs(deadline), "read"));
+    ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= static_cast<size_t>(n);
@@ -213,8 +213,10 @@ Status WriteFull(int fd, const void* buf, size_t len, int timeout_ms) {
   const char* p = static_cast<const char*>(buf);
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
   while (len > 0) {
-    if (timeout_ms >= 0) MC_RETURN_IF_ERROR(WaitFor(fd, POLLOUT, RemainingMs(deadline), "write"));
-    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
+    MC_RETURN_IF_ERROR(
+        WaitFor(fd, POLLOUT, timeout_ms < 0 ? -1 : RemainingMs(deadline), "write"));
+    // Non-blocking even on a blocking socket: a peer that stops reading cannot hold us.
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= static_cast<size_t>(n);

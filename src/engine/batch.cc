@@ -5,6 +5,20 @@
 
 namespace mooncake {
 
+const char* TransferStatusName(TransferStatusEnum s) {
+  switch (s) {
+    case WAITING: return "WAITING";
+    case PENDING: return "PENDING";
+    case INVALID: return "INVALID";
+    case CANCELED: return "CANCELED";
+    case COMPLETED: return "COMPLETED";
+    case TIMEOUT: return "TIMEOUT";
+    case FAILED: return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+
 void TransferTask::Start(uint32_t slices, uint64_t length, MemoryRegion* local) {
   started_ = true;
   length_ = length;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,7 +36,7 @@ class TransferEngine::Impl {
   // Segments.
   Result<SegmentCache::DescPtr> FetchDesc(const std::string& name);
   Result<SegmentID> OpenSegment(const std::string& name);
-  Transport* PickTransport(const SegmentDesc& peer) const;
+  Transport* PickTransport(const SegmentDesc& peer);
 
   // Data path (transfer_submit.cc).
   Status Submit(BatchID id, const std::vector<TransferRequest>& requests);
@@ -64,6 +65,9 @@ class TransferEngine::Impl {
 
   std::mutex desc_mu;
   SegmentDesc local_desc;  // GUARDED_BY(desc_mu); buffers filled at encode time
+
+  std::mutex chosen_mu;
+  std::map<std::string, Transport*> chosen;  // last transport logged per segment
 
   std::mutex orphan_mu;
   std::vector<BatchID> orphans;  // GUARDED_BY(orphan_mu)

@@ -61,6 +61,7 @@ Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
       return Status::AlreadyExists("ranges in the same call overlap at " + Hex(sorted[i].addr));
     }
   }
+  sorted = regions;  // insert in call order: sequence numbers follow the caller's order
   std::unique_lock lock(mu_);
   for (const auto& r : sorted) {
     if (OverlapsLocked(r.addr, r.length)) {
@@ -81,28 +82,35 @@ Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
 }
 
 Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
-  std::unique_ptr<MemoryRegion> region;
+  MemoryRegion* region = nullptr;
   {
     std::unique_lock lock(mu_);
     long i = FindLocked(addr);
     if (i < 0 || regions_[i]->begin != addr) {
       return Status::NotFound(Hex(addr) + " is not the start of a registered buffer");
     }
-    region = std::move(regions_[i]);
-    regions_.erase(regions_.begin() + i);
+    region = regions_[i].get();
+    if (region->removing) {
+      return Status::FailedPrecondition("buffer " + Hex(addr) +
+                                        " is already being unregistered by another call");
+    }
+    region->removing = true;
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  while (region->users.load(std::memory_order_acquire) != 0) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      int64_t users = region->users.load();
-      std::unique_lock lock(mu_);
-      InsertLocked(std::move(region));
-      return Status::FailedPrecondition("buffer " + Hex(addr) + " is still used by " +
-                                        std::to_string(users) +
-                                        " transfer(s); it stays registered");
-    }
+  while (region->users.load(std::memory_order_acquire) != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  std::unique_lock lock(mu_);
+  int64_t users = region->users.load(std::memory_order_acquire);
+  if (users != 0) {
+    region->removing = false;
+    return Status::FailedPrecondition("buffer " + Hex(addr) + " is still used by " +
+                                      std::to_string(users) +
+                                      " transfer(s); it stays registered");
+  }
+  long i = FindLocked(addr);  // the table may have shifted while we waited
+  regions_.erase(regions_.begin() + i);
   return Status::OK();
 }
 
@@ -112,7 +120,7 @@ MemoryRegion* MemoryRegistry::Pin(uint64_t addr, uint64_t len, bool remote_only)
   long i = FindLocked(addr);
   if (i < 0) return nullptr;
   MemoryRegion* r = regions_[i].get();
-  if (addr + len > r->end()) return nullptr;
+  if (addr + len > r->end() || r->removing) return nullptr;
   if (remote_only && !r->remote_accessible) return nullptr;
   r->users.fetch_add(1, std::memory_order_acq_rel);
   return r;
@@ -122,14 +130,16 @@ bool MemoryRegistry::Contains(uint64_t addr, uint64_t len) const {
   if (len == 0 || addr + len < addr) return false;
   std::shared_lock lock(mu_);
   long i = FindLocked(addr);
-  return i >= 0 && addr + len <= regions_[i]->end();
+  return i >= 0 && addr + len <= regions_[i]->end() && !regions_[i]->removing;
 }
 
 std::vector<RegionInfo> MemoryRegistry::List() const {
   std::shared_lock lock(mu_);
   std::vector<const MemoryRegion*> order;
   order.reserve(regions_.size());
-  for (const auto& r : regions_) order.push_back(r.get());
+  for (const auto& r : regions_) {
+    if (!r->removing) order.push_back(r.get());
+  }
   std::sort(order.begin(), order.end(),
             [](const MemoryRegion* a, const MemoryRegion* b) { return a->sequence < b->sequence; });
   std::vector<RegionInfo> out;

@@ -26,6 +26,7 @@ struct MemoryRegion {
   std::string location;        // "cpu:0", "cuda:1", "*"...
   bool remote_accessible = true;
   uint64_t sequence = 0;  // registration order
+  bool removing = false;  // being unregistered: Pin skips it, Add still sees it; GUARDED_BY(mu_)
   std::atomic<int64_t> users{0};
   uint64_t end() const { return begin + length; }
 };
@@ -50,9 +51,11 @@ class MemoryRegistry {
   // Adds all or nothing; the entries must not overlap each other either.
   Status AddBatch(const std::vector<RegionInfo>& regions);
 
-  // `addr` must be the start of a registered range (NotFound otherwise). Waits up to
-  // `wait_ms` for in-flight users; if they are still there, the range is put back and
-  // FailedPrecondition is returned, so memory in use is never reported free.
+  // `addr` must be the start of a registered range (NotFound otherwise). From the call on,
+  // Pin no longer finds the range (new transfers touching it are refused) while Add still
+  // sees it (no overlapping registration meanwhile). Waits up to `wait_ms` for in-flight
+  // users; if they are still there, the range stays registered and FailedPrecondition is
+  // returned, so memory in use is never reported free.
   Status Remove(uint64_t addr, int wait_ms);
 
   // Returns the region wholly containing [addr, addr+len) with one more user, or nullptr.

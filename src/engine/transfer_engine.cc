@@ -25,19 +25,6 @@ void RaiseFileLimit() {
 }
 }  // namespace
 
-const char* TransferStatusName(TransferStatusEnum s) {
-  switch (s) {
-    case WAITING: return "WAITING";
-    case PENDING: return "PENDING";
-    case INVALID: return "INVALID";
-    case CANCELED: return "CANCELED";
-    case COMPLETED: return "COMPLETED";
-    case TIMEOUT: return "TIMEOUT";
-    case FAILED: return "FAILED";
-  }
-  return "UNKNOWN";
-}
-
 TransferEngine::Impl::Impl(const EngineOptions& opts)
     : options(opts),
       segments([this](const std::string& name) { return FetchDesc(name); },
@@ -85,22 +72,31 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
   }
 
   std::vector<std::string> names;
-  if (transport.empty() || transport == "auto") {
+  bool explicit_choice = !(transport.empty() || transport == "auto");
+  if (!explicit_choice) {
     names = BuiltinTransports();
   } else {
     names = {transport};
   }
   TransportContext ctx{options, &registry, local_host};
   for (const auto& name : names) {
+    if (options.force_tcp && name != "tcp") {
+      LOG(INFO) << "MC_FORCE_TCP is set: not installing transport " << name;
+      continue;
+    }
     MC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, CreateTransport(name));
-    SegmentDesc fields;
-    MC_RETURN_IF_ERROR(t->Start(ctx, &fields).WithContext("start transport " + name));
+    Status started;
     {
       std::lock_guard lock(desc_mu);
-      if (fields.tcp_data_port != 0) {
-        local_desc.tcp_data_port = fields.tcp_data_port;
-        local_desc.tcp_proto_version = fields.tcp_proto_version;
+      started = t->Start(ctx, &local_desc);
+    }
+    if (!started.ok()) {
+      if (!explicit_choice && name != "tcp") {
+        // An optional transport that cannot start here is simply not offered.
+        LOG(WARNING) << "transport " << name << " not available: " << started.ToString();
+        continue;
       }
+      return started.WithContext("start transport " + name);
     }
     transports.push_back(std::move(t));
   }
@@ -187,11 +183,22 @@ Result<SegmentID> TransferEngine::Impl::OpenSegment(const std::string& raw) {
   return segments.Open(name);
 }
 
-Transport* TransferEngine::Impl::PickTransport(const SegmentDesc& peer) const {
+Transport* TransferEngine::Impl::PickTransport(const SegmentDesc& peer) {
+  Transport* pick = nullptr;
   for (const auto& t : transports) {
-    if (t->CanReach(peer)) return t.get();
+    if (t->CanReach(peer)) {
+      pick = t.get();
+      break;
+    }
   }
-  return nullptr;
+  std::lock_guard lock(chosen_mu);
+  auto& last = chosen[peer.name];
+  if (last != pick) {
+    LOG(INFO) << "segment " << peer.name << ": using transport "
+              << (pick ? pick->name() : "(none reaches it)");
+    last = pick;
+  }
+  return pick;
 }
 
 Status TransferEngine::Impl::SendNotifyTo(const std::string& segment_name,
@@ -200,7 +207,9 @@ Status TransferEngine::Impl::SendNotifyTo(const std::string& segment_name,
   if (!hp.has_port) return Status::InvalidArgument("segment name '" + segment_name + "' has no port");
   nlohmann::json j = {{"name", notify.name}, {"notify_msg", notify.notify_msg}};
   MC_ASSIGN_OR_RETURN(std::string reply,
-                      HandshakeCall(hp.host, hp.port, HandshakeType::kNotify, j.dump(), limits));
+                      HandshakeCall(hp.host, hp.port, HandshakeType::kNotify,
+                                    j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                                    limits));
   auto r = ParseJsonBounded(reply, "notify reply");
   std::string msg;
   if (r.ok() && r->is_object()) (void)GetString(*r, "notify_msg", false, &msg);
@@ -292,6 +301,7 @@ Result<SegmentInfo> TransferEngine::GetSegmentInfo(SegmentID id) {
   info.name = desc->name;
   info.protocol = desc->protocol;
   for (const auto& b : desc->buffers) info.buffers.push_back({b.addr, b.length});
+  if (Transport* t = impl_->PickTransport(*desc)) info.transport = t->name();
   return info;
 }
 

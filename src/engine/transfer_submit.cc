@@ -42,10 +42,6 @@ void UnpinAll(std::vector<Prepared>& prepared) {
   prepared.clear();
 }
 
-uint64_t SliceSizeFor(const EngineOptions& o) {
-  return o.tcp_split_size == 0 ? (1 << 20) : o.tcp_split_size;
-}
-
 }  // namespace
 
 Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferRequest>& requests) {
@@ -150,10 +146,10 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     return Status::ResourceExhausted("batch " + std::to_string(id) +
                                      " is full (another thread submitted meanwhile)");
   }
-  const uint64_t slice_size = SliceSizeFor(options);
   thread_local std::vector<Slice> slices;
   for (size_t k = 0; k < routes.size(); ++k) {
     const PeerRoute& route = routes[k];
+    const uint64_t slice_size = std::max<uint64_t>(route.transport->slice_size(), 4096);
     slices.clear();
     for (size_t i = 0; i < requests.size(); ++i) {
       const Prepared& p = prepared[i];

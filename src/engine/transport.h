@@ -50,8 +50,11 @@ class Transport {
   // Stops listeners and connections; outstanding slices report FAILED. Idempotent.
   virtual void Stop() = 0;
 
-  // Whether this transport can reach the peer described by `peer`.
-  virtual bool CanReach(const SegmentDesc& peer) const = 0;
+  // Whether this transport can reach the peer described by `peer`. May contact the peer the
+  // first time (and cache the answer); thread-safe.
+  virtual bool CanReach(const SegmentDesc& peer) = 0;
+  // Requests longer than this are cut into slices of this size.
+  virtual uint64_t slice_size() const = 0;
 
   // Queues slices to the peer; they complete asynchronously. Returns an error only when
   // nothing was queued (every slice is then still owned by the caller).

@@ -111,7 +111,10 @@ Status HandshakeServer::Start(UniqueFd listen_fd, Handler handler) {
 }
 
 void HandshakeServer::Stop() {
-  if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lock(mu_);  // a worker between its check and its wait sees the flag
+    if (stopping_.exchange(true)) return;
+  }
   if (wake_fd_[1] >= 0) {
     char c = 0;
     (void)!::write(wake_fd_[1], &c, 1);

@@ -23,7 +23,8 @@ const BufferDesc* SegmentDesc::FindBuffer(uint64_t addr, uint64_t len) const {
 
 bool SegmentDesc::SameContent(const SegmentDesc& o) const {
   if (name != o.name || protocol != o.protocol || tcp_data_port != o.tcp_data_port ||
-      tcp_data_host != o.tcp_data_host ||
+      tcp_data_host != o.tcp_data_host || mc_host_id != o.mc_host_id || mc_pid != o.mc_pid ||
+      mc_shm_path != o.mc_shm_path ||
       tcp_proto_version != o.tcp_proto_version || buffers.size() != o.buffers.size()) {
     return false;
   }
@@ -48,7 +49,13 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
     bufs.push_back({{"name", b.name}, {"addr", b.addr}, {"length", b.length}});
   }
   j["buffers"] = std::move(bufs);
-  return j.dump() + "\n";
+  if (!d.mc_host_id.empty()) {
+    j["mc_host_id"] = d.mc_host_id;
+    j["mc_pid"] = d.mc_pid;
+    j["mc_shm_path"] = d.mc_shm_path;
+  }
+  // Invalid UTF-8 (names are bytes from the user) is replaced, never thrown.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
@@ -76,6 +83,9 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
   MC_RETURN_IF_ERROR(GetUint(j, "tcp_proto_version", 1000, &version));
   d.tcp_proto_version = static_cast<int>(version == 0 ? 1 : version);
   MC_RETURN_IF_ERROR(GetString(j, "timestamp", /*required=*/false, &d.timestamp));
+  MC_RETURN_IF_ERROR(GetString(j, "mc_host_id", false, &d.mc_host_id));
+  MC_RETURN_IF_ERROR(GetUint(j, "mc_pid", UINT32_MAX, &d.mc_pid));
+  MC_RETURN_IF_ERROR(GetString(j, "mc_shm_path", false, &d.mc_shm_path));
   if (j.contains("buffers")) {
     const json& bufs = j["buffers"];
     if (!bufs.is_array()) return Status::DataLoss("segment descriptor: 'buffers' is not an array");

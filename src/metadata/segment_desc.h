@@ -34,6 +34,10 @@ struct SegmentDesc {
   int tcp_proto_version = 1;  // missing in the JSON means 1
   std::string timestamp;      // ignored when comparing
   std::vector<BufferDesc> buffers;
+  // Same-host transport (our extension; upstream ignores these). Written only when set.
+  std::string mc_host_id;   // boot id + namespaces: equal only within one kernel and pid ns
+  uint64_t mc_pid = 0;      // the engine's process id
+  std::string mc_shm_path;  // unix socket of the same-host transport
   // Where to reach the peer: set by whoever fetched the descriptor (P2P: the host part of
   // the segment name). Not part of the JSON.
   std::string host;

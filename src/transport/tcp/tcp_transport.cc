@@ -36,7 +36,7 @@ void TcpTransport::Stop() {
   if (server_) server_->Stop();
 }
 
-bool TcpTransport::CanReach(const SegmentDesc& peer) const {
+bool TcpTransport::CanReach(const SegmentDesc& peer) {
   return peer.tcp_data_port != 0 && !peer.host.empty();
 }
 
@@ -70,7 +70,7 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
 
 Status TcpTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
                             size_t count) {
-  if (!CanReach(*desc)) {
+  if (desc->tcp_data_port == 0 || desc->host.empty()) {
     return Status::Unavailable("segment '" + desc->name + "' publishes no TCP data port");
   }
   std::shared_ptr<Peer> peer = GetOrCreatePeer(*desc);

@@ -22,7 +22,8 @@ class TcpTransport : public Transport {
   const char* name() const override { return "tcp"; }
   Status Start(const TransportContext& ctx, SegmentDesc* local_desc) override;
   void Stop() override;
-  bool CanReach(const SegmentDesc& peer) const override;
+  bool CanReach(const SegmentDesc& peer) override;
+  uint64_t slice_size() const override { return options_.tcp_split_size; }
   Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
                 size_t count) override;
   void DropPeer(const SegmentDesc& peer) override;

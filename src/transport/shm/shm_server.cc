@@ -1,0 +1,218 @@
+// Target side of the same-host transport, and the host identity.
+#include <fcntl.h>
+#include <glog/logging.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "transport/shm/shm_transport.h"
+#include "transport/shm/shm_wire.h"
+
+namespace mooncake::shm {
+namespace {
+
+std::string ReadFirstLine(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string Link(const char* path) {
+  char buf[256];
+  ssize_t n = ::readlink(path, buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+// Copies one run of items with the same op in one call. Returns false if the call moved
+// fewer bytes than asked (then the caller retries item by item to find the culprit).
+bool CopyRun(pid_t pid, uint32_t op, const std::vector<const Item*>& run) {
+  std::vector<iovec> mine(run.size()), theirs(run.size());
+  size_t total = 0;
+  for (size_t i = 0; i < run.size(); ++i) {
+    mine[i] = {reinterpret_cast<void*>(run[i]->target_addr), run[i]->length};
+    theirs[i] = {reinterpret_cast<void*>(run[i]->initiator_addr), run[i]->length};
+    total += run[i]->length;
+  }
+  ssize_t n = op == TransferRequest::WRITE
+                  ? ::process_vm_readv(pid, mine.data(), run.size(), theirs.data(), run.size(), 0)
+                  : ::process_vm_writev(pid, mine.data(), run.size(), theirs.data(), run.size(), 0);
+  return n >= 0 && static_cast<size_t>(n) == total;
+}
+
+}  // namespace
+
+std::string LocalHostId(const EngineOptions& options) {
+  if (!options.host_id_override.empty()) return options.host_id_override;
+  return ReadFirstLine("/proc/sys/kernel/random/boot_id") + "/" + Link("/proc/self/ns/pid") + "/" +
+         Link("/proc/self/ns/net");
+}
+
+ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry)
+    : options_(options), registry_(registry) {}
+
+ShmServer::~ShmServer() { Stop(); }
+
+Status ShmServer::Start(std::string* path) {
+  std::random_device rd;
+  std::ostringstream name;
+  name << "mooncake-shm-" << ::getpid() << "-" << std::hex << rd() << rd();
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus("unix socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string n = name.str();
+  std::memcpy(addr.sun_path + 1, n.data(), n.size());
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n.size());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    return ErrnoStatus("bind unix socket @" + n, errno);
+  }
+  if (::listen(fd.get(), 256) != 0) return ErrnoStatus("listen @" + n, errno);
+  if (::pipe2(wake_fd_, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  listen_fd_ = std::move(fd);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  *path = n;
+  return Status::OK();
+}
+
+void ShmServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_fd_[1] >= 0) {
+    char c = 0;
+    (void)!::write(wake_fd_[1], &c, 1);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<std::unique_ptr<Conn>> conns;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
+    conns.swap(conns_);
+  }
+  for (auto& c : conns) {
+    c->thread.join();
+    ::close(c->fd);
+  }
+  for (int& fd : wake_fd_) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  listen_fd_.Reset();
+}
+
+void ShmServer::AcceptLoop() {
+  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+  while (!stopping_.load()) {
+    int r = ::poll(fds, 2, 1000);
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = conns_.begin(); it != conns_.end();) {
+        if ((*it)->done.load()) {
+          (*it)->thread.join();
+          ::close((*it)->fd);
+          it = conns_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (fds[1].revents) break;
+    if (r <= 0 || !(fds[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::lock_guard lock(mu_);
+    auto conn = std::make_unique<Conn>();
+    conn->fd = fd;
+    Conn* raw = conn.get();
+    conn->thread = std::thread([this, raw] { Serve(raw); });
+    conns_.push_back(std::move(conn));
+  }
+}
+
+void ShmServer::Serve(Conn* conn) {
+  const int fd = conn->fd;
+  const int timeout = options_.slice_timeout_ms;
+  auto finish = [conn] { conn->done.store(true); };
+  ucred cred{};
+  socklen_t clen = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return finish();
+  const pid_t pid = cred.pid;
+
+  HelloRequest hello;
+  if (!ReadFull(fd, &hello, sizeof(hello), timeout).ok() || hello.magic != kMagic) {
+    return finish();
+  }
+  HelloReply reply;
+  uint64_t seen = 0;
+  iovec mine{&seen, sizeof(seen)}, theirs{reinterpret_cast<void*>(hello.probe_addr), 8};
+  if (::process_vm_readv(pid, &mine, 1, &theirs, 1, 0) != 8 || seen != hello.probe_value) {
+    reply.status = kRefused;
+    reply.err = errno;
+  }
+  if (!WriteFull(fd, &reply, sizeof(reply), timeout).ok() || reply.status != kOk) return finish();
+
+  std::vector<Item> items;
+  std::vector<uint32_t> statuses;
+  std::vector<MemoryRegion*> pins;
+  std::vector<const Item*> run;
+  for (;;) {
+    RequestHeader h;
+    if (!ReadFull(fd, &h, sizeof(h), -1).ok()) break;  // idle: no deadline
+    if (h.magic != kMagic || h.count == 0 || h.count > kMaxItems) {
+      LOG(WARNING) << "ShmServer: malformed request from pid " << pid << "; closing";
+      break;
+    }
+    items.resize(h.count);
+    if (!ReadFull(fd, items.data(), h.count * sizeof(Item), timeout).ok()) break;
+    statuses.assign(h.count, kOk);
+    pins.assign(h.count, nullptr);
+    for (uint32_t i = 0; i < h.count; ++i) {
+      const Item& it = items[i];
+      pins[i] = it.op <= 1 ? registry_->Pin(it.target_addr, it.length, /*remote_only=*/true)
+                           : nullptr;
+      if (pins[i] == nullptr) statuses[i] = kRejected;
+    }
+    // Copy runs of consecutive accepted items with the same op, one syscall per run.
+    for (uint32_t i = 0; i < h.count;) {
+      if (statuses[i] != kOk) {
+        ++i;
+        continue;
+      }
+      run.clear();
+      uint32_t j = i;
+      for (; j < h.count && statuses[j] == kOk && items[j].op == items[i].op; ++j) {
+        run.push_back(&items[j]);
+      }
+      if (!CopyRun(pid, items[i].op, run)) {
+        for (uint32_t k = i; k < j; ++k) {
+          if (!CopyRun(pid, items[k].op, {&items[k]})) statuses[k] = kCopyFailed;
+        }
+      }
+      i = j;
+    }
+    for (MemoryRegion* r : pins) {
+      if (r) MemoryRegistry::Unpin(r);
+    }
+    ReplyHeader rh;
+    rh.count = h.count;
+    rh.seq = h.seq;
+    iovec out[2] = {{&rh, sizeof(rh)}, {statuses.data(), statuses.size() * sizeof(uint32_t)}};
+    msghdr msg{};
+    msg.msg_iov = out;
+    msg.msg_iovlen = 2;
+    size_t want = sizeof(rh) + statuses.size() * sizeof(uint32_t);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0 || static_cast<size_t>(n) != want) break;  // replies are tiny: one send
+  }
+  finish();
+}
+
+}  // namespace mooncake::shm

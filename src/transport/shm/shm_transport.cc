@@ -1,0 +1,282 @@
+// Initiator side of the same-host transport, and the Transport glue.
+#include "transport/shm/shm_transport.h"
+
+#include <glog/logging.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "transport/shm/shm_wire.h"
+
+namespace mooncake::shm {
+
+Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus("unix socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() + 1 > sizeof(addr.sun_path)) return Status::InvalidArgument("socket name too long");
+  std::memcpy(addr.sun_path + 1, path.data(), path.size());
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + path.size());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    return ErrnoStatus("connect @" + path, errno);
+  }
+  // The target proves it may access our memory by reading this word.
+  std::random_device rd;
+  volatile uint64_t probe = (static_cast<uint64_t>(rd()) << 32) | rd() | 1;
+  HelloRequest hello;
+  hello.probe_addr = reinterpret_cast<uint64_t>(&probe);
+  hello.probe_value = probe;
+  MC_RETURN_IF_ERROR(WriteFull(fd.get(), &hello, sizeof(hello), timeout_ms));
+  HelloReply reply;
+  MC_RETURN_IF_ERROR(ReadFull(fd.get(), &reply, sizeof(reply), timeout_ms));
+  if (reply.magic != kMagic) return Status::DataLoss("@" + path + ": bad hello reply");
+  if (reply.status != kOk) {
+    return Status::PermissionDenied(
+        "the target may not access this process's memory (process_vm_readv: " +
+        std::string(std::strerror(reply.err)) + "; ptrace policy or container)");
+  }
+  return fd;
+}
+
+ShmStream::ShmStream(std::string path, const EngineOptions& options)
+    : path_(std::move(path)), options_(options) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+ShmStream::~ShmStream() { Stop(); }
+
+void ShmStream::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  int fd = fd_.load();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  if (thread_.joinable()) thread_.join();
+}
+
+void ShmStream::Enqueue(const Slice* slices, size_t count, uint64_t bytes) {
+  queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      queue_.insert(queue_.end(), slices, slices + count);
+      cv_.notify_one();
+      return;
+    }
+  }
+  std::vector<Slice> dropped(slices, slices + count);
+  Fail(dropped, FAILED, "the same-host connection was closed (engine stopping)");
+}
+
+void ShmStream::Fail(std::vector<Slice>& slices, TransferStatusEnum result,
+                     const std::string& why) {
+  for (const Slice& s : slices) {
+    queued_bytes_.fetch_sub(s.length, std::memory_order_relaxed);
+    s.task->OnSliceDone(result, 0, why.c_str());
+  }
+  slices.clear();
+}
+
+Status ShmStream::Connect() {
+  auto fd = ConnectAndHello(path_, options_.tcp_connect_timeout_ms);
+  if (!fd.ok()) return fd.status();
+  fd_.store(fd->Release());
+  return Status::OK();
+}
+
+void ShmStream::Run() {
+  std::vector<Slice> batch;
+  std::vector<Item> items;
+  std::vector<uint32_t> statuses;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      size_t n = std::min<size_t>(queue_.size(), kMaxItems);
+      batch.assign(queue_.begin(), queue_.begin() + n);
+      queue_.erase(queue_.begin(), queue_.begin() + n);
+    }
+    if (fd_.load() < 0) {
+      Status s = Connect();
+      if (!s.ok()) {
+        LOG(WARNING) << "ShmTransport: " << s.ToString();
+        Fail(batch, FAILED, s.ToString());
+        continue;
+      }
+    }
+    const int fd = fd_.load();
+    items.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      items[i] = {batch[i].local, batch[i].remote, batch[i].length,
+                  static_cast<uint32_t>(batch[i].opcode), 0};
+    }
+    RequestHeader h;
+    h.count = static_cast<uint32_t>(batch.size());
+    h.seq = ++seq_;
+    ReplyHeader rh;
+    statuses.resize(batch.size());
+    Status s = WriteFull(fd, &h, sizeof(h), options_.slice_timeout_ms);
+    if (s.ok()) s = WriteFull(fd, items.data(), items.size() * sizeof(Item), options_.slice_timeout_ms);
+    if (s.ok()) s = ReadFull(fd, &rh, sizeof(rh), options_.slice_timeout_ms);
+    if (s.ok() && (rh.magic != kMagic || rh.seq != h.seq || rh.count != h.count)) {
+      s = Status::DataLoss("malformed reply from the same-host target");
+    }
+    if (s.ok()) {
+      s = ReadFull(fd, statuses.data(), statuses.size() * sizeof(uint32_t),
+                   options_.slice_timeout_ms);
+    }
+    if (!s.ok()) {
+      LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
+      ::close(fd_.exchange(-1));
+      Fail(batch, s.IsDeadlineExceeded() ? TIMEOUT : FAILED, "same-host peer: " + s.ToString());
+      continue;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Slice& sl = batch[i];
+      queued_bytes_.fetch_sub(sl.length, std::memory_order_relaxed);
+      if (statuses[i] == kOk) {
+        sl.task->OnSliceDone(COMPLETED, sl.length);
+      } else {
+        const char* why = statuses[i] == kRejected
+                              ? "the target rejected the range: not within memory it registered "
+                                "for remote access"
+                              : "the target's process_vm_readv/writev failed (bad local address?)";
+        sl.task->OnSliceDone(FAILED, 0, why);
+      }
+    }
+    batch.clear();
+  }
+  std::vector<Slice> rest;
+  {
+    std::lock_guard lock(mu_);
+    rest.assign(queue_.begin(), queue_.end());
+    queue_.clear();
+  }
+  Fail(rest, FAILED, "the same-host connection was closed (engine stopping)");
+  int fd = fd_.exchange(-1);
+  if (fd >= 0) ::close(fd);
+}
+
+ShmTransport::~ShmTransport() { Stop(); }
+
+Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
+  options_ = ctx.options;
+  if (!options_.enable_shm) return Status::Unimplemented("disabled by MC_DISABLE_SHM");
+  // Let same-host peers read and write our registered memory where Yama restricts ptrace.
+  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  host_id_ = LocalHostId(options_);
+  server_ = std::make_unique<ShmServer>(options_, ctx.registry);
+  std::string path;
+  MC_RETURN_IF_ERROR(server_->Start(&path));
+  local_desc->mc_host_id = host_id_;
+  local_desc->mc_pid = static_cast<uint64_t>(::getpid());
+  local_desc->mc_shm_path = path;
+  LOG(INFO) << "ShmTransport: listening on @" << path;
+  return Status::OK();
+}
+
+void ShmTransport::Stop() {
+  std::map<std::string, std::shared_ptr<Peer>> peers;
+  {
+    std::unique_lock lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    peers.swap(peers_);
+  }
+  for (auto& [k, p] : peers) {
+    for (auto& s : p->streams) s->Stop();
+  }
+  if (server_) server_->Stop();
+}
+
+bool ShmTransport::CanReach(const SegmentDesc& peer) {
+  if (peer.mc_shm_path.empty() || peer.mc_host_id != host_id_) return false;
+  {
+    std::shared_lock lock(mu_);
+    auto it = reachable_.find(peer.mc_shm_path);
+    if (it != reachable_.end()) return it->second;
+  }
+  auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms);
+  if (!fd.ok()) {
+    LOG(WARNING) << "same-host transport to " << peer.name << " unavailable ("
+                 << fd.status().ToString() << "); using TCP";
+  }
+  std::unique_lock lock(mu_);
+  reachable_[peer.mc_shm_path] = fd.ok();
+  return fd.ok();
+}
+
+Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
+                            size_t count) {
+  std::shared_ptr<Peer> peer;
+  {
+    std::shared_lock lock(mu_);
+    if (stopped_) return Status::FailedPrecondition("same-host transport is stopped");
+    auto it = peers_.find(desc->mc_shm_path);
+    if (it != peers_.end()) peer = it->second;
+  }
+  if (!peer) {
+    std::unique_lock lock(mu_);
+    if (stopped_) return Status::FailedPrecondition("same-host transport is stopped");
+    auto& slot = peers_[desc->mc_shm_path];
+    if (!slot) {
+      slot = std::make_shared<Peer>();
+      for (int i = 0; i < options_.shm_streams_per_peer; ++i) {
+        slot->streams.push_back(std::make_unique<ShmStream>(desc->mc_shm_path, options_));
+      }
+    }
+    peer = slot;
+  }
+  // Round-robin the slices over the streams, starting with the least loaded one.
+  const size_t n = peer->streams.size();
+  size_t first = 0;
+  for (size_t i = 1; i < n; ++i) {
+    if (peer->streams[i]->queued_bytes() < peer->streams[first]->queued_bytes()) first = i;
+  }
+  if (count == 1 || n == 1) {
+    peer->streams[first]->Enqueue(slices, count, [&] {
+      uint64_t b = 0;
+      for (size_t i = 0; i < count; ++i) b += slices[i].length;
+      return b;
+    }());
+    return Status::OK();
+  }
+  thread_local std::vector<std::vector<Slice>> groups;
+  groups.resize(n);
+  for (auto& g : groups) g.clear();
+  // Contiguous shares keep each stream's items in address order (longer copy runs).
+  size_t per = (count + n - 1) / n;
+  for (size_t i = 0; i < count; ++i) groups[(first + i / per) % n].push_back(slices[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (groups[i].empty()) continue;
+    uint64_t b = 0;
+    for (const Slice& s : groups[i]) b += s.length;
+    peer->streams[i]->Enqueue(groups[i].data(), groups[i].size(), b);
+  }
+  return Status::OK();
+}
+
+void ShmTransport::DropPeer(const SegmentDesc& desc) {
+  std::shared_ptr<Peer> peer;
+  {
+    std::unique_lock lock(mu_);
+    reachable_.erase(desc.mc_shm_path);
+    auto it = peers_.find(desc.mc_shm_path);
+    if (it == peers_.end()) return;
+    peer = std::move(it->second);
+    peers_.erase(it);
+  }
+  for (auto& s : peer->streams) s->Stop();
+}
+
+}  // namespace mooncake::shm

@@ -1,0 +1,114 @@
+// ShmTransport: one copy between two processes of one host. The initiator sends batches of
+// slice descriptors over a unix socket; the target checks each range against its registered
+// memory and copies with process_vm_readv/process_vm_writev straight between its memory and
+// the initiator's. See README.md in this folder.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/net.h"
+#include "engine/transport.h"
+
+namespace mooncake::shm {
+
+// "<boot id>/<pid ns>/<net ns>", or options.host_id_override. Two engines with equal ids
+// share a kernel, a pid namespace and a network namespace (the unix socket's scope).
+std::string LocalHostId(const EngineOptions& options);
+
+// The target side: accepts connections and serves copy requests.
+class ShmServer {
+ public:
+  ShmServer(const EngineOptions& options, MemoryRegistry* registry);
+  ~ShmServer();
+  // Listens on an abstract unix socket; *path receives its name (without the leading NUL).
+  Status Start(std::string* path);
+  void Stop();
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void AcceptLoop();
+  void Serve(Conn* conn);
+
+  const EngineOptions options_;
+  MemoryRegistry* const registry_;
+  UniqueFd listen_fd_;
+  int wake_fd_[2] = {-1, -1};
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::list<std::unique_ptr<Conn>> conns_;  // GUARDED_BY(mu_)
+};
+
+// One initiator connection to a target, driven by its own thread; one request in flight.
+class ShmStream {
+ public:
+  ShmStream(std::string path, const EngineOptions& options);
+  ~ShmStream();
+  void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
+  uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
+  void Stop();
+
+ private:
+  void Run();
+  Status Connect();
+  void Fail(std::vector<Slice>& slices, TransferStatusEnum result, const std::string& why);
+
+  const std::string path_;
+  const EngineOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Slice> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;    // GUARDED_BY(mu_)
+  std::atomic<uint64_t> queued_bytes_{0};
+  std::atomic<int> fd_{-1};  // owned by the thread; shut down by Stop()
+  uint64_t seq_ = 0;
+  std::thread thread_;
+};
+
+// Connects, says hello and returns the socket; Unavailable/PermissionDenied with the reason.
+Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms);
+
+class ShmTransport : public Transport {
+ public:
+  ShmTransport() = default;
+  ~ShmTransport() override;
+  const char* name() const override { return "shm"; }
+  Status Start(const TransportContext& ctx, SegmentDesc* local_desc) override;
+  void Stop() override;
+  bool CanReach(const SegmentDesc& peer) override;
+  uint64_t slice_size() const override { return options_.shm_split_size; }
+  Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
+                size_t count) override;
+  void DropPeer(const SegmentDesc& peer) override;
+
+ private:
+  struct Peer {
+    std::vector<std::unique_ptr<ShmStream>> streams;
+  };
+
+  EngineOptions options_;
+  std::string host_id_;
+  std::unique_ptr<ShmServer> server_;
+  std::shared_mutex mu_;
+  std::map<std::string, bool> reachable_;               // by socket path; GUARDED_BY(mu_)
+  std::map<std::string, std::shared_ptr<Peer>> peers_;  // by socket path; GUARDED_BY(mu_)
+  bool stopped_ = false;                                // GUARDED_BY(mu_)
+};
+
+}  // namespace mooncake::shm
