@@ -27,7 +27,7 @@ DEFINE_string(local_server_name, "127.0.0.1", "this engine's host[:port]");
 DEFINE_string(metadata_server, "P2PHANDSHAKE", "P2PHANDSHAKE (metadata stores: later)");
 DEFINE_string(segment_id, "", "initiator: the target's segment name, <host>:<port> from its log");
 DEFINE_string(operation, "read", "read | write");
-DEFINE_string(protocol, "tcp", "transport: tcp (or auto)");
+DEFINE_string(protocol, "auto", "transport: auto (the best both ends share), shm or tcp");
 DEFINE_uint64(block_size, 65536, "bytes per request");
 DEFINE_int32(batch_size, 128, "requests per batch");
 DEFINE_uint64(block_iteration, 0,

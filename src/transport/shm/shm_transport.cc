@@ -181,7 +181,7 @@ Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   local_desc->mc_host_id = host_id_;
   local_desc->mc_pid = static_cast<uint64_t>(::getpid());
   local_desc->mc_shm_path = path;
-  LOG(INFO) << "ShmTransport: listening on @" << path;
+  LOG(INFO) << "ShmTransport: unix socket @" << path;
   return Status::OK();
 }
 
