@@ -11,10 +11,18 @@
 //                     [--seed S] [--batch K] [--threads T]
 //     write: fills a local buffer with pattern(seed) and writes [A, A+N) in B-byte requests,
 //     K per batch; read: reads [A, A+N) and checks every byte against pattern(seed).
-//     T threads share the range. Prints "RESULT ok <bytes>" or "RESULT fail <reason>".
+//     T threads share the range. Prints "TRANSPORT <name>" (the transport used), then
+//     "RESULT ok <bytes>" or "RESULT fail <reason>".
+// Policy flags (simulate a host where cross-process access is refused):
+//   --not-dumpable 1    this process may not be ptraced by processes lacking CAP_SYS_PTRACE
+//   --no-ptrace-cap 1   this process drops CAP_SYS_PTRACE
 // pattern(seed)[i] = (i * 131 + seed) & 0xff, i being the offset from the buffer start.
 #include <glog/logging.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -53,7 +61,22 @@ uint8_t* Alloc(size_t n) {
   return static_cast<uint8_t*>(p);
 }
 
+void ApplyPolicy(const std::map<std::string, std::string>& f) {
+  if (f.count("--not-dumpable")) ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (f.count("--no-ptrace-cap")) {
+    __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct d[2] = {};
+    ::syscall(SYS_capget, &h, d);
+    for (auto& x : d) {
+      x.effective &= ~(1u << CAP_SYS_PTRACE);
+      x.permitted &= ~(1u << CAP_SYS_PTRACE);
+    }
+    ::syscall(SYS_capset, &h, d);
+  }
+}
+
 int Target(const std::map<std::string, std::string>& f) {
+  ApplyPolicy(f);
   size_t size = Num(f, "--size", 64 << 20);
   TransferEngine engine;
   Status s = engine.Init("P2PHANDSHAKE", "127.0.0.1");
@@ -117,6 +140,7 @@ int Initiator(const std::map<std::string, std::string>& f) {
   size_t batch = Num(f, "--batch", 64), threads = Num(f, "--threads", 1);
   uint64_t seed = Num(f, "--seed", 7);
   bool write = f.count("--op") && f.at("--op") == "write";
+  ApplyPolicy(f);
   if (seg_name.empty() || remote == 0 || size == 0 || block == 0 || batch == 0 || threads == 0) {
     return fail("need --segment, --remote-addr, --size, --block > 0");
   }
@@ -131,6 +155,8 @@ int Initiator(const std::map<std::string, std::string>& f) {
   if (!s.ok()) return fail(s.ToString());
   auto seg = engine.OpenSegment(seg_name);
   if (!seg.ok()) return fail(seg.status().ToString());
+  auto info = engine.GetSegmentInfo(*seg);
+  std::printf("TRANSPORT %s\n", info.ok() ? info->transport.c_str() : "?");
   std::vector<std::string> errors(threads);
   std::vector<std::thread> workers;
   size_t blocks = (size + block - 1) / block;

@@ -104,14 +104,16 @@ RemoteTarget StartTarget(uint64_t size) {
   return t;
 }
 
-class MultiProcess : public ::testing::Test {
+// Every test runs over each transport: the same suite, parameterised by the transport the
+// initiator installs ("tcp" or "shm"); the target offers both.
+class MultiProcess : public ::testing::TestWithParam<std::string> {
  protected:
   static constexpr uint64_t kSize = 64 << 20;
   void SetUp() override {
     EngineOptions o;
     o.slice_timeout_ms = 4000;
     engine_ = std::make_unique<TransferEngine>(o);
-    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1").ok());
+    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
     target_ = StartTarget(kSize);
     ASSERT_FALSE(target_.segment.empty());
     local_.assign(kSize, 0);
@@ -119,6 +121,9 @@ class MultiProcess : public ::testing::Test {
     auto seg = engine_->OpenSegment(target_.segment);
     ASSERT_TRUE(seg.ok()) << seg.status().ToString();
     seg_ = *seg;
+    auto info = engine_->GetSegmentInfo(seg_);
+    ASSERT_TRUE(info.ok());
+    ASSERT_EQ(info->transport, GetParam()) << "the suite must run over the transport it names";
   }
   void TearDown() override { engine_.reset(); }
 
@@ -154,7 +159,7 @@ class MultiProcess : public ::testing::Test {
   SegmentID seg_ = 0;
 };
 
-TEST_F(MultiProcess, WriteAndReadSizesFromOneByteTo64MiB) {
+TEST_P(MultiProcess, WriteAndReadSizesFromOneByteTo64MiB) {
   const size_t sizes[] = {1, 2, 3, 4095, 4096, 4097, 65535, 65536, 65537, 262143, 262145,
                           1 << 20, (1 << 20) + 13, 7777777, 16 << 20, kSize};
   uint64_t seed = 11;
@@ -169,7 +174,7 @@ TEST_F(MultiProcess, WriteAndReadSizesFromOneByteTo64MiB) {
   }
 }
 
-TEST_F(MultiProcess, BatchesOfOneTo1024Requests) {
+TEST_P(MultiProcess, BatchesOfOneTo1024Requests) {
   for (size_t batch : {1, 2, 16, 128, 1024}) {
     size_t block = 4096 + 17, len = batch * block;
     uint64_t seed = 100 + batch;
@@ -184,7 +189,7 @@ TEST_F(MultiProcess, BatchesOfOneTo1024Requests) {
   }
 }
 
-TEST_F(MultiProcess, OutOfRangeRequestFailsAndTargetKeepsServing) {
+TEST_P(MultiProcess, OutOfRangeRequestFailsAndTargetKeepsServing) {
   auto id = engine_->AllocateBatchID(1);
   ASSERT_TRUE(id.ok());
   Status s = engine_->SubmitTransfer(
@@ -198,7 +203,7 @@ TEST_F(MultiProcess, OutOfRangeRequestFailsAndTargetKeepsServing) {
   EXPECT_EQ(Check(0, 4096, 5), "OK");
 }
 
-TEST_F(MultiProcess, FreeingABusyBatchIsRefused) {
+TEST_P(MultiProcess, FreeingABusyBatchIsRefused) {
   auto id = engine_->AllocateBatchID(1024);
   ASSERT_TRUE(id.ok());
   std::vector<TransferRequest> reqs;
@@ -215,7 +220,7 @@ TEST_F(MultiProcess, FreeingABusyBatchIsRefused) {
   EXPECT_TRUE(engine_->FreeBatchID(*id).ok());
 }
 
-TEST_F(MultiProcess, EightThreadsSubmittingConcurrently) {
+TEST_P(MultiProcess, EightThreadsSubmittingConcurrently) {
   constexpr int kThreads = 8;
   const size_t chunk = kSize / kThreads;
   FillLocal(0, kSize, 77);
@@ -231,7 +236,7 @@ TEST_F(MultiProcess, EightThreadsSubmittingConcurrently) {
   EXPECT_EQ(Check(0, kSize, 77), "OK");
 }
 
-TEST_F(MultiProcess, ManyInitiatorProcessesIntoOneTarget) {
+TEST_P(MultiProcess, ManyInitiatorProcessesIntoOneTarget) {
   constexpr int kInitiators = 4;
   const size_t chunk = kSize / kInitiators;
   std::vector<std::unique_ptr<Child>> kids;
@@ -245,6 +250,7 @@ TEST_F(MultiProcess, ManyInitiatorProcessesIntoOneTarget) {
   }
   for (int i = 0; i < kInitiators; ++i) {
     std::string line = kids[i]->ReadLine();
+    if (line.rfind("TRANSPORT", 0) == 0) line = kids[i]->ReadLine();
     EXPECT_EQ(line, "RESULT ok " + std::to_string(chunk));
     EXPECT_EQ(kids[i]->Wait(), 0);
   }
@@ -256,7 +262,7 @@ TEST_F(MultiProcess, ManyInitiatorProcessesIntoOneTarget) {
   }
 }
 
-TEST_F(MultiProcess, KilledTargetFailsOutstandingRequestsQuickly) {
+TEST_P(MultiProcess, KilledTargetFailsOutstandingRequestsQuickly) {
   auto id = engine_->AllocateBatchID(1024);
   ASSERT_TRUE(id.ok());
   std::vector<TransferRequest> reqs;
@@ -282,6 +288,102 @@ TEST_F(MultiProcess, KilledTargetFailsOutstandingRequestsQuickly) {
   ASSERT_TRUE(engine_->TransferSync({{TransferRequest::WRITE, local_.data(), *seg, other.addr, 4096}})
                   .ok());
   EXPECT_EQ(other.proc->Command("CHECK 0 4096 9"), "OK");
+}
+
+TEST_P(MultiProcess, UnregisterDuringTrafficEndsEveryRequest) {
+  auto id = engine_->AllocateBatchID(1024);
+  ASSERT_TRUE(id.ok());
+  std::vector<TransferRequest> reqs;
+  for (int rep = 0; rep < 8; ++rep) {
+    for (size_t off = 0; off < kSize; off += 1 << 20) {
+      reqs.push_back({TransferRequest::WRITE, local_.data() + off, seg_, target_.addr + off,
+                      1 << 20});
+    }
+  }
+  ASSERT_TRUE(engine_->SubmitTransfer(*id, reqs).ok());
+  // The target unregisters while the writes stream in: it waits for the copies in progress,
+  // later requests are refused.
+  EXPECT_EQ(target_.proc->Command("UNREGISTER 0 0 0"), "OK");
+  auto st = engine_->WaitBatch(*id, milliseconds(15000));
+  ASSERT_TRUE(st.ok());
+  ASSERT_NE(st->s, WAITING) << "every request must end";
+  size_t completed = 0, failed = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto t = engine_->GetTransferStatus(*id, i);
+    ASSERT_TRUE(t.ok());
+    if (t->s == COMPLETED) ++completed;
+    if (t->s == FAILED) ++failed;
+  }
+  EXPECT_EQ(completed + failed, reqs.size());
+  EXPECT_TRUE(engine_->FreeBatchID(*id).ok());
+  // Nothing reaches the unregistered memory any more; the error says why.
+  Status after = engine_->TransferSync(
+      {{TransferRequest::WRITE, local_.data(), seg_, target_.addr, 4096}});
+  EXPECT_FALSE(after.ok());
+  EXPECT_EQ(target_.proc->Command("CHECK 0 0 0"), "OK") << "target still alive";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, MultiProcess, ::testing::Values("tcp", "shm"),
+                         [](const auto& info) { return info.param; });
+
+// Same-host selection and its fallbacks.
+std::string InitiatorRun(const RemoteTarget& t, std::vector<std::string> extra,
+                         std::string* transport, std::vector<std::string> env = {}) {
+  std::vector<std::string> args = {MP_PEER_PATH, "initiator", "--segment", t.segment,
+                                   "--remote-addr", std::to_string(t.addr), "--size", "1048576",
+                                   "--op", "write", "--block", "65536", "--seed", "3"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+  Child kid(args);
+  for (const auto& e : env) ::unsetenv(e.substr(0, e.find('=')).c_str());
+  std::string line = kid.ReadLine();
+  if (line.rfind("TRANSPORT ", 0) == 0) {
+    *transport = line.substr(10);
+    line = kid.ReadLine();
+  }
+  kid.Wait();
+  return line;
+}
+
+TEST(SameHost, ChosenAutomaticallyOnOneHost) {
+  RemoteTarget t = StartTarget(4 << 20);
+  std::string transport;
+  EXPECT_EQ(InitiatorRun(t, {}, &transport), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "shm");
+  EXPECT_EQ(t.proc->Command("CHECK 0 1048576 3"), "OK");
+}
+
+TEST(SameHost, DifferentHostIdentityNeverTakesThisPath) {
+  RemoteTarget t = StartTarget(4 << 20);
+  std::string transport;
+  EXPECT_EQ(InitiatorRun(t, {}, &transport, {"MC_HOST_ID=some-other-host"}),
+            "RESULT ok 1048576");
+  EXPECT_EQ(transport, "tcp");
+  EXPECT_EQ(t.proc->Command("CHECK 0 1048576 3"), "OK");
+}
+
+TEST(SameHost, DisabledByForceTcp) {
+  RemoteTarget t = StartTarget(4 << 20);
+  std::string transport;
+  EXPECT_EQ(InitiatorRun(t, {}, &transport, {"MC_FORCE_TCP=1"}), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "tcp");
+}
+
+TEST(SameHost, RefusedCrossProcessAccessFallsBackToTcp) {
+  // The target loses CAP_SYS_PTRACE and the initiator becomes non-dumpable: the kernel then
+  // refuses the target's process_vm_readv on the initiator, as under a strict ptrace policy.
+  auto kid = std::make_unique<Child>(std::vector<std::string>{
+      MP_PEER_PATH, "target", "--size", std::to_string(4 << 20), "--no-ptrace-cap", "1"});
+  RemoteTarget t;
+  t.proc = std::move(kid);
+  std::istringstream in(t.proc->ReadLine());
+  std::string ready;
+  in >> ready >> t.segment >> t.addr >> t.size;
+  ASSERT_EQ(ready, "READY");
+  std::string transport;
+  EXPECT_EQ(InitiatorRun(t, {"--not-dumpable", "1"}, &transport), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "tcp");
+  EXPECT_EQ(t.proc->Command("CHECK 0 1048576 3"), "OK");
 }
 
 }  // namespace
