@@ -95,7 +95,7 @@ class Target:
         os.unlink(self.log.name)
 
 
-def run_engine(binary, segment, op, block, threads, duration, ours, env):
+def run_engine(binary, segment, op, block, threads, duration, ours, env, protocol="tcp"):
     batch = BATCH[block]
     buffer = max(block * batch * threads, 64 * MIB)
     args = [binary, "--mode=initiator", "--metadata_server=P2PHANDSHAKE",
@@ -103,13 +103,13 @@ def run_engine(binary, segment, op, block, threads, duration, ours, env):
             f"--block_size={block}", f"--batch_size={batch}", f"--threads={threads}",
             f"--duration={duration}", f"--buffer_size={buffer}"]
     if ours:
-        args.append("--json")
+        args += ["--json", f"--protocol={protocol}"]
     else:
         args.append("--protocol=tcp")
     proc = subprocess.run(args, capture_output=True, text=True, timeout=duration + 120, env=env)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        raise RuntimeError(f"{'ours' if ours else 'upstream'} {op} {block}x{threads}: exit "
+        raise RuntimeError(f"{'ours' if ours else 'upstream'} {protocol} {op} {block}x{threads}: exit "
                            f"{proc.returncode}\n{out[-1500:]}")
     if ours:
         line = [l for l in proc.stdout.splitlines() if l.startswith("{")][-1]
@@ -164,18 +164,21 @@ def human(block):
 
 
 def table(results, upstream_on):
-    lines = ["| op | block | threads=streams | engine GB/s (median [min–max]) | engine req/s | "
-             "batch p50 / p99 µs | raw TCP GB/s | engine / raw | upstream GB/s | "
-             "upstream / raw |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| transport | op | block | threads | engine GB/s (median [min–max]) | engine req/s | "
+             "batch p50 / p99 µs | baseline | baseline GB/s | engine / baseline | "
+             "upstream GB/s | upstream / baseline |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        e, raw, up = r["engine"], r["raw_tcp"], r.get("upstream")
-        up_s = fmt(up) if up else ("n/a" if upstream_on else "not run")
-        up_ratio = f"{up['gbps'] / raw['gbps']:.0%}" if up else "—"
+        e, base, up = r["engine"], r["baseline"], r.get("upstream")
+        if r["transport"] == "tcp":
+            up_s = fmt(up) if up else ("n/a" if upstream_on else "not run")
+            up_ratio = f"{up['gbps'] / base['gbps']:.0%}" if up else "—"
+        else:
+            up_s, up_ratio = "no such path", "—"
         lat = f"{e['p50']:.0f} / {e['p99']:.0f}" if e.get("p50") is not None else "—"
-        lines.append(f"| {r['op']} | {human(r['block'])} | {r['threads']} | {fmt(e)} | "
-                     f"{e['ops']:,.0f} | {lat} | {fmt(raw)} | {e['gbps'] / raw['gbps']:.0%} | "
-                     f"{up_s} | {up_ratio} |")
+        lines.append(f"| {r['transport']} | {r['op']} | {human(r['block'])} | {r['threads']} | "
+                     f"{fmt(e)} | {e['ops']:,.0f} | {lat} | {r['baseline_kind']} | {fmt(base)} | "
+                     f"{e['gbps'] / base['gbps']:.0%} | {up_s} | {up_ratio} |")
     return "\n".join(lines)
 
 
@@ -194,26 +197,32 @@ def plot(results, path):
     except ImportError:
         log("matplotlib missing: no plot (pip install matplotlib)")
         return False
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, threads in zip(axes, (1, 2)):
-        for op, style in (("write", "-"), ("read", "--")):
-            rows = [r for r in results if r["threads"] == threads and r["op"] == op]
-            xs = [r["block"] for r in rows]
-            ax.plot(xs, [r["engine"]["gbps"] for r in rows], "o" + style, label=f"engine {op}")
-            if any(r.get("upstream") for r in rows):
-                ax.plot(xs, [r["upstream"]["gbps"] if r.get("upstream") else float("nan")
-                             for r in rows], "s" + style, label=f"upstream {op}")
-        rows = [r for r in results if r["threads"] == threads and r["op"] == "write"]
-        ax.plot([r["block"] for r in rows], [r["raw_tcp"]["gbps"] for r in rows], "k^:",
-                label="raw TCP loopback")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(BLOCKS, [human(b) for b in BLOCKS])
-        ax.set_title(f"{threads} thread(s) = {threads} TCP stream(s)")
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharey="row")
+    for row, transport in enumerate(("tcp", "shm")):
+        for col, threads in enumerate((1, 2)):
+            ax = axes[row][col]
+            sel = [r for r in results if r["transport"] == transport and r["threads"] == threads]
+            for op, style in (("write", "-"), ("read", "--")):
+                rows = [r for r in sel if r["op"] == op]
+                xs = [r["block"] for r in rows]
+                ax.plot(xs, [r["engine"]["gbps"] for r in rows], "o" + style,
+                        label=f"engine {op}")
+                if any(r.get("upstream") for r in rows):
+                    ax.plot(xs, [r["upstream"]["gbps"] if r.get("upstream") else float("nan")
+                                 for r in rows], "s" + style, label=f"upstream {op}")
+            rows = [r for r in sel if r["op"] == "write"]
+            if rows:
+                ax.plot([r["block"] for r in rows], [r["baseline"]["gbps"] for r in rows], "k^:",
+                        label=f"raw {rows[0]['baseline_kind']}")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(BLOCKS, [human(b) for b in BLOCKS])
+            ax.set_title(f"{transport}: {threads} thread(s) / stream(s)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+        axes[row][0].set_ylabel("GB/s")
+    for ax in axes[1]:
         ax.set_xlabel("block size")
-        ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("GB/s")
-    axes[1].legend(fontsize=8)
-    fig.suptitle("TCP loopback throughput: engine vs raw stream vs upstream")
+    fig.suptitle("Engine vs raw baselines (and upstream over TCP), one machine, one run")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
@@ -230,8 +239,8 @@ def main():
     args = ap.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     up_runs = 1 if args.quick and not args.runs else runs
-    duration = args.duration or (0.6 if args.quick else 3)
-    engine_dur = max(1, round(duration))
+    duration = args.duration or (0.5 if args.quick else 3)
+    engine_dur = duration
     build = pathlib.Path(args.build)
     ours_bin = build / "tools" / "transfer_engine_bench"
     raw_bin = build / "bench" / "raw_baselines"
@@ -243,33 +252,39 @@ def main():
     started = time.time()
     results, baselines = [], {}
     for threads in (1, 2):
-        env = dict(os.environ, MC_TCP_LANES_PER_PEER=str(threads))
+        env = dict(os.environ, MC_TCP_LANES_PER_PEER=str(threads),
+                   MC_SHM_STREAMS_PER_PEER=str(threads))
         ours_t = Target(str(ours_bin), env)
         up_t = Target(up_bin, env, ours=False) if up_bin else None
         try:
             for block in BLOCKS:
-                for kind in ("tcp", "memcpy", "pvm"):
-                    if kind != "tcp" and block < MIB:
-                        continue  # memory-speed baselines only matter for large blocks
-                    baselines[(kind, block, threads)] = summarize(
-                        [run_baseline(str(raw_bin), kind, block, threads, duration / 2)
+                if block >= MIB:  # memcpy: the ceiling of any one-copy path
+                    baselines[("memcpy", block, threads)] = summarize(
+                        [run_baseline(str(raw_bin), "memcpy", block, threads, duration / 2)
                          for _ in range(runs)])
-                for op in ("write", "read"):
-                    row = {"op": op, "block": block, "threads": threads,
-                           "raw_tcp": baselines[("tcp", block, threads)]}
-                    row["engine"] = summarize([
-                        run_engine(str(ours_bin), ours_t.segment, op, block, threads, engine_dur,
-                                   True, env) for _ in range(runs)])
-                    if up_t:
-                        try:
-                            row["upstream"] = summarize([
-                                run_engine(up_bin, up_t.segment, op, block, threads, engine_dur,
-                                           False, env) for _ in range(up_runs)])
-                        except RuntimeError as e:
-                            log(f"upstream run failed: {e}")
-                    results.append(row)
-                    log(f"{op} {human(block)} x{threads}: engine {fmt(row['engine'])} GB/s, "
-                        f"raw {fmt(row['raw_tcp'])}")
+                for transport, kind in (("tcp", "tcp"), ("shm", "pvm")):
+                    if (kind, block, threads) not in baselines:
+                        baselines[(kind, block, threads)] = summarize(
+                            [run_baseline(str(raw_bin), kind, block, threads, duration / 2)
+                             for _ in range(runs)])
+                    for op in ("write", "read"):
+                        row = {"transport": transport, "op": op, "block": block,
+                               "threads": threads, "baseline_kind": kind,
+                               "baseline": baselines[(kind, block, threads)]}
+                        row["engine"] = summarize([
+                            run_engine(str(ours_bin), ours_t.segment, op, block, threads,
+                                       duration, True, env, transport) for _ in range(runs)])
+                        if up_t and transport == "tcp":
+                            try:
+                                row["upstream"] = summarize([
+                                    run_engine(up_bin, up_t.segment, op, block, threads,
+                                               max(1, round(duration)), False, env)
+                                    for _ in range(up_runs)])
+                            except RuntimeError as e:
+                                log(f"upstream run failed: {e}")
+                        results.append(row)
+                        log(f"{transport} {op} {human(block)} x{threads}: engine "
+                            f"{fmt(row['engine'])} GB/s, raw {kind} {fmt(row['baseline'])}")
         finally:
             ours_t.stop()
             if up_t:
@@ -282,9 +297,11 @@ def main():
     header = (f"# Benchmark {'(quick) ' if args.quick else ''}{stamp}, commit {commit()}\n\n"
               f"Machine: {machine()}.\n\nCommand: `bench/run.py{' --quick' if args.quick else ''}`"
               f" ({runs} runs per figure ({up_runs} for upstream), {engine_dur} s engine runs, {duration / 2:g} s baseline"
-              f" runs; took {elapsed:.0f} s). TCP loopback on 127.0.0.1, P2PHANDSHAKE; "
+              f" runs; took {elapsed:.0f} s). 127.0.0.1, P2PHANDSHAKE; T threads use T streams; tcp rows "
+              f"compare with a raw TCP loopback stream of T connections, shm rows with raw "
+              f"process_vm_writev on T threads; "
               f"batch sizes {', '.join(f'{human(b)}: {n}' for b, n in BATCH.items())}.\n")
-    md = (header + "\n## Engine vs raw TCP and upstream\n\n" + table(results, bool(up_bin)) +
+    md = (header + "\n## Engine vs raw baselines and upstream\n\n" + table(results, bool(up_bin)) +
           "\n\n## Raw baselines\n\n" + baseline_table(baselines) + "\n")
     has_plot = plot(results, out / "throughput.png")
     if has_plot:

@@ -34,7 +34,7 @@ DEFINE_uint64(block_iteration, 0,
               "if > 0: one batch per block size block_size << i, i < block_iteration, every "
               "other block (the Ascend perf tool's mode) instead of the timed loop");
 DEFINE_int32(threads, 2, "initiator worker threads");
-DEFINE_int32(duration, 10, "seconds of the timed loop (0: skip it)");
+DEFINE_double(duration, 10, "seconds of the timed loop (0: skip it)");
 DEFINE_uint64(buffer_size, 1ull << 30, "bytes of registered memory on each side");
 DEFINE_int32(gpu_id, -1, "GPU whose memory to use (-1: host memory)");
 DEFINE_int32(device_logicid, -1, "alias of --gpu_id (the Ascend perf tool's name)");
@@ -247,7 +247,7 @@ int RunInitiator(TransferEngine& engine) {
       LOG(INFO) << "Worker " << tid << " stopped!";
     });
   }
-  std::this_thread::sleep_for(std::chrono::seconds(FLAGS_duration));
+  std::this_thread::sleep_for(std::chrono::duration<double>(FLAGS_duration));
   running.store(false);
   for (auto& w : workers) w.join();
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
