@@ -49,6 +49,14 @@ struct EngineOptions {
   int shm_streams_per_peer = 2;
   // Overrides the host identity (tests: simulate another host). MC_HOST_ID, unset.
   std::string host_id_override;
+  // Metadata-store modes (etcd/redis/http). The RPC address published under rpc_meta is
+  // MC_TCP_BIND_ADDRESS, else the host of local_server_name when it is an IP address, else
+  // the first non-loopback IPv4 interface. MC_LEGACY_RPC_PORT_BINDING binds the RPC server
+  // to local_server_name's host:port instead of a random port.
+  std::string tcp_bind_address;
+  bool legacy_rpc_port_binding = false;
+  // Key prefix mooncake/<id>/ instead of mooncake/. MC_METADATA_CLUSTER_ID, unset.
+  std::string metadata_cluster_id;
   // Connect timeout of TCP data connections. MC_HANDSHAKE_CONNECT_TIMEOUT, 5 s.
   int tcp_connect_timeout_ms = 5000;
 

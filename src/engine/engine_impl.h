@@ -13,7 +13,9 @@
 #include "engine/memory_registry.h"
 #include "engine/segment_cache.h"
 #include "engine/transport.h"
+#include "common/net.h"
 #include "metadata/handshake.h"
+#include "metadata/metadata_store.h"
 #include "metadata/segment_desc.h"
 #include "mooncake/transfer_engine.h"
 
@@ -28,12 +30,17 @@ class TransferEngine::Impl {
               const std::string& transport);
   void Shutdown();
 
-  // Registration.
+  Status StartTransports(const std::string& transport);
+
+  // Registration (republished to the store, if any).
   Status Register(const std::vector<RegionInfo>& regions);
   Status Unregister(void* addr);
   std::string EncodeLocalDesc();
+  Status PublishLocalDesc();
 
-  // Segments.
+  // Segments. ResolveRpc: the handshake address of a segment (P2P: its name; store mode: its
+  // rpc_meta entry).
+  Result<HostPort> ResolveRpc(const std::string& name);
   Result<SegmentCache::DescPtr> FetchDesc(const std::string& name);
   Result<SegmentID> OpenSegment(const std::string& name);
   Transport* PickTransport(const SegmentDesc& peer);
@@ -49,6 +56,7 @@ class TransferEngine::Impl {
   // Notifies.
   Result<std::string> HandleHandshake(const HandshakeFrame& request);
   Status SendNotifyTo(const std::string& segment_name, const NotifyDesc& notify);
+  Status Probe(const std::string& segment_name);
 
   const EngineOptions options;
   MemoryRegistry registry;
@@ -57,6 +65,9 @@ class TransferEngine::Impl {
   HandshakeLimits limits;
 
   std::atomic<bool> initialized{false};
+  bool p2p = true;
+  std::unique_ptr<MetadataStore> store;  // null under P2PHANDSHAKE
+  std::atomic<bool> store_ok{true};
   std::string local_name;  // segment name
   std::string local_host;
   uint16_t rpc_port = 0;

@@ -68,6 +68,12 @@ Status SegmentCache::Invalidate(SegmentID id) {
   return Status::OK();
 }
 
+void SegmentCache::InvalidateByName(const std::string& name) {
+  std::unique_lock lock(mu_);
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) entries_[it->second - 1].desc.reset();
+}
+
 Result<std::string> SegmentCache::NameOf(SegmentID id) const {
   std::shared_lock lock(mu_);
   if (id == 0 || id > entries_.size()) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct TransportContext {
   EngineOptions options;
   MemoryRegistry* registry = nullptr;  // outlives the transport
   std::string local_host;              // host part of the segment name
+  // Called (from a transport thread) when a peer's connection fails: its cached descriptor
+  // is dropped so the next request fetches it again (a restarted peer is found anew).
+  std::function<void(const std::string& segment_name)> on_peer_failure;
 };
 
 class Transport {

@@ -44,8 +44,9 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms) {
   return fd;
 }
 
-ShmStream::ShmStream(std::string path, const EngineOptions& options)
-    : path_(std::move(path)), options_(options) {
+ShmStream::ShmStream(std::string path, const EngineOptions& options,
+                     std::function<void()> on_failure)
+    : path_(std::move(path)), options_(options), on_failure_(std::move(on_failure)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -111,6 +112,7 @@ void ShmStream::Run() {
       if (!s.ok()) {
         LOG(WARNING) << "ShmTransport: " << s.ToString();
         Fail(batch, FAILED, s.ToString());
+        if (on_failure_) on_failure_();
         continue;
       }
     }
@@ -139,6 +141,7 @@ void ShmStream::Run() {
       LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
       ::close(fd_.exchange(-1));
       Fail(batch, s.IsDeadlineExceeded() ? TIMEOUT : FAILED, "same-host peer: " + s.ToString());
+      if (on_failure_) on_failure_();
       continue;
     }
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -171,6 +174,7 @@ ShmTransport::~ShmTransport() { Stop(); }
 
 Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
   options_ = ctx.options;
+  on_peer_failure_ = ctx.on_peer_failure;
   if (!options_.enable_shm) return Status::Unimplemented("disabled by MC_DISABLE_SHM");
   // Let same-host peers read and write our registered memory where Yama restricts ptrace.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -232,7 +236,10 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
     if (!slot) {
       slot = std::make_shared<Peer>();
       for (int i = 0; i < options_.shm_streams_per_peer; ++i) {
-        slot->streams.push_back(std::make_unique<ShmStream>(desc->mc_shm_path, options_));
+        std::function<void()> on_failure;
+        if (on_peer_failure_) on_failure = [cb = on_peer_failure_, n = desc->name] { cb(n); };
+        slot->streams.push_back(
+            std::make_unique<ShmStream>(desc->mc_shm_path, options_, on_failure));
       }
     }
     peer = slot;

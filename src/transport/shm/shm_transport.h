@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -58,7 +59,7 @@ class ShmServer {
 // One initiator connection to a target, driven by its own thread; one request in flight.
 class ShmStream {
  public:
-  ShmStream(std::string path, const EngineOptions& options);
+  ShmStream(std::string path, const EngineOptions& options, std::function<void()> on_failure);
   ~ShmStream();
   void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
@@ -71,6 +72,7 @@ class ShmStream {
 
   const std::string path_;
   const EngineOptions options_;
+  const std::function<void()> on_failure_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Slice> queue_;  // GUARDED_BY(mu_)
@@ -103,6 +105,7 @@ class ShmTransport : public Transport {
   };
 
   EngineOptions options_;
+  std::function<void(const std::string&)> on_peer_failure_;
   std::string host_id_;
   std::unique_ptr<ShmServer> server_;
   std::shared_mutex mu_;

@@ -20,12 +20,14 @@ constexpr uint64_t kMaxSendBytes = 16 << 20;
 
 }  // namespace
 
-TcpStream::TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options)
+TcpStream::TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
+                     std::function<void()> on_failure)
     : host_(std::move(host)),
       port_(port),
       v2_(v2),
       options_(options),
       where_(HostPort{host_, port_, true}.ToString()),
+      on_failure_(std::move(on_failure)),
       rx_(kRxBufferSize) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   thread_ = std::thread([this] { Run(); });
@@ -336,6 +338,7 @@ void TcpStream::Run() {
       if (!s.ok()) {
         LOG(WARNING) << "TcpTransport: " << s.ToString();
         FailAll(FAILED, s.ToString());
+        if (on_failure_) on_failure_();
         continue;
       }
     }
@@ -344,6 +347,7 @@ void TcpStream::Run() {
       if (!s.ok()) {
         LOG(WARNING) << "TcpTransport: " << s.ToString();
         FailAll(FAILED, s.ToString());
+        if (on_failure_) on_failure_();
         continue;
       }
     }
@@ -371,8 +375,10 @@ void TcpStream::Run() {
     if (nfds == 2 && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
       Status s = ReceiveSome();
       if (!s.ok()) {
-        if (!q_.empty()) LOG(WARNING) << "TcpTransport: " << s.ToString();
+        bool had_work = !q_.empty();
+        if (had_work) LOG(WARNING) << "TcpTransport: " << s.ToString();
         FailAll(FAILED, s.ToString());
+        if (had_work && on_failure_) on_failure_();
         continue;
       }
     }

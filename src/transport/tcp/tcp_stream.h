@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,7 +31,10 @@ namespace mooncake::tcp {
 
 class TcpStream {
  public:
-  TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options);
+  // `on_failure` (may be empty) is called after a connect failure or a broken connection
+  // that failed outstanding slices.
+  TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
+            std::function<void()> on_failure = {});
   ~TcpStream();  // Stop()s
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
@@ -72,6 +76,7 @@ class TcpStream {
   const bool v2_;
   const EngineOptions options_;
   const std::string where_;  // "host:port" for messages
+  const std::function<void()> on_failure_;
 
   std::mutex mu_;
   std::vector<Slice> incoming_;  // GUARDED_BY(mu_)

@@ -10,6 +10,7 @@ TcpTransport::~TcpTransport() { Stop(); }
 
 Status TcpTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
   options_ = ctx.options;
+  on_peer_failure_ = ctx.on_peer_failure;
   uint16_t port = 0;
   MC_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcpInRange(options_.min_rpc_port, options_.max_rpc_port,
                                                      1024, &port));
@@ -60,8 +61,10 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
     auto peer = std::make_shared<Peer>();
     bool v2 = desc.tcp_proto_version >= 2 && !options_.tcp_force_v1;
     for (int i = 0; i < options_.tcp_streams_per_peer; ++i) {
-      peer->streams.push_back(
-          std::make_unique<TcpStream>(desc.host, desc.tcp_data_port, v2, options_));
+      std::function<void()> on_failure;
+      if (on_peer_failure_) on_failure = [cb = on_peer_failure_, name = desc.name] { cb(name); };
+      peer->streams.push_back(std::make_unique<TcpStream>(desc.host, desc.tcp_data_port, v2,
+                                                          options_, on_failure));
     }
     slot = std::move(peer);
   }

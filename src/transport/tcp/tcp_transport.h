@@ -38,6 +38,7 @@ class TcpTransport : public Transport {
   std::shared_ptr<Peer> GetOrCreatePeer(const SegmentDesc& peer);
 
   EngineOptions options_;
+  std::function<void(const std::string&)> on_peer_failure_;
   uint16_t data_port_ = 0;
   std::unique_ptr<TcpServer> server_;
   std::shared_mutex mu_;

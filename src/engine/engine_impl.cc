@@ -1,0 +1,355 @@
+// TransferEngine::Impl: set-up (P2P handshake or a metadata store), registration and
+// publishing, segment resolution, the handshake server's handlers, notifies.
+#include "engine/engine_impl.h"
+
+#include <arpa/inet.h>
+#include <glog/logging.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/net.h"
+#include "metadata/json_util.h"
+
+namespace mooncake {
+namespace {
+
+constexpr char kP2PHandshake[] = "P2PHANDSHAKE";
+
+void RaiseFileLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+bool IsIpv4Literal(const std::string& host) {
+  in_addr a{};
+  return ::inet_pton(AF_INET, host.c_str(), &a) == 1;
+}
+
+// The first UP, RUNNING, non-loopback IPv4 interface address, as upstream picks it.
+std::string FirstInterfaceAddress() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string out;
+  for (ifaddrs* i = list; i && out.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!(i->ifa_flags & IFF_UP) || !(i->ifa_flags & IFF_RUNNING) || (i->ifa_flags & IFF_LOOPBACK)) {
+      continue;
+    }
+    char buf[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof(buf));
+    out = buf;
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+}  // namespace
+
+TransferEngine::Impl::Impl(const EngineOptions& opts)
+    : options(opts),
+      segments([this](const std::string& name) { return FetchDesc(name); },
+               [this](const SegmentDesc& old_desc, const SegmentDesc&) {
+                 LOG(INFO) << "segment " << old_desc.name << " changed its descriptor";
+                 for (auto& t : transports) t->DropPeer(old_desc);
+               }) {
+  limits.max_length = options.handshake_max_length;
+  limits.connect_timeout_ms = options.handshake_connect_timeout_ms;
+  limits.io_timeout_ms = options.handshake_io_timeout_ms;
+}
+
+TransferEngine::Impl::~Impl() { Shutdown(); }
+
+void TransferEngine::Impl::Shutdown() {
+  if (handshake) handshake->Stop();
+  for (auto& t : transports) t->Stop();
+  if (store && initialized.load()) {
+    // Clean shutdown: peers stop finding us at once (a crash is covered by the etcd lease).
+    Status a = store->Remove(SegmentKey(options.metadata_cluster_id, local_name));
+    Status b = store->Remove(RpcMetaKey(options.metadata_cluster_id, local_name));
+    if (!a.ok() || !b.ok()) {
+      LOG(WARNING) << "could not remove our entries from " << store->Describe() << ": "
+                   << (a.ok() ? b : a).ToString();
+    }
+  }
+  initialized.store(false);
+}
+
+Status TransferEngine::Impl::Init(const std::string& metadata,
+                                  const std::string& local_server_name,
+                                  const std::string& transport) {
+  if (initialized.load()) return Status::FailedPrecondition("engine is already initialized");
+  MC_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(local_server_name));
+  LOG(INFO) << "Transfer Engine parseHostNameWithPort. server_name: " << hp.host
+            << " port: " << (hp.has_port ? hp.port : options.handshake_port);
+  RaiseFileLimit();
+  p2p = metadata == kP2PHandshake;
+  if (!p2p) {
+    StoreOptions so;
+    auto s = CreateMetadataStore(metadata, so);
+    if (!s.ok()) return s.status().WithContext("metadata store '" + metadata + "'");
+    store = std::move(s).value();
+  }
+
+  // The RPC (handshake) listener, and this engine's name and address.
+  uint16_t port = 0;
+  UniqueFd listen_fd;
+  const char* mode = "P2P handshake";
+  if (p2p) {
+    MC_ASSIGN_OR_RETURN(listen_fd, ListenTcpInRange(options.min_rpc_port, options.max_rpc_port,
+                                                    options.handshake_backlog, &port));
+    local_host = hp.host;
+    local_name = HostPort{hp.host, port, true}.ToString();
+  } else {
+    if (options.legacy_rpc_port_binding) {
+      mode = "legacy/P2P";
+      local_host = hp.host;
+      uint16_t want = hp.has_port ? hp.port : options.handshake_port;
+      MC_ASSIGN_OR_RETURN(listen_fd, ListenTcpInRange(want, want, options.handshake_backlog,
+                                                      &port, IsIpv4Literal(hp.host) ? hp.host : ""));
+    } else {
+      mode = "new RPC mapping";
+      local_host = !options.tcp_bind_address.empty() ? options.tcp_bind_address
+                   : IsIpv4Literal(hp.host)          ? hp.host
+                                                     : FirstInterfaceAddress();
+      if (local_host.empty()) {
+        return Status::Unavailable("no non-loopback IPv4 interface to publish; set "
+                                   "MC_TCP_BIND_ADDRESS");
+      }
+      MC_ASSIGN_OR_RETURN(listen_fd, ListenTcpInRange(options.min_rpc_port, options.max_rpc_port,
+                                                      options.handshake_backlog, &port));
+    }
+    local_name = local_server_name;  // the name stays as given; its :port is never bound
+  }
+  rpc_port = port;
+  {
+    std::lock_guard lock(desc_mu);
+    local_desc.name = local_name;
+    local_desc.protocol = "tcp";
+    local_desc.tcp_data_host = local_host;
+  }
+
+  MC_RETURN_IF_ERROR(StartTransports(transport));
+
+  handshake = std::make_unique<HandshakeServer>(limits, options.handshake_threads);
+  MC_RETURN_IF_ERROR(handshake->Start(
+      std::move(listen_fd), [this](const HandshakeFrame& f) { return HandleHandshake(f); }));
+  if (store) {
+    nlohmann::json rpc = {{"ip_or_host_name", local_host}, {"rpc_port", rpc_port}};
+    Status s = store->Put(RpcMetaKey(options.metadata_cluster_id, local_name), rpc.dump());
+    if (s.ok()) s = PublishLocalDesc();
+    if (!s.ok()) return s.WithContext("publish to " + store->Describe());
+  }
+  LOG(INFO) << "Transfer Engine RPC using " << mode << ", listening on "
+            << HostPort{local_host, rpc_port, true}.ToString();
+  initialized.store(true);
+  return Status::OK();
+}
+
+Status TransferEngine::Impl::StartTransports(const std::string& transport) {
+  std::vector<std::string> names;
+  bool explicit_choice = !(transport.empty() || transport == "auto");
+  if (!explicit_choice) {
+    names = BuiltinTransports();
+  } else {
+    names = {transport};
+  }
+  TransportContext ctx{options, &registry, local_host,
+                       [this](const std::string& name) { segments.InvalidateByName(name); }};
+  for (const auto& name : names) {
+    if (options.force_tcp && name != "tcp") {
+      LOG(INFO) << "MC_FORCE_TCP is set: not installing transport " << name;
+      continue;
+    }
+    MC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, CreateTransport(name));
+    Status started;
+    {
+      std::lock_guard lock(desc_mu);
+      started = t->Start(ctx, &local_desc);
+    }
+    if (!started.ok()) {
+      if (!explicit_choice && name != "tcp") {
+        // An optional transport that cannot start here is simply not offered.
+        LOG(WARNING) << "transport " << name << " not available: " << started.ToString();
+        continue;
+      }
+      return started.WithContext("start transport " + name);
+    }
+    transports.push_back(std::move(t));
+  }
+  return Status::OK();
+}
+
+std::string TransferEngine::Impl::EncodeLocalDesc() {
+  std::lock_guard lock(desc_mu);
+  local_desc.buffers.clear();
+  for (const RegionInfo& r : registry.List()) {
+    if (r.remote_accessible) local_desc.buffers.push_back({local_name, r.addr, r.length});
+  }
+  local_desc.timestamp = DescriptorTimestampNow();
+  return EncodeSegmentDesc(local_desc);
+}
+
+Status TransferEngine::Impl::PublishLocalDesc() {
+  if (!store) return Status::OK();
+  Status s = store->Put(SegmentKey(options.metadata_cluster_id, local_name), EncodeLocalDesc());
+  // A lost store is logged once, not on every registration; peers that already know us keep
+  // working, and the next successful publish is logged too.
+  bool was_ok = store_ok.exchange(s.ok());
+  if (!s.ok() && was_ok) {
+    LOG(ERROR) << "metadata store " << store->Describe() << " unreachable: " << s.ToString()
+               << "; known peers keep working, new ones cannot find our changes";
+  } else if (s.ok() && !was_ok) {
+    LOG(INFO) << "metadata store " << store->Describe() << " reachable again";
+  }
+  return s;
+}
+
+Result<std::string> TransferEngine::Impl::HandleHandshake(const HandshakeFrame& request) {
+  switch (request.type) {
+    case HandshakeType::kMetadata:
+      return EncodeLocalDesc();
+    case HandshakeType::kProbe:
+      return std::string(R"({"status":"success"})") + "\n";
+    case HandshakeType::kNotify: {
+      MC_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonBounded(request.payload, "notify"));
+      NotifyDesc n;
+      if (!j.is_object()) return Status::DataLoss("notify payload is not an object");
+      MC_RETURN_IF_ERROR(GetString(j, "name", false, &n.name));
+      MC_RETURN_IF_ERROR(GetString(j, "notify_msg", false, &n.notify_msg));
+      {
+        std::lock_guard lock(notify_mu);
+        if (notifies.size() >= 65536) {
+          return Status::ResourceExhausted("notify queue full; the receiver is not draining it");
+        }
+        notifies.push_back(std::move(n));
+      }
+      return std::string(R"({"name":"","notify_msg":"success"})") + "\n";
+    }
+    case HandshakeType::kConnection:
+      // TCP needs no connection set-up: answer with an empty handshake description, as
+      // upstream's TCP-only engine does.
+      return std::string(
+          R"({"local_gid":"","local_lid":0,"local_nic_path":"","payload":"","peer_nic_path":"",)"
+          R"("qp_num":[],"reply_msg":""})") + "\n";
+  }
+  return Status::InvalidArgument("unknown handshake type");
+}
+
+Status TransferEngine::Impl::Register(const std::vector<RegionInfo>& regions) {
+  MC_RETURN_IF_ERROR(registry.AddBatch(regions));
+  (void)PublishLocalDesc();  // registration stands even if the store is down (logged)
+  return Status::OK();
+}
+
+Status TransferEngine::Impl::Unregister(void* addr) {
+  MC_RETURN_IF_ERROR(registry.Remove(reinterpret_cast<uint64_t>(addr),
+                                     options.slice_timeout_ms + 1000));
+  (void)PublishLocalDesc();
+  return Status::OK();
+}
+
+Result<HostPort> TransferEngine::Impl::ResolveRpc(const std::string& name) {
+  if (p2p) {
+    MC_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(name));
+    if (!hp.has_port) {
+      return Status::InvalidArgument("segment name '" + name +
+                                     "' has no port; under P2PHANDSHAKE a segment is named "
+                                     "<host>:<rpc port> as its engine logs it");
+    }
+    return hp;
+  }
+  MC_ASSIGN_OR_RETURN(std::string text,
+                      store->Get(RpcMetaKey(options.metadata_cluster_id, name)));
+  MC_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonBounded(text, "rpc_meta entry"));
+  HostPort hp;
+  uint64_t port = 0;
+  if (!j.is_object()) return Status::DataLoss("rpc_meta entry of '" + name + "' is not an object");
+  MC_RETURN_IF_ERROR(GetString(j, "ip_or_host_name", true, &hp.host));
+  MC_RETURN_IF_ERROR(GetUint(j, "rpc_port", 65535, &port));
+  hp.port = static_cast<uint16_t>(port);
+  hp.has_port = port != 0;
+  return hp;
+}
+
+Result<SegmentCache::DescPtr> TransferEngine::Impl::FetchDesc(const std::string& name) {
+  std::string text;
+  std::string host;
+  if (p2p) {
+    MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(name));
+    MC_ASSIGN_OR_RETURN(text, HandshakeCall(hp.host, hp.port, HandshakeType::kMetadata,
+                                            EncodeLocalDesc(), limits));
+    host = hp.host;
+  } else {
+    auto got = store->Get(SegmentKey(options.metadata_cluster_id, name));
+    if (!got.ok()) return got.status().WithContext("segment '" + name + "'");
+    text = std::move(got).value();
+  }
+  auto desc = DecodeSegmentDesc(text);
+  if (!desc.ok()) return desc.status().WithContext("descriptor of segment '" + name + "'");
+  auto out = std::make_shared<SegmentDesc>(std::move(desc).value());
+  if (!out->tcp_data_host.empty()) {
+    out->host = out->tcp_data_host;
+  } else if (!host.empty()) {
+    out->host = host;
+  } else {
+    auto rpc = ResolveRpc(name);  // upstream: the data host is the rpc_meta address
+    if (rpc.ok()) out->host = rpc->host;
+  }
+  return std::shared_ptr<const SegmentDesc>(std::move(out));
+}
+
+Result<SegmentID> TransferEngine::Impl::OpenSegment(const std::string& raw) {
+  if (!initialized.load()) return Status::FailedPrecondition("call Init first");
+  size_t start = raw.find_first_not_of('/');
+  if (start == std::string::npos) return Status::InvalidArgument("segment name is empty");
+  std::string name = raw.substr(start);
+  if (name == local_name) return LOCAL_SEGMENT_ID;
+  return segments.Open(name);
+}
+
+Transport* TransferEngine::Impl::PickTransport(const SegmentDesc& peer) {
+  Transport* pick = nullptr;
+  for (const auto& t : transports) {
+    if (t->CanReach(peer)) {
+      pick = t.get();
+      break;
+    }
+  }
+  std::lock_guard lock(chosen_mu);
+  auto& last = chosen[peer.name];
+  if (last != pick) {
+    LOG(INFO) << "segment " << peer.name << ": using transport "
+              << (pick ? pick->name() : "(none reaches it)");
+    last = pick;
+  }
+  return pick;
+}
+
+Status TransferEngine::Impl::SendNotifyTo(const std::string& segment_name,
+                                          const NotifyDesc& notify) {
+  MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name));
+  nlohmann::json j = {{"name", notify.name}, {"notify_msg", notify.notify_msg}};
+  MC_ASSIGN_OR_RETURN(std::string reply,
+                      HandshakeCall(hp.host, hp.port, HandshakeType::kNotify,
+                                    j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                                    limits));
+  auto r = ParseJsonBounded(reply, "notify reply");
+  std::string msg;
+  if (r.ok() && r->is_object()) (void)GetString(*r, "notify_msg", false, &msg);
+  if (msg.empty()) return Status::Unavailable("peer " + segment_name + " did not accept the notify");
+  return Status::OK();
+}
+
+Status TransferEngine::Impl::Probe(const std::string& segment_name) {
+  MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name));
+  return HandshakeCall(hp.host, hp.port, HandshakeType::kProbe, "{}\n", limits).status();
+}
+
+}  // namespace mooncake
