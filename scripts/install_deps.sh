@@ -3,7 +3,7 @@
 # Idempotent: packages already present are left alone. Needs root (or sudo).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
-      libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+      libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libgtest-dev libgmock-dev libssl-dev
       python3 python3-venv python3-pip
       # Upstream's CPU wheel (interop tests and side-by-side benchmarks) loads these.
       libibverbs1 libnuma1 libcurl4)

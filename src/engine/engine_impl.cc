@@ -62,6 +62,7 @@ TransferEngine::Impl::Impl(const EngineOptions& opts)
   limits.max_length = options.handshake_max_length;
   limits.connect_timeout_ms = options.handshake_connect_timeout_ms;
   limits.io_timeout_ms = options.handshake_io_timeout_ms;
+  limits.auth_secret = options.auth_secret;
 }
 
 TransferEngine::Impl::~Impl() { Shutdown(); }

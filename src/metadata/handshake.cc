@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/auth.h"
+
 namespace mooncake {
 
 const char* HandshakeTypeName(HandshakeType t) {
@@ -85,6 +87,9 @@ Result<std::string> HandshakeCall(const std::string& host, uint16_t port, Handsh
                       HostPort{host, port, true}.ToString();
   auto fd = ConnectTcp(host, port, limits.connect_timeout_ms);
   if (!fd.ok()) return fd.status().WithContext(where);
+  MC_RETURN_IF_ERROR(Authenticator(limits.auth_secret)
+                         .Answer(fd->get(), "handshake", limits.io_timeout_ms)
+                         .WithContext(where));
   std::string frame = EncodeHandshakeFrame(type, payload);
   MC_RETURN_IF_ERROR(
       WriteFull(fd->get(), frame.data(), frame.size(), limits.io_timeout_ms).WithContext(where));
@@ -169,6 +174,11 @@ void HandshakeServer::WorkerLoop() {
 }
 
 void HandshakeServer::Serve(int fd) {
+  Status auth = Authenticator(limits_.auth_secret).Challenge(fd, "handshake", limits_.io_timeout_ms);
+  if (!auth.ok()) {
+    LOG(WARNING) << "handshake: refused a connection: " << auth.ToString();
+    return;
+  }
   auto request = ReadHandshakeFrame(fd, limits_.max_length, limits_.io_timeout_ms);
   if (!request.ok()) {
     VLOG(1) << "handshake: dropping connection: " << request.status().ToString();

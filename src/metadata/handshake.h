@@ -54,6 +54,7 @@ struct HandshakeLimits {
   size_t max_length = 1 << 20;
   int connect_timeout_ms = 5000;
   int io_timeout_ms = 10000;
+  std::string auth_secret;  // non-empty: challenge/answer before any frame (common/auth.h)
 };
 
 // One request/reply exchange with the daemon at host:port. Returns the reply payload.

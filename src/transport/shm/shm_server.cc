@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/auth.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/shm/shm_wire.h"
 
@@ -145,6 +146,11 @@ void ShmServer::Serve(Conn* conn) {
   socklen_t clen = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return finish();
   const pid_t pid = cred.pid;
+  Status auth = Authenticator(options_.auth_secret).Challenge(fd, "shm", timeout);
+  if (!auth.ok()) {
+    LOG(WARNING) << "ShmServer: refused a connection from pid " << pid << ": " << auth.ToString();
+    return finish();
+  }
 
   HelloRequest hello;
   if (!ReadFull(fd, &hello, sizeof(hello), timeout).ok() || hello.magic != kMagic) {

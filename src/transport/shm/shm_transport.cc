@@ -11,11 +11,13 @@
 #include <cstring>
 #include <random>
 
+#include "common/auth.h"
 #include "transport/shm/shm_wire.h"
 
 namespace mooncake::shm {
 
-Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms) {
+Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
+                                 const std::string& auth_secret) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus("unix socket", errno);
   sockaddr_un addr{};
@@ -26,6 +28,7 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms) {
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     return ErrnoStatus("connect @" + path, errno);
   }
+  MC_RETURN_IF_ERROR(Authenticator(auth_secret).Answer(fd.get(), "shm", timeout_ms));
   // The target proves it may access our memory by reading this word.
   std::random_device rd;
   volatile uint64_t probe = (static_cast<uint64_t>(rd()) << 32) | rd() | 1;
@@ -88,7 +91,7 @@ void ShmStream::Fail(std::vector<Slice>& slices, TransferStatusEnum result,
 }
 
 Status ShmStream::Connect() {
-  auto fd = ConnectAndHello(path_, options_.tcp_connect_timeout_ms);
+  auto fd = ConnectAndHello(path_, options_.tcp_connect_timeout_ms, options_.auth_secret);
   if (!fd.ok()) return fd.status();
   fd_.store(fd->Release());
   return Status::OK();
@@ -210,7 +213,7 @@ bool ShmTransport::CanReach(const SegmentDesc& peer) {
     auto it = reachable_.find(peer.mc_shm_path);
     if (it != reachable_.end()) return it->second;
   }
-  auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms);
+  auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms, options_.auth_secret);
   if (!fd.ok()) {
     LOG(WARNING) << "same-host transport to " << peer.name << " unavailable ("
                  << fd.status().ToString() << "); using TCP";

@@ -84,7 +84,8 @@ class ShmStream {
 };
 
 // Connects, says hello and returns the socket; Unavailable/PermissionDenied with the reason.
-Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms);
+Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
+                                 const std::string& auth_secret);
 
 class ShmTransport : public Transport {
  public:

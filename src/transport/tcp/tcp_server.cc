@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/auth.h"
 #include "transport/tcp/tcp_wire.h"
 
 namespace mooncake::tcp {
@@ -323,7 +324,13 @@ void TcpServer::AcceptLoop() {
 }
 
 void TcpServer::ServeConnection(Conn* conn) {
-  Session(conn->fd, registry_, options_.slice_timeout_ms).Run();
+  Status auth = Authenticator(options_.auth_secret)
+                    .Challenge(conn->fd, "tcp-data", options_.handshake_io_timeout_ms);
+  if (auth.ok()) {
+    Session(conn->fd, registry_, options_.slice_timeout_ms).Run();
+  } else {
+    LOG(WARNING) << "TcpServer: refused a connection: " << auth.ToString();
+  }
   ::shutdown(conn->fd, SHUT_RDWR);
   conn->done.store(true);
 }

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/auth.h"
+
 namespace mooncake::tcp {
 namespace {
 
@@ -91,6 +93,9 @@ bool TcpStream::TakeIncoming() {
 Status TcpStream::Connect() {
   auto fd = ConnectTcp(host_, port_, options_.tcp_connect_timeout_ms);
   if (!fd.ok()) return fd.status();
+  MC_RETURN_IF_ERROR(Authenticator(options_.auth_secret)
+                         .Answer(fd->get(), "tcp-data", options_.handshake_io_timeout_ms)
+                         .WithContext(where_));
   fd_ = std::move(fd).value();
   SetNonBlocking(fd_.get(), true);
   // Socket buffers stay under kernel autotuning: fixed sizes measured slower on loopback.
