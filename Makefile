@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test unit pytest clean
+.PHONY: all deps build demo test unit pytest pytest-python clean
 
 all: build
 
@@ -26,9 +26,13 @@ unit: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
 pytest: build
-	MC_BUILD_DIR=$(abspath $(BUILD)) python3 -m pytest -q tests
+	MC_BUILD_DIR=$(abspath $(BUILD)) python3 -m pytest -q tests --ignore=tests/python
 
-test: unit pytest
+# The Python package: pip install . into build/py-venv, then tests/python.
+pytest-python:
+	JOBS=$(JOBS) scripts/python_test.sh
+
+test: unit pytest pytest-python
 
 clean:
 	rm -rf $(BUILD)

@@ -4,6 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libgtest-dev libgmock-dev libssl-dev
+      libcurl4-openssl-dev libhiredis-dev libcpp-httplib-dev
+      # Servers the metadata-store tests start on 127.0.0.1.
+      etcd-server redis-server
       python3 python3-venv python3-pip
       # Upstream's CPU wheel (interop tests and side-by-side benchmarks) loads these.
       libibverbs1 libnuma1 libcurl4)

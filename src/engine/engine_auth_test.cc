@@ -78,12 +78,10 @@ TEST(AuthTcpData, UnauthenticatedWriteNeverTouchesMemory) {
   ASSERT_TRUE(ReadFull(fd->get(), challenge, sizeof(challenge), 2000).ok());
   EXPECT_EQ(0, std::memcmp(challenge, "MCAUTHv1", 8));
   // A wrong MAC, then a valid-looking v2 WRITE of 0xFF bytes into the registered buffer.
-  std::vector<uint8_t> attack(32, 0);
-  uint8_t header[tcp::kHeaderSize];
+  std::vector<uint8_t> attack(32 + tcp::kHeaderSize + 4096, 0xFF);
+  std::memset(attack.data(), 0, 32);
   tcp::EncodeHeader({4096, reinterpret_cast<uint64_t>(remote.data()), tcp::kOpWrite, true},
-                    header);
-  attack.insert(attack.end(), header, header + sizeof(header));
-  attack.insert(attack.end(), 4096, 0xFF);
+                    attack.data() + 32);
   (void)WriteFull(fd->get(), attack.data(), attack.size(), 1000);
   char sink[64];
   Status closed = ReadFull(fd->get(), sink, 1, 3000);

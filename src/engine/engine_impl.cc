@@ -13,6 +13,7 @@
 
 #include "common/net.h"
 #include "metadata/json_util.h"
+#include "metadata/stores/store_env.h"
 
 namespace mooncake {
 namespace {
@@ -92,8 +93,7 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
   RaiseFileLimit();
   p2p = metadata == kP2PHandshake;
   if (!p2p) {
-    StoreOptions so;
-    auto s = CreateMetadataStore(metadata, so);
+    auto s = CreateMetadataStore(metadata, StoreOptionsFromEnvironment());
     if (!s.ok()) return s.status().WithContext("metadata store '" + metadata + "'");
     store = std::move(s).value();
   }

@@ -253,7 +253,11 @@ TEST(Engine, RegistrationErrors) {
 
 TEST(Engine, InitErrors) {
   TransferEngine e(FastOptions());
-  EXPECT_EQ(e.Init("etcd://127.0.0.1:2379", "127.0.0.1").code(), Status::Code::kUnimplemented);
+  // Nothing listens on port 1: the store is unreachable, and the message names it.
+  Status store = e.Init("etcd://127.0.0.1:1", "127.0.0.1");
+  EXPECT_EQ(store.code(), Status::Code::kUnavailable) << store.ToString();
+  EXPECT_NE(store.message().find("etcd://127.0.0.1:1"), std::string::npos) << store.ToString();
+  EXPECT_EQ(e.Init("zookeeper://127.0.0.1:1", "127.0.0.1").code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(e.Init("P2PHANDSHAKE", "127.0.0.1", "rdma").code(), Status::Code::kUnimplemented);
   EXPECT_EQ(e.Init("P2PHANDSHAKE", ":80").code(), Status::Code::kInvalidArgument);
   EXPECT_FALSE(e.initialized());

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds the C++ tests under a sanitizer and runs them.
+#   scripts/sanitize.sh address   # AddressSanitizer + UndefinedBehaviorSanitizer
+#   scripts/sanitize.sh thread    # ThreadSanitizer
+# The 1 GiB bench pair is skipped (sanitizers make it slow; it runs in the plain build).
+set -euo pipefail
+kind=${1:-address}
+cd "$(dirname "$0")/.."
+dir=build-${kind}san
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMC_SANITIZE="$kind" >/dev/null
+cmake --build "$dir" -j "$(nproc)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
+cd "$dir"
+ctest --output-on-failure -j 2 -E 'bench_pair|soak'
