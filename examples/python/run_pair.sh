@@ -7,6 +7,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
+case $python in */*) python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python") ;; esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/mc_pair.XXXXXX")
 recv_pid=""
 
