@@ -1,5 +1,6 @@
 // raw_baselines: the physical limits the engine is measured against, on this machine.
 //
+// Common flags: --span BYTES (working set per thread, default 64 MiB).
 //   raw_baselines memcpy  --block_size B --threads T --duration S
 //   raw_baselines tcp     --block_size B --threads T --duration S   (T loopback connections)
 //   raw_baselines pvm     --block_size B --threads T --duration S   (process_vm_writev into a
@@ -34,6 +35,7 @@ struct Args {
   size_t block = 1 << 20;
   int threads = 1;
   double duration = 3;
+  size_t span = 0;  // bytes each thread cycles through (0: 64 MiB)
 };
 
 uint8_t* Alloc(size_t n) {
@@ -74,8 +76,13 @@ void RunThreads(const Args& a, F body) {
   Report(a, b, secs, o);
 }
 
-// Working set per thread: large enough to leave the caches, like real KV blocks.
-size_t Span(size_t block) { return std::max<size_t>(block, 64 << 20) / block * block; }
+// Bytes each thread cycles through: --span (the harness passes the engine run's working set,
+// so that both see the same caches), else 64 MiB; at least one block.
+size_t g_span = 0;
+size_t Span(size_t block) {
+  size_t span = g_span ? g_span : (64 << 20);
+  return std::max(block, span) / block * block;
+}
 
 void Memcpy(const Args& a) {
   size_t span = Span(a.block);
@@ -197,8 +204,10 @@ int main(int argc, char** argv) {
     if (k == "--block_size") a.block = std::strtoull(argv[i + 1], nullptr, 0);
     if (k == "--threads") a.threads = std::atoi(argv[i + 1]);
     if (k == "--duration") a.duration = std::atof(argv[i + 1]);
+    if (k == "--span") a.span = std::strtoull(argv[i + 1], nullptr, 0);
   }
   if (a.block == 0 || a.threads <= 0) return 2;
+  g_span = a.span;
   if (a.mode == "memcpy") {
     Memcpy(a);
   } else if (a.mode == "tcp") {

@@ -95,7 +95,8 @@ class Target:
         os.unlink(self.log.name)
 
 
-def run_engine(binary, segment, op, block, threads, duration, ours, env, protocol="tcp"):
+def run_engine(binary, segment, op, block, threads, duration, ours, env, protocol="tcp",
+               shared=False):
     batch = BATCH[block]
     buffer = max(block * batch * threads, 64 * MIB)
     args = [binary, "--mode=initiator", "--metadata_server=P2PHANDSHAKE",
@@ -104,6 +105,8 @@ def run_engine(binary, segment, op, block, threads, duration, ours, env, protoco
             f"--duration={duration}", f"--buffer_size={buffer}"]
     if ours:
         args += ["--json", f"--protocol={protocol}"]
+        if shared:
+            args.append("--shared_buffer")
     else:
         args.append("--protocol=tcp")
     proc = subprocess.run(args, capture_output=True, text=True, timeout=duration + 120, env=env)
@@ -125,8 +128,11 @@ def run_engine(binary, segment, op, block, threads, duration, ours, env, protoco
 
 
 def run_baseline(binary, kind, block, threads, duration):
+    # The same working set per thread as the engine runs (a batch of blocks), same caches.
+    span = block * BATCH[block]
     proc = subprocess.run([binary, kind, "--block_size", str(block), "--threads", str(threads),
-                           "--duration", str(duration)], capture_output=True, text=True,
+                           "--duration", str(duration), "--span", str(span)],
+                          capture_output=True, text=True,
                           timeout=duration + 60)
     if proc.returncode != 0:
         raise RuntimeError(f"baseline {kind}: {proc.stderr[-500:]}")
@@ -197,8 +203,8 @@ def plot(results, path):
     except ImportError:
         log("matplotlib missing: no plot (pip install matplotlib)")
         return False
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharey="row")
-    for row, transport in enumerate(("tcp", "shm")):
+    fig, axes = plt.subplots(3, 2, figsize=(12, 11), sharey="row")
+    for row, transport in enumerate(("tcp", "shm", "shm+shared")):
         for col, threads in enumerate((1, 2)):
             ax = axes[row][col]
             sel = [r for r in results if r["transport"] == transport and r["threads"] == threads]
@@ -220,7 +226,7 @@ def plot(results, path):
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
         axes[row][0].set_ylabel("GB/s")
-    for ax in axes[1]:
+    for ax in axes[2]:
         ax.set_xlabel("block size")
     fig.suptitle("Engine vs raw baselines (and upstream over TCP), one machine, one run")
     fig.tight_layout()
@@ -234,12 +240,12 @@ def main():
     ap.add_argument("--build", default=str(REPO / "build"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--runs", type=int, help="runs per figure (default 3 quick, 5 full)")
-    ap.add_argument("--duration", type=float, help="seconds per run (default 1 quick, 3 full)")
+    ap.add_argument("--duration", type=float, help="seconds per run (default 0.3 quick, 3 full)")
     ap.add_argument("--no-upstream", action="store_true")
     args = ap.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     up_runs = 1 if args.quick and not args.runs else runs
-    duration = args.duration or (0.5 if args.quick else 3)
+    duration = args.duration or (0.3 if args.quick else 3)
     engine_dur = duration
     build = pathlib.Path(args.build)
     ours_bin = build / "tools" / "transfer_engine_bench"
@@ -258,11 +264,7 @@ def main():
         up_t = Target(up_bin, env, ours=False) if up_bin else None
         try:
             for block in BLOCKS:
-                if block >= MIB:  # memcpy: the ceiling of any one-copy path
-                    baselines[("memcpy", block, threads)] = summarize(
-                        [run_baseline(str(raw_bin), "memcpy", block, threads, duration / 2)
-                         for _ in range(runs)])
-                for transport, kind in (("tcp", "tcp"), ("shm", "pvm")):
+                for transport, kind in (("tcp", "tcp"), ("shm", "pvm"), ("shm+shared", "memcpy")):
                     if (kind, block, threads) not in baselines:
                         baselines[(kind, block, threads)] = summarize(
                             [run_baseline(str(raw_bin), kind, block, threads, duration / 2)
@@ -273,7 +275,9 @@ def main():
                                "baseline": baselines[(kind, block, threads)]}
                         row["engine"] = summarize([
                             run_engine(str(ours_bin), ours_t.segment, op, block, threads,
-                                       duration, True, env, transport) for _ in range(runs)])
+                                       duration, True, env, transport.split("+")[0],
+                                       shared=transport.endswith("+shared"))
+                            for _ in range(runs)])
                         if up_t and transport == "tcp":
                             try:
                                 row["upstream"] = summarize([
@@ -299,7 +303,10 @@ def main():
               f" ({runs} runs per figure ({up_runs} for upstream), {engine_dur} s engine runs, {duration / 2:g} s baseline"
               f" runs; took {elapsed:.0f} s). 127.0.0.1, P2PHANDSHAKE; T threads use T streams; tcp rows "
               f"compare with a raw TCP loopback stream of T connections, shm rows with raw "
-              f"process_vm_writev on T threads; "
+              f"process_vm_writev on T threads, shm+shared rows (initiator memory from "
+              f"AllocateSharedMemory, mapped by the target) with memcpy on T threads; baselines "
+              f"cycle through the same working set as the engine (one batch of blocks per "
+              f"thread); "
               f"batch sizes {', '.join(f'{human(b)}: {n}' for b, n in BATCH.items())}.\n")
     md = (header + "\n## Engine vs raw baselines and upstream\n\n" + table(results, bool(up_bin)) +
           "\n\n## Raw baselines\n\n" + baseline_table(baselines) + "\n")

@@ -323,6 +323,30 @@ TEST_P(MultiProcess, UnregisterDuringTrafficEndsEveryRequest) {
   EXPECT_EQ(target_.proc->Command("CHECK 0 0 0"), "OK") << "target still alive";
 }
 
+TEST_P(MultiProcess, SharedMemoryBuffersReallocatedAtTheSameAddress) {
+  // Shared (memfd) buffers are mapped by a same-host target; freeing one and allocating
+  // another must never leave the target writing through a stale mapping.
+  for (int round = 0; round < 4; ++round) {
+    auto mem = engine_->AllocateSharedMemory(1 << 20);
+    ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+    auto* buf = static_cast<uint8_t*>(*mem);
+    uint64_t seed = 60 + round;
+    for (size_t i = 0; i < (1 << 20); ++i) buf[i] = Pattern(i, seed);
+    ASSERT_TRUE(engine_->TransferSync({{TransferRequest::WRITE, buf, seg_, target_.addr, 1 << 20}})
+                    .ok());
+    EXPECT_EQ(Check(0, 1 << 20, seed), "OK") << "round " << round;
+    ASSERT_EQ(target_.proc->Command("FILL 0 1048576 " + std::to_string(seed + 100)), "OK");
+    std::memset(buf, 0, 1 << 20);
+    ASSERT_TRUE(engine_->TransferSync({{TransferRequest::READ, buf, seg_, target_.addr, 1 << 20}})
+                    .ok());
+    for (size_t i = 0; i < (1 << 20); ++i) {
+      ASSERT_EQ(buf[i], Pattern(i, seed + 100)) << "round " << round << " byte " << i;
+    }
+    ASSERT_TRUE(engine_->FreeSharedMemory(buf).ok());
+  }
+  EXPECT_FALSE(engine_->FreeSharedMemory(local_.data()).ok()) << "not shared memory";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, MultiProcess, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return info.param; });
 

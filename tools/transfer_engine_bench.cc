@@ -43,6 +43,9 @@ DEFINE_int32(report_precision, 2, "decimals in the result line");
 DEFINE_bool(verify, false, "initiator: write the whole buffer, read it back, compare every byte");
 DEFINE_bool(json, false, "initiator: also print one JSON result line");
 DEFINE_int32(timeout_ms, 60000, "initiator: longest wait for one batch");
+DEFINE_bool(shared_buffer, false,
+            "initiator: allocate the local buffer with AllocateSharedMemory (memfd): a same-host "
+            "target then copies with memcpy instead of process_vm_readv/writev");
 
 namespace {
 
@@ -197,8 +200,16 @@ int RunInitiator(TransferEngine& engine) {
     Die("target buffer is " + std::to_string(remote_len) + " bytes; --buffer_size asks " +
         std::to_string(FLAGS_buffer_size));
   }
-  uint8_t* local = AllocBuffer(FLAGS_buffer_size);
-  Check(engine.RegisterLocalMemory(local, FLAGS_buffer_size, "cpu:0"), "register");
+  uint8_t* local = nullptr;
+  if (FLAGS_shared_buffer) {
+    auto shared = engine.AllocateSharedMemory(FLAGS_buffer_size);
+    Check(shared.status(), "allocate shared memory");
+    local = static_cast<uint8_t*>(*shared);
+    std::memset(local, 0, FLAGS_buffer_size);
+  } else {
+    local = AllocBuffer(FLAGS_buffer_size);
+    Check(engine.RegisterLocalMemory(local, FLAGS_buffer_size, "cpu:0"), "register");
+  }
   double unit = UnitBytes(FLAGS_report_unit);
 
   if (FLAGS_verify) {

@@ -84,6 +84,12 @@ class TransferEngine {
   // Unregisters each; returns the first error, after trying all.
   Status UnregisterLocalMemoryBatch(const std::vector<void*>& addrs);
 
+  // Allocates `length` bytes of shareable memory (memfd-backed, page aligned, zeroed) and
+  // registers it. Same-host peers map it and copy with memcpy instead of
+  // process_vm_readv/writev. Free it with FreeSharedMemory (which unregisters it first).
+  Result<void*> AllocateSharedMemory(size_t length, const std::string& location = "cpu:0");
+  Status FreeSharedMemory(void* addr);
+
   // Resolves a segment by name (leading '/' stripped): a cached id, or a fresh handshake.
   // Our own name gives LOCAL_SEGMENT_ID. Errors: InvalidArgument (empty/malformed name),
   // Unavailable (peer unreachable), DataLoss (malformed descriptor).

@@ -7,7 +7,11 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <nlohmann/json.hpp>
 
@@ -66,7 +70,14 @@ TransferEngine::Impl::Impl(const EngineOptions& opts)
   limits.auth_secret = options.auth_secret;
 }
 
-TransferEngine::Impl::~Impl() { Shutdown(); }
+TransferEngine::Impl::~Impl() {
+  Shutdown();
+  std::lock_guard lock(shared_mu);
+  for (auto& [addr, entry] : shared) {
+    ::munmap(reinterpret_cast<void*>(addr), entry.second);
+    ::close(entry.first);
+  }
+}
 
 void TransferEngine::Impl::Shutdown() {
   if (handshake) handshake->Stop();
@@ -253,6 +264,52 @@ Status TransferEngine::Impl::Unregister(void* addr) {
   MC_RETURN_IF_ERROR(registry.Remove(reinterpret_cast<uint64_t>(addr),
                                      options.slice_timeout_ms + 1000));
   (void)PublishLocalDesc();
+  return Status::OK();
+}
+
+Result<void*> TransferEngine::Impl::AllocateShared(size_t length, const std::string& location) {
+  if (length == 0) return Status::InvalidArgument("length is 0");
+  int fd = ::memfd_create("mooncake-shared", MFD_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("memfd_create", errno);
+  if (::ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    Status s = ErrnoStatus("ftruncate memfd to " + std::to_string(length), errno);
+    ::close(fd);
+    return s;
+  }
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    Status s = ErrnoStatus("mmap shared memory of " + std::to_string(length), errno);
+    ::close(fd);
+    return s;
+  }
+  Status s = Register({RegionInfo{reinterpret_cast<uint64_t>(p), length, location, true, fd}});
+  if (!s.ok()) {
+    ::munmap(p, length);
+    ::close(fd);
+    return s;
+  }
+  std::lock_guard lock(shared_mu);
+  shared[reinterpret_cast<uint64_t>(p)] = {fd, length};
+  return p;
+}
+
+Status TransferEngine::Impl::FreeShared(void* addr) {
+  std::pair<int, size_t> entry;
+  {
+    std::lock_guard lock(shared_mu);
+    auto it = shared.find(reinterpret_cast<uint64_t>(addr));
+    if (it == shared.end()) {
+      return Status::NotFound("not memory from AllocateSharedMemory");
+    }
+    entry = it->second;
+  }
+  MC_RETURN_IF_ERROR(Unregister(addr));
+  {
+    std::lock_guard lock(shared_mu);
+    shared.erase(reinterpret_cast<uint64_t>(addr));
+  }
+  ::munmap(addr, entry.second);
+  ::close(entry.first);
   return Status::OK();
 }
 

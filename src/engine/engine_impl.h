@@ -37,6 +37,8 @@ class TransferEngine::Impl {
   Status Unregister(void* addr);
   std::string EncodeLocalDesc();
   Status PublishLocalDesc();
+  Result<void*> AllocateShared(size_t length, const std::string& location);
+  Status FreeShared(void* addr);
 
   // Segments. ResolveRpc: the handshake address of a segment (P2P: its name; store mode: its
   // rpc_meta entry).
@@ -76,6 +78,9 @@ class TransferEngine::Impl {
 
   std::mutex desc_mu;
   SegmentDesc local_desc;  // GUARDED_BY(desc_mu); buffers filled at encode time
+
+  std::mutex shared_mu;
+  std::map<uint64_t, std::pair<int, size_t>> shared;  // addr -> (memfd, length); GUARDED_BY
 
   std::mutex chosen_mu;
   std::map<std::string, Transport*> chosen;  // last transport logged per segment

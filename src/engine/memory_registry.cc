@@ -76,8 +76,10 @@ Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
     region->location = r.location;
     region->remote_accessible = r.remote_accessible;
     region->sequence = next_sequence_++;
+    region->shared_fd = r.shared_fd;
     InsertLocked(std::move(region));
   }
+  version_.fetch_add(1, std::memory_order_acq_rel);
   return Status::OK();
 }
 
@@ -111,6 +113,7 @@ Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
   }
   long i = FindLocked(addr);  // the table may have shifted while we waited
   regions_.erase(regions_.begin() + i);
+  version_.fetch_add(1, std::memory_order_acq_rel);
   return Status::OK();
 }
 
@@ -145,7 +148,7 @@ std::vector<RegionInfo> MemoryRegistry::List() const {
   std::vector<RegionInfo> out;
   out.reserve(order.size());
   for (const MemoryRegion* r : order) {
-    out.push_back({r->begin, r->length, r->location, r->remote_accessible});
+    out.push_back({r->begin, r->length, r->location, r->remote_accessible, r->shared_fd});
   }
   return out;
 }

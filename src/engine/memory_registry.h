@@ -25,6 +25,7 @@ struct MemoryRegion {
   uint64_t length = 0;
   std::string location;        // "cpu:0", "cuda:1", "*"...
   bool remote_accessible = true;
+  int shared_fd = -1;     // memfd backing the range (AllocateSharedMemory), else -1
   uint64_t sequence = 0;  // registration order
   bool removing = false;  // being unregistered: Pin skips it, Add still sees it; GUARDED_BY(mu_)
   std::atomic<int64_t> users{0};
@@ -36,6 +37,7 @@ struct RegionInfo {
   uint64_t length;
   std::string location;
   bool remote_accessible;
+  int shared_fd = -1;  // memfd mapping the whole range at offset 0, or -1
 };
 
 class MemoryRegistry {
@@ -72,6 +74,8 @@ class MemoryRegistry {
   // In registration order (upstream lists descriptor buffers so; buffers[0] is the first).
   std::vector<RegionInfo> List() const;
   size_t size() const;
+  // Bumped by every Add and every completed Remove.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:
   // Index of the first region with begin > addr, minus one; -1 if none. REQUIRES: mu_ held.
@@ -82,6 +86,7 @@ class MemoryRegistry {
   mutable std::shared_mutex mu_;
   std::vector<std::unique_ptr<MemoryRegion>> regions_;  // sorted by begin; GUARDED_BY(mu_)
   uint64_t next_sequence_ = 0;                           // GUARDED_BY(mu_)
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace mooncake

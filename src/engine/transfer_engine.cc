@@ -70,6 +70,12 @@ Status TransferEngine::UnregisterLocalMemoryBatch(const std::vector<void*>& addr
   return first;
 }
 
+Result<void*> TransferEngine::AllocateSharedMemory(size_t length, const std::string& location) {
+  return impl_->AllocateShared(length, location);
+}
+
+Status TransferEngine::FreeSharedMemory(void* addr) { return impl_->FreeShared(addr); }
+
 Result<SegmentID> TransferEngine::OpenSegment(const std::string& name) {
   return impl_->OpenSegment(name);
 }

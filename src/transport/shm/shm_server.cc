@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -47,6 +48,92 @@ bool CopyRun(pid_t pid, uint32_t op, const std::vector<const Item*>& run) {
                   ? ::process_vm_readv(pid, mine.data(), run.size(), theirs.data(), run.size(), 0)
                   : ::process_vm_writev(pid, mine.data(), run.size(), theirs.data(), run.size(), 0);
   return n >= 0 && static_cast<size_t>(n) == total;
+}
+
+// One of the initiator's shareable ranges, mapped here.
+struct Mapped {
+  uint64_t addr;
+  uint64_t length;
+  uint8_t* ptr;
+};
+
+void UnmapAll(std::vector<Mapped>* maps) {
+  for (const Mapped& m : *maps) ::munmap(m.ptr, m.length);
+  maps->clear();
+}
+
+// Reads exactly `len` bytes, collecting file descriptors passed with SCM_RIGHTS. Waits
+// without a deadline for the first byte when `idle`, else up to `timeout_ms`.
+Status RecvWithFds(int fd, void* buf, size_t len, std::vector<int>* fds, bool idle,
+                   int timeout_ms) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t got = 0;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
+  while (got < len) {
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, idle && got == 0 ? -1 : timeout_ms);
+    if (r == 0) return Status::DeadlineExceeded("no message from the initiator");
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("poll", errno);
+    }
+    iovec iov{p + got, len - got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n == 0) return Status::Unavailable("connection closed by the initiator");
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoStatus("recvmsg", errno);
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
+        fds->insert(fds->end(), in, in + count);
+      }
+    }
+    got += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+// Replaces `maps` with the ranges announced in a Map message; takes ownership of `fds`.
+Status MapRanges(int fd, uint32_t count, std::vector<int>& fds, std::vector<Mapped>* maps,
+                 int timeout_ms) {
+  std::vector<SharedRange> ranges(count);
+  Status s = count ? ReadFull(fd, ranges.data(), count * sizeof(SharedRange), timeout_ms)
+                   : Status::OK();
+  if (s.ok() && fds.size() != count) {
+    s = Status::DataLoss("map message announces " + std::to_string(count) + " ranges but carries " +
+                         std::to_string(fds.size()) + " descriptors");
+  }
+  UnmapAll(maps);
+  for (uint32_t i = 0; s.ok() && i < count; ++i) {
+    void* p = ::mmap(nullptr, ranges[i].length, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+    if (p == MAP_FAILED) {
+      s = ErrnoStatus("mmap of the initiator's shared memory", errno);
+      break;
+    }
+    maps->push_back({ranges[i].addr, ranges[i].length, static_cast<uint8_t*>(p)});
+  }
+  for (int f : fds) ::close(f);
+  fds.clear();
+  if (!s.ok()) UnmapAll(maps);
+  return s;
+}
+
+// The local pointer for the initiator's [addr, addr+len), when it lies in a mapped range.
+uint8_t* Translate(const std::vector<Mapped>& maps, uint64_t addr, uint64_t len) {
+  for (const Mapped& m : maps) {
+    if (addr >= m.addr && len <= m.length && addr - m.addr <= m.length - len) {
+      return m.ptr + (addr - m.addr);
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -169,9 +256,23 @@ void ShmServer::Serve(Conn* conn) {
   std::vector<uint32_t> statuses;
   std::vector<MemoryRegion*> pins;
   std::vector<const Item*> run;
+  std::vector<int> fds;
+  std::vector<Mapped> maps;
   for (;;) {
     RequestHeader h;
-    if (!ReadFull(fd, &h, sizeof(h), -1).ok()) break;  // idle: no deadline
+    for (int f : fds) ::close(f);
+    fds.clear();
+    if (!RecvWithFds(fd, &h, sizeof(h), &fds, /*idle=*/true, timeout).ok()) break;
+    if (h.magic == kMapMagic && h.count <= kMaxSharedRanges) {
+      Status m = MapRanges(fd, h.count, fds, &maps, timeout);
+      if (!m.ok()) LOG(WARNING) << "ShmServer: pid " << pid << ": " << m.ToString();
+      ReplyHeader rh;
+      rh.magic = kMapMagic;
+      rh.count = static_cast<uint32_t>(maps.size());
+      rh.seq = h.seq;
+      if (!WriteFull(fd, &rh, sizeof(rh), timeout).ok()) break;
+      continue;
+    }
     if (h.magic != kMagic || h.count == 0 || h.count > kMaxItems) {
       LOG(WARNING) << "ShmServer: malformed request from pid " << pid << "; closing";
       break;
@@ -186,15 +287,30 @@ void ShmServer::Serve(Conn* conn) {
                            : nullptr;
       if (pins[i] == nullptr) statuses[i] = kRejected;
     }
-    // Copy runs of consecutive accepted items with the same op, one syscall per run.
+    // Items in the initiator's shared memory: a plain memcpy through our mapping.
+    std::vector<bool> copied(h.count, false);
+    for (uint32_t i = 0; i < h.count && !maps.empty(); ++i) {
+      if (statuses[i] != kOk) continue;
+      const Item& it = items[i];
+      uint8_t* theirs = Translate(maps, it.initiator_addr, it.length);
+      if (theirs == nullptr) continue;
+      auto* mine = reinterpret_cast<uint8_t*>(it.target_addr);
+      if (it.op == TransferRequest::WRITE) {
+        std::memcpy(mine, theirs, it.length);
+      } else {
+        std::memcpy(theirs, mine, it.length);
+      }
+      copied[i] = true;
+    }
+    // The rest: runs of consecutive items with the same op, one syscall per run.
     for (uint32_t i = 0; i < h.count;) {
-      if (statuses[i] != kOk) {
+      if (statuses[i] != kOk || copied[i]) {
         ++i;
         continue;
       }
       run.clear();
       uint32_t j = i;
-      for (; j < h.count && statuses[j] == kOk && items[j].op == items[i].op; ++j) {
+      for (; j < h.count && statuses[j] == kOk && !copied[j] && items[j].op == items[i].op; ++j) {
         run.push_back(&items[j]);
       }
       if (!CopyRun(pid, items[i].op, run)) {
@@ -218,6 +334,8 @@ void ShmServer::Serve(Conn* conn) {
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0 || static_cast<size_t>(n) != want) break;  // replies are tiny: one send
   }
+  for (int f : fds) ::close(f);
+  UnmapAll(&maps);
   finish();
 }
 

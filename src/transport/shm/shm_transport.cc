@@ -47,9 +47,12 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
   return fd;
 }
 
-ShmStream::ShmStream(std::string path, const EngineOptions& options,
+ShmStream::ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
                      std::function<void()> on_failure)
-    : path_(std::move(path)), options_(options), on_failure_(std::move(on_failure)) {
+    : path_(std::move(path)),
+      options_(options),
+      on_failure_(std::move(on_failure)),
+      registry_(registry) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -94,6 +97,59 @@ Status ShmStream::Connect() {
   auto fd = ConnectAndHello(path_, options_.tcp_connect_timeout_ms, options_.auth_secret);
   if (!fd.ok()) return fd.status();
   fd_.store(fd->Release());
+  announced_version_ = UINT64_MAX;  // a new connection knows nothing yet
+  return Status::OK();
+}
+
+Status ShmStream::SyncSharedRanges(int fd) {
+  uint64_t version = registry_->version();
+  if (version == announced_version_) return Status::OK();
+  std::vector<SharedRange> ranges;
+  std::vector<int> fds;
+  for (const RegionInfo& r : registry_->List()) {
+    if (r.shared_fd < 0 || ranges.size() == kMaxSharedRanges) continue;
+    ranges.push_back({r.addr, r.length});
+    fds.push_back(r.shared_fd);
+  }
+  if (ranges.empty() && announced_version_ == UINT64_MAX) {
+    announced_version_ = version;  // nothing shared, nothing mapped there yet
+    return Status::OK();
+  }
+  RequestHeader h;
+  h.magic = kMapMagic;
+  h.count = static_cast<uint32_t>(ranges.size());
+  h.seq = ++seq_;
+  iovec iov[2] = {{&h, sizeof(h)}, {ranges.data(), ranges.size() * sizeof(SharedRange)}};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSharedRanges)];
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = ranges.empty() ? 1 : 2;
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  size_t want = sizeof(h) + ranges.size() * sizeof(SharedRange);
+  ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  if (n < 0) return ErrnoStatus("send shared ranges", errno);
+  if (static_cast<size_t>(n) < want) {
+    const char* rest = reinterpret_cast<const char*>(ranges.data()) + (n - sizeof(h));
+    MC_RETURN_IF_ERROR(WriteFull(fd, rest, want - n, options_.slice_timeout_ms));
+  }
+  ReplyHeader rh;
+  MC_RETURN_IF_ERROR(ReadFull(fd, &rh, sizeof(rh), options_.slice_timeout_ms));
+  if (rh.magic != kMapMagic || rh.seq != h.seq) {
+    return Status::DataLoss("malformed reply to the shared-range announcement");
+  }
+  if (rh.count != h.count) {
+    LOG(WARNING) << "ShmTransport @" << path_ << ": the target mapped " << rh.count << " of "
+                 << h.count << " shared ranges; the rest go through process_vm_readv/writev";
+  }
+  announced_version_ = version;
   return Status::OK();
 }
 
@@ -120,6 +176,14 @@ void ShmStream::Run() {
       }
     }
     const int fd = fd_.load();
+    Status synced = SyncSharedRanges(fd);
+    if (!synced.ok()) {
+      LOG(WARNING) << "ShmTransport @" << path_ << ": " << synced.ToString();
+      ::close(fd_.exchange(-1));
+      Fail(batch, FAILED, "same-host peer: " + synced.ToString());
+      if (on_failure_) on_failure_();
+      continue;
+    }
     items.resize(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       items[i] = {batch[i].local, batch[i].remote, batch[i].length,
@@ -178,6 +242,7 @@ ShmTransport::~ShmTransport() { Stop(); }
 Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
   options_ = ctx.options;
   on_peer_failure_ = ctx.on_peer_failure;
+  registry_ = ctx.registry;
   if (!options_.enable_shm) return Status::Unimplemented("disabled by MC_DISABLE_SHM");
   // Let same-host peers read and write our registered memory where Yama restricts ptrace.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -242,7 +307,7 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
         std::function<void()> on_failure;
         if (on_peer_failure_) on_failure = [cb = on_peer_failure_, n = desc->name] { cb(n); };
         slot->streams.push_back(
-            std::make_unique<ShmStream>(desc->mc_shm_path, options_, on_failure));
+            std::make_unique<ShmStream>(desc->mc_shm_path, options_, registry_, on_failure));
       }
     }
     peer = slot;

@@ -59,7 +59,9 @@ class ShmServer {
 // One initiator connection to a target, driven by its own thread; one request in flight.
 class ShmStream {
  public:
-  ShmStream(std::string path, const EngineOptions& options, std::function<void()> on_failure);
+  // `registry` (outlives the stream): its shareable ranges are announced to the target.
+  ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
+            std::function<void()> on_failure);
   ~ShmStream();
   void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
@@ -68,11 +70,15 @@ class ShmStream {
  private:
   void Run();
   Status Connect();
+  // Announces our shareable ranges when the registry changed since the last announcement.
+  Status SyncSharedRanges(int fd);
   void Fail(std::vector<Slice>& slices, TransferStatusEnum result, const std::string& why);
 
   const std::string path_;
   const EngineOptions options_;
   const std::function<void()> on_failure_;
+  MemoryRegistry* const registry_;
+  uint64_t announced_version_ = UINT64_MAX;  // thread-owned
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Slice> queue_;  // GUARDED_BY(mu_)
@@ -108,6 +114,7 @@ class ShmTransport : public Transport {
   EngineOptions options_;
   std::function<void(const std::string&)> on_peer_failure_;
   std::string host_id_;
+  MemoryRegistry* registry_ = nullptr;
   std::unique_ptr<ShmServer> server_;
   std::shared_mutex mu_;
   std::map<std::string, bool> reachable_;               // by socket path; GUARDED_BY(mu_)

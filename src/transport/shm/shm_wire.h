@@ -3,8 +3,13 @@
 //
 // Hello (initiator -> target): HelloRequest. Reply: HelloReply; status kOk means the target
 // could read the initiator's probe word with process_vm_readv, i.e. it may copy for it.
-// Then any number of requests, answered in order:
+// Then any number of messages, answered in order:
 //   Request: RequestHeader + count x Item;  Reply: ReplyHeader + count x uint32 status.
+//   Map (magic kMapMagic): RequestHeader + count x SharedRange, with `count` memfds attached
+//     (SCM_RIGHTS): the initiator's shareable memory. The target maps them and from then on
+//     copies to/from those ranges with memcpy; the set replaces the previous one. The
+//     initiator sends it before the first request after its registrations changed.
+//     Reply: ReplyHeader with count = number of ranges mapped.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +18,14 @@ namespace mooncake::shm {
 
 constexpr uint32_t kMagic = 0x4853434D;  // "MCSH"
 constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMapMagic = 0x504D434D;  // "MCMP"
 constexpr uint32_t kMaxItems = 1024;
+constexpr uint32_t kMaxSharedRanges = 250;  // fds in one SCM_RIGHTS message (kernel: 253)
+
+struct SharedRange {
+  uint64_t addr;    // where the range starts in the initiator
+  uint64_t length;  // the memfd maps it whole, from offset 0
+};
 
 enum ItemStatus : uint32_t {
   kOk = 0,
