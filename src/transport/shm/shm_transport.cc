@@ -153,79 +153,119 @@ Status ShmStream::SyncSharedRanges(int fd) {
   return Status::OK();
 }
 
+Status ShmStream::SendRequest(int fd, const std::vector<Slice>& batch, uint64_t seq) {
+  thread_local std::vector<Item> items;
+  items.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    items[i] = {batch[i].local, batch[i].remote, batch[i].length,
+                static_cast<uint32_t>(batch[i].opcode), 0};
+  }
+  RequestHeader h;
+  h.count = static_cast<uint32_t>(batch.size());
+  h.seq = seq;
+  MC_RETURN_IF_ERROR(WriteFull(fd, &h, sizeof(h), options_.slice_timeout_ms));
+  return WriteFull(fd, items.data(), items.size() * sizeof(Item), options_.slice_timeout_ms);
+}
+
+Status ShmStream::ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq) {
+  thread_local std::vector<uint32_t> statuses;
+  ReplyHeader rh;
+  MC_RETURN_IF_ERROR(ReadFull(fd, &rh, sizeof(rh), options_.slice_timeout_ms));
+  if (rh.magic != kMagic || rh.seq != seq || rh.count != batch.size()) {
+    return Status::DataLoss("malformed reply from the same-host target");
+  }
+  statuses.resize(batch.size());
+  MC_RETURN_IF_ERROR(ReadFull(fd, statuses.data(), statuses.size() * sizeof(uint32_t),
+                              options_.slice_timeout_ms));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Slice& sl = batch[i];
+    queued_bytes_.fetch_sub(sl.length, std::memory_order_relaxed);
+    if (statuses[i] == kOk) {
+      sl.task->OnSliceDone(COMPLETED, sl.length);
+    } else {
+      const char* why = statuses[i] == kRejected
+                            ? "the target rejected the range: not within memory it registered "
+                              "for remote access"
+                            : "the target's process_vm_readv/writev failed (bad local address?)";
+      sl.task->OnSliceDone(FAILED, 0, why);
+    }
+  }
+  batch.clear();
+  return Status::OK();
+}
+
 void ShmStream::Run() {
-  std::vector<Slice> batch;
-  std::vector<Item> items;
-  std::vector<uint32_t> statuses;
+  // Up to kPipeline requests in flight, so the target finds the next one waiting when it
+  // finishes a copy.
+  constexpr size_t kPipeline = 2;
+  struct InFlight {
+    std::vector<Slice> batch;
+    uint64_t seq;
+  };
+  std::deque<InFlight> inflight;
+  auto broken = [&](const Status& s, std::vector<Slice>* also) {
+    LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
+    int fd = fd_.exchange(-1);
+    if (fd >= 0) ::close(fd);
+    TransferStatusEnum result = s.IsDeadlineExceeded() ? TIMEOUT : FAILED;
+    for (auto& f : inflight) Fail(f.batch, result, "same-host peer: " + s.ToString());
+    inflight.clear();
+    if (also) Fail(*also, result, "same-host peer: " + s.ToString());
+    if (on_failure_) on_failure_();
+  };
   for (;;) {
+    std::vector<Slice> batch;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (inflight.empty()) cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (stopping_) break;
-      size_t n = std::min<size_t>(queue_.size(), kMaxItems);
-      batch.assign(queue_.begin(), queue_.begin() + n);
-      queue_.erase(queue_.begin(), queue_.begin() + n);
+      if (inflight.size() < kPipeline && !queue_.empty()) {
+        size_t n = std::min<size_t>(queue_.size(), kMaxItems);
+        batch.assign(queue_.begin(), queue_.begin() + n);
+        queue_.erase(queue_.begin(), queue_.begin() + n);
+      }
     }
-    if (fd_.load() < 0) {
-      Status s = Connect();
+    if (!batch.empty()) {
+      if (fd_.load() < 0) {  // inflight is empty whenever the connection is down
+        Status s = Connect();
+        if (!s.ok()) {
+          broken(s, &batch);
+          continue;
+        }
+      }
+      const int fd = fd_.load();
+      if (registry_->version() != announced_version_) {
+        // Announce shared ranges with nothing in flight, so replies stay in order.
+        Status s;
+        while (s.ok() && !inflight.empty()) {
+          s = ReceiveReply(fd, inflight.front().batch, inflight.front().seq);
+          if (s.ok()) inflight.pop_front();
+        }
+        if (s.ok()) s = SyncSharedRanges(fd);
+        if (!s.ok()) {
+          broken(s, &batch);
+          continue;
+        }
+      }
+      uint64_t seq = ++seq_;
+      Status s = SendRequest(fd, batch, seq);
       if (!s.ok()) {
-        LOG(WARNING) << "ShmTransport: " << s.ToString();
-        Fail(batch, FAILED, s.ToString());
-        if (on_failure_) on_failure_();
+        broken(s, &batch);
         continue;
       }
+      inflight.push_back({std::move(batch), seq});
+      if (inflight.size() < kPipeline) continue;  // send another before waiting
     }
-    const int fd = fd_.load();
-    Status synced = SyncSharedRanges(fd);
-    if (!synced.ok()) {
-      LOG(WARNING) << "ShmTransport @" << path_ << ": " << synced.ToString();
-      ::close(fd_.exchange(-1));
-      Fail(batch, FAILED, "same-host peer: " + synced.ToString());
-      if (on_failure_) on_failure_();
-      continue;
-    }
-    items.resize(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      items[i] = {batch[i].local, batch[i].remote, batch[i].length,
-                  static_cast<uint32_t>(batch[i].opcode), 0};
-    }
-    RequestHeader h;
-    h.count = static_cast<uint32_t>(batch.size());
-    h.seq = ++seq_;
-    ReplyHeader rh;
-    statuses.resize(batch.size());
-    Status s = WriteFull(fd, &h, sizeof(h), options_.slice_timeout_ms);
-    if (s.ok()) s = WriteFull(fd, items.data(), items.size() * sizeof(Item), options_.slice_timeout_ms);
-    if (s.ok()) s = ReadFull(fd, &rh, sizeof(rh), options_.slice_timeout_ms);
-    if (s.ok() && (rh.magic != kMagic || rh.seq != h.seq || rh.count != h.count)) {
-      s = Status::DataLoss("malformed reply from the same-host target");
-    }
-    if (s.ok()) {
-      s = ReadFull(fd, statuses.data(), statuses.size() * sizeof(uint32_t),
-                   options_.slice_timeout_ms);
-    }
-    if (!s.ok()) {
-      LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
-      ::close(fd_.exchange(-1));
-      Fail(batch, s.IsDeadlineExceeded() ? TIMEOUT : FAILED, "same-host peer: " + s.ToString());
-      if (on_failure_) on_failure_();
-      continue;
-    }
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const Slice& sl = batch[i];
-      queued_bytes_.fetch_sub(sl.length, std::memory_order_relaxed);
-      if (statuses[i] == kOk) {
-        sl.task->OnSliceDone(COMPLETED, sl.length);
-      } else {
-        const char* why = statuses[i] == kRejected
-                              ? "the target rejected the range: not within memory it registered "
-                                "for remote access"
-                              : "the target's process_vm_readv/writev failed (bad local address?)";
-        sl.task->OnSliceDone(FAILED, 0, why);
+    if (!inflight.empty()) {
+      Status s = ReceiveReply(fd_.load(), inflight.front().batch, inflight.front().seq);
+      if (!s.ok()) {
+        broken(s, nullptr);
+        continue;
       }
+      inflight.pop_front();
     }
-    batch.clear();
   }
+  for (auto& f : inflight) Fail(f.batch, FAILED, "the same-host connection was closed (engine stopping)");
   std::vector<Slice> rest;
   {
     std::lock_guard lock(mu_);

@@ -72,6 +72,9 @@ class ShmStream {
   Status Connect();
   // Announces our shareable ranges when the registry changed since the last announcement.
   Status SyncSharedRanges(int fd);
+  Status SendRequest(int fd, const std::vector<Slice>& batch, uint64_t seq);
+  // Completes `batch` from the reply to request `seq`.
+  Status ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq);
   void Fail(std::vector<Slice>& slices, TransferStatusEnum result, const std::string& why);
 
   const std::string path_;
