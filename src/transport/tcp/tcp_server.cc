@@ -28,7 +28,7 @@ class Session {
  public:
   Session(int fd, MemoryRegistry* registry, int timeout_ms)
       : fd_(fd), registry_(registry), timeout_ms_(timeout_ms), rx_(new uint8_t[kRxBufferSize]) {
-    statuses_.reserve(256);
+    tx_iov_.reserve(kMaxQueuedIov);
     timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -59,13 +59,17 @@ class Session {
            << h.size << " is not within any buffer registered for remote access; rejecting";
         LOG(WARNING) << os.str();
         if (h.v2) {
-          statuses_.push_back(EncodeStatus(kStatusAddrRejected));
+          QueueStatus(kStatusAddrRejected);
           if (FlushStatuses().ok()) DrainBeforeClose();
         }
         return;
       }
-      s = h.op == kOpWrite ? ApplyWrite(h) : ServeRead(h);
-      MemoryRegistry::Unpin(region);
+      if (h.op == kOpWrite) {
+        s = ApplyWrite(h);
+        MemoryRegistry::Unpin(region);
+      } else {
+        s = ServeRead(h, region);  // unpinned once the payload is sent
+      }
       if (!s.ok()) {
         LOG(WARNING) << "TcpServer: " << (h.op == kOpWrite ? "write" : "read") << " of "
                      << h.size << " bytes: " << s.ToString();
@@ -73,6 +77,8 @@ class Session {
       }
     }
   }
+
+  ~Session() { ReleasePins(); }
 
  private:
   size_t buffered() const { return re_ - rb_; }
@@ -91,27 +97,40 @@ class Session {
       rb_ += left;
     }
     if (h.v2) {
-      statuses_.push_back(EncodeStatus(kStatusOk));
-      acked_bytes_ += h.size;
+      QueueStatus(kStatusOk);
+      queued_bytes_ += h.size;
     }
-    // Statuses go out when the connection would block, or at these bounds so that a
-    // streaming initiator still sees completions.
-    if (statuses_.size() >= 256 || acked_bytes_ >= (8u << 20)) return FlushStatuses();
+    return MaybeFlush();
+  }
+
+  // Queues the status and the payload; they go out with the other queued responses.
+  Status ServeRead(const Header& h, MemoryRegion* region) {
+    if (h.v2) QueueStatus(kStatusOk);
+    tx_iov_.push_back({reinterpret_cast<void*>(h.addr), h.size});
+    tx_pins_.push_back(region);
+    queued_bytes_ += h.size;
+    return MaybeFlush();
+  }
+
+  void QueueStatus(uint32_t code) {
+    status_slots_[nstatus_] = EncodeStatus(code);
+    tx_iov_.push_back({&status_slots_[nstatus_], kStatusSize});
+    ++nstatus_;
+  }
+
+  // Responses go out when the connection would block, or at these bounds so that a
+  // streaming initiator still sees completions.
+  Status MaybeFlush() {
+    if (nstatus_ + 1 >= kMaxQueuedStatuses || tx_iov_.size() + 2 >= kMaxQueuedIov ||
+        queued_bytes_ >= (4u << 20)) {
+      return FlushStatuses();
+    }
     return Status::OK();
   }
 
-  Status ServeRead(const Header& h) {
-    if (h.v2) statuses_.push_back(EncodeStatus(kStatusOk));
-    iovec iov[2];
-    int n = 0;
-    if (!statuses_.empty()) {
-      iov[n++] = {statuses_.data(), statuses_.size() * kStatusSize};
-    }
-    iov[n++] = {reinterpret_cast<void*>(h.addr), h.size};
-    Status s = SendAll(iov, n);
-    statuses_.clear();
-    acked_bytes_ = 0;
-    return s;
+  void ReleasePins() {
+    for (MemoryRegion* r : tx_pins_) MemoryRegistry::Unpin(r);
+    tx_pins_.clear();
   }
 
   // After a rejection: stop sending and discard what the initiator already pipelined (for a
@@ -128,12 +147,14 @@ class Session {
     }
   }
 
+  // Sends every queued response (statuses and READ payloads, in request order).
   Status FlushStatuses() {
-    if (statuses_.empty()) return Status::OK();
-    iovec iov{statuses_.data(), statuses_.size() * kStatusSize};
-    Status s = SendAll(&iov, 1);
-    statuses_.clear();
-    acked_bytes_ = 0;
+    if (tx_iov_.empty()) return Status::OK();
+    Status s = SendAll(tx_iov_.data(), static_cast<int>(tx_iov_.size()));
+    tx_iov_.clear();
+    nstatus_ = 0;
+    queued_bytes_ = 0;
+    ReleasePins();
     return s;
   }
 
@@ -238,8 +259,14 @@ class Session {
   std::unique_ptr<uint8_t[]> rx_;
   size_t rb_ = 0, re_ = 0;
   bool exact_reads_ = false;
-  uint64_t acked_bytes_ = 0;  // payload bytes covered by statuses_
-  std::vector<uint64_t> statuses_;
+  // Queued responses: iovecs over status_slots_ and READ payloads (pinned in tx_pins_).
+  static constexpr size_t kMaxQueuedStatuses = 512;
+  static constexpr size_t kMaxQueuedIov = 1000;
+  uint64_t status_slots_[kMaxQueuedStatuses];
+  size_t nstatus_ = 0;
+  std::vector<iovec> tx_iov_;
+  std::vector<MemoryRegion*> tx_pins_;
+  uint64_t queued_bytes_ = 0;
 };
 
 }  // namespace
