@@ -24,7 +24,8 @@
 
 DEFINE_string(mode, "initiator", "target | initiator");
 DEFINE_string(local_server_name, "127.0.0.1", "this engine's host[:port]");
-DEFINE_string(metadata_server, "P2PHANDSHAKE", "P2PHANDSHAKE (metadata stores: later)");
+DEFINE_string(metadata_server, "P2PHANDSHAKE",
+              "P2PHANDSHAKE, or a store: etcd://h:p, redis://h:p, http://h:p/metadata");
 DEFINE_string(segment_id, "", "initiator: the target's segment name, <host>:<port> from its log");
 DEFINE_string(operation, "read", "read | write");
 DEFINE_string(protocol, "auto", "transport: auto (the best both ends share), shm or tcp");

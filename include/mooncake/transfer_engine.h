@@ -52,10 +52,13 @@ class TransferEngine {
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
-  // metadata: "P2PHANDSHAKE" (others are not built yet: Unimplemented).
+  // metadata: "P2PHANDSHAKE", or a store: "etcd://h:p[,h2:p2]" (or bare "h:p"), "redis://h:p",
+  // "http://h:p/path" (docs/metadata_stores.md).
   // local_server_name: "host[:port]"; under P2PHANDSHAKE the port is ignored and the segment
   // is named "<host>:<rpc port>", the RPC port being a free one in [min_rpc_port,
   // max_rpc_port]. Logs "Transfer Engine RPC using P2P handshake, listening on <ip>:<port>".
+  // With a store the segment keeps the name given, published under mooncake/ram/<name> and
+  // mooncake/rpc_meta/<name>.
   // `transport`: "" or "auto" picks the best built-in transport; a name asks for that one.
   Status Init(const std::string& metadata, const std::string& local_server_name,
               const std::string& transport = "");

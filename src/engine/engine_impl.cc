@@ -135,7 +135,8 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
                                    "MC_TCP_BIND_ADDRESS");
       }
       MC_ASSIGN_OR_RETURN(listen_fd, ListenTcpInRange(options.min_rpc_port, options.max_rpc_port,
-                                                      options.handshake_backlog, &port));
+                                                      options.handshake_backlog, &port,
+                                                      options.tcp_bind_address));
     }
     local_name = local_server_name;  // the name stays as given; its :port is never bound
   }
@@ -154,7 +155,20 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
       std::move(listen_fd), [this](const HandshakeFrame& f) { return HandleHandshake(f); }));
   if (store) {
     nlohmann::json rpc = {{"ip_or_host_name", local_host}, {"rpc_port", rpc_port}};
-    Status s = store->Put(RpcMetaKey(options.metadata_cluster_id, local_name), rpc.dump());
+    const std::string rpc_key = RpcMetaKey(options.metadata_cluster_id, local_name);
+    Status s = store->Put(rpc_key, rpc.dump());
+    if (s.code() == Status::Code::kAlreadyExists) {
+      // The http server refuses to replace an rpc_meta entry. A crashed engine of this name
+      // left it: replace it, unless the engine it names still answers.
+      auto old = ResolveRpc(local_name);
+      if (old.ok() && HandshakeCall(old->host, old->port, HandshakeType::kProbe, "{}\n", limits).ok()) {
+        return Status::AlreadyExists("segment name '" + local_name + "' is in use by the engine at " +
+                                     old->ToString());
+      }
+      LOG(WARNING) << "replacing the stale rpc_meta entry of " << local_name;
+      s = store->Remove(rpc_key);
+      if (s.ok()) s = store->Put(rpc_key, rpc.dump());
+    }
     if (s.ok()) s = PublishLocalDesc();
     if (!s.ok()) return s.WithContext("publish to " + store->Describe());
   }

@@ -11,7 +11,16 @@ Result<SegmentID> SegmentCache::Open(const std::string& name) {
   {
     std::shared_lock lock(mu_);
     auto it = by_name_.find(name);
-    if (it != by_name_.end() && entries_[it->second - 1].desc) return it->second;
+    if (it != by_name_.end() && entries_[it->second - 1].desc &&
+        !entries_[it->second - 1].stale) {
+      return it->second;
+    }
+    if (it != by_name_.end() && entries_[it->second - 1].stale) {
+      SegmentID id = it->second;
+      lock.unlock();
+      MC_RETURN_IF_ERROR(FetchAndStore(id, name).status());
+      return id;
+    }
   }
   MC_ASSIGN_OR_RETURN(DescPtr desc, fetcher_(name));
   std::unique_lock lock(mu_);
@@ -36,7 +45,7 @@ Result<SegmentCache::DescPtr> SegmentCache::Get(SegmentID id) {
       return Status::NotFound("segment id " + std::to_string(id) +
                               " was not returned by OpenSegment");
     }
-    if (entries_[id - 1].desc) return entries_[id - 1].desc;
+    if (entries_[id - 1].desc && !entries_[id - 1].stale) return entries_[id - 1].desc;
     name = entries_[id - 1].name;
   }
   return FetchAndStore(id, name);
@@ -54,6 +63,7 @@ Result<SegmentCache::DescPtr> SegmentCache::FetchAndStore(SegmentID id, const st
     std::unique_lock lock(mu_);
     old = entries_[id - 1].desc;
     entries_[id - 1].desc = fresh;
+    entries_[id - 1].stale = false;
   }
   if (old && on_change_ && !old->SameContent(*fresh)) on_change_(*old, *fresh);
   return fresh;
@@ -71,7 +81,7 @@ Status SegmentCache::Invalidate(SegmentID id) {
 void SegmentCache::InvalidateByName(const std::string& name) {
   std::unique_lock lock(mu_);
   auto it = by_name_.find(name);
-  if (it != by_name_.end()) entries_[it->second - 1].desc.reset();
+  if (it != by_name_.end()) entries_[it->second - 1].stale = true;
 }
 
 Result<std::string> SegmentCache::NameOf(SegmentID id) const {

@@ -43,6 +43,7 @@ class SegmentCache {
   struct Entry {
     std::string name;
     DescPtr desc;  // null when invalidated
+    bool stale = false;  // InvalidateByName: refetch on next use, compare with `desc`
   };
   Result<DescPtr> FetchAndStore(SegmentID id, const std::string& name);
 

@@ -208,10 +208,11 @@ void ShmStream::Run() {
     int fd = fd_.exchange(-1);
     if (fd >= 0) ::close(fd);
     TransferStatusEnum result = s.IsDeadlineExceeded() ? TIMEOUT : FAILED;
+    // Drop the cached descriptor before anyone sees the failure, so a retry refetches it.
+    if (on_failure_) on_failure_();
     for (auto& f : inflight) Fail(f.batch, result, "same-host peer: " + s.ToString());
     inflight.clear();
     if (also) Fail(*also, result, "same-host peer: " + s.ToString());
-    if (on_failure_) on_failure_();
   };
   for (;;) {
     std::vector<Slice> batch;

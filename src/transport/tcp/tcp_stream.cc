@@ -342,8 +342,8 @@ void TcpStream::Run() {
       Status s = Connect();
       if (!s.ok()) {
         LOG(WARNING) << "TcpTransport: " << s.ToString();
-        FailAll(FAILED, s.ToString());
         if (on_failure_) on_failure_();
+        FailAll(FAILED, s.ToString());
         continue;
       }
     }
@@ -351,8 +351,8 @@ void TcpStream::Run() {
       Status s = SendSome();
       if (!s.ok()) {
         LOG(WARNING) << "TcpTransport: " << s.ToString();
-        FailAll(FAILED, s.ToString());
         if (on_failure_) on_failure_();
+        FailAll(FAILED, s.ToString());
         continue;
       }
     }
@@ -382,8 +382,8 @@ void TcpStream::Run() {
       if (!s.ok()) {
         bool had_work = !q_.empty();
         if (had_work) LOG(WARNING) << "TcpTransport: " << s.ToString();
-        FailAll(FAILED, s.ToString());
         if (had_work && on_failure_) on_failure_();
+        FailAll(FAILED, s.ToString());
         continue;
       }
     }
@@ -391,6 +391,7 @@ void TcpStream::Run() {
       std::string msg = "no progress on the connection to " + where_ + " for " +
                         std::to_string(options_.slice_timeout_ms) + " ms (MC_SLICE_TIMEOUT)";
       LOG(WARNING) << "TcpTransport: " << msg;
+      if (on_failure_) on_failure_();
       FailAll(TIMEOUT, msg);
     }
   }

@@ -13,7 +13,7 @@ Status TcpTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   on_peer_failure_ = ctx.on_peer_failure;
   uint16_t port = 0;
   MC_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcpInRange(options_.min_rpc_port, options_.max_rpc_port,
-                                                     1024, &port));
+                                                     1024, &port, options_.tcp_bind_address));
   server_ = std::make_unique<TcpServer>(options_, ctx.registry);
   MC_RETURN_IF_ERROR(server_->Start(std::move(fd)));
   data_port_ = port;
