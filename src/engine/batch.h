@@ -35,6 +35,8 @@ class TransferTask {
   void OnSliceDone(TransferStatusEnum result, uint64_t bytes, const char* message = nullptr);
 
   bool started() const { return started_; }
+  // The pinned local region (may be null); valid until the last slice reports.
+  MemoryRegion* local_region() const { return local_; }
   bool finished() const { return pending_.load(std::memory_order_acquire) == 0; }
   uint64_t length() const { return length_; }
   // WAITING while slices are out; then COMPLETED, FAILED or TIMEOUT.

@@ -366,6 +366,7 @@ Result<SegmentCache::DescPtr> TransferEngine::Impl::FetchDesc(const std::string&
   auto desc = DecodeSegmentDesc(text);
   if (!desc.ok()) return desc.status().WithContext("descriptor of segment '" + name + "'");
   auto out = std::make_shared<SegmentDesc>(std::move(desc).value());
+  out->lookup_name = name;
   if (!out->tcp_data_host.empty()) {
     out->host = out->tcp_data_host;
   } else if (!host.empty()) {

@@ -79,9 +79,12 @@ Status SegmentCache::Invalidate(SegmentID id) {
 }
 
 void SegmentCache::InvalidateByName(const std::string& name) {
+  // Every entry that names this segment, or whose descriptor does: a peer opened under
+  // several names (an alias address, a host name) is refetched under each.
   std::unique_lock lock(mu_);
-  auto it = by_name_.find(name);
-  if (it != by_name_.end()) entries_[it->second - 1].stale = true;
+  for (Entry& e : entries_) {
+    if (e.name == name || (e.desc && e.desc->name == name)) e.stale = true;
+  }
 }
 
 Result<std::string> SegmentCache::NameOf(SegmentID id) const {

@@ -35,7 +35,8 @@ class SegmentCache {
   // Fetches anew; returns the new descriptor.
   Result<DescPtr> Refresh(SegmentID id);
   Status Invalidate(SegmentID id);
-  // Drops the cached descriptor of `name`, if any (the id stays valid).
+  // Marks stale (refetched on next use) every entry opened as `name` or whose descriptor
+  // names itself `name`; ids stay valid.
   void InvalidateByName(const std::string& name);
   Result<std::string> NameOf(SegmentID id) const;
 

@@ -22,6 +22,9 @@ TransferEngine::~TransferEngine() = default;
 
 Status TransferEngine::Init(const std::string& metadata, const std::string& local_server_name,
                             const std::string& transport) {
+  if (impl_->initialized.load()) {
+    return Status::FailedPrecondition("engine is already initialized");
+  }
   Status s = impl_->Init(metadata, local_server_name, transport);
   if (!s.ok()) {
     impl_->Shutdown();

@@ -41,6 +41,9 @@ struct SegmentDesc {
   // Where to reach the peer: set by whoever fetched the descriptor (P2P: the host part of
   // the segment name). Not part of the JSON.
   std::string host;
+  // The name this descriptor was fetched under (may differ from `name`, e.g. another
+  // address of the same host). Not part of the JSON.
+  std::string lookup_name;
 
   // The buffer wholly containing [addr, addr+len), or nullptr.
   const BufferDesc* FindBuffer(uint64_t addr, uint64_t len) const;

@@ -228,7 +228,11 @@ void ShmServer::AcceptLoop() {
 void ShmServer::Serve(Conn* conn) {
   const int fd = conn->fd;
   const int timeout = options_.slice_timeout_ms;
-  auto finish = [conn] { conn->done.store(true); };
+  // Closing our end tells the initiator we touch none of its memory any more.
+  auto finish = [conn] {
+    ::shutdown(conn->fd, SHUT_RDWR);
+    conn->done.store(true);
+  };
   ucred cred{};
   socklen_t clen = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return finish();

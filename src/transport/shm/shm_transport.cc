@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <chrono>
 #include <random>
 
 #include "common/auth.h"
@@ -48,10 +49,11 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
 }
 
 ShmStream::ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
-                     std::function<void()> on_failure)
+                     std::function<void()> on_failure, Hold hold)
     : path_(std::move(path)),
       options_(options),
       on_failure_(std::move(on_failure)),
+      hold_(std::move(hold)),
       registry_(registry) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -198,6 +200,7 @@ void ShmStream::Run() {
   // Up to kPipeline requests in flight, so the target finds the next one waiting when it
   // finishes a copy.
   constexpr size_t kPipeline = 2;
+  constexpr uint64_t kMaxBytesPerRequest = 32 << 20;
   struct InFlight {
     std::vector<Slice> batch;
     uint64_t seq;
@@ -205,14 +208,43 @@ void ShmStream::Run() {
   std::deque<InFlight> inflight;
   auto broken = [&](const Status& s, std::vector<Slice>* also) {
     LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
+    const bool timeout = s.IsDeadlineExceeded();
+    TransferStatusEnum result = timeout ? TIMEOUT : FAILED;
     int fd = fd_.exchange(-1);
-    if (fd >= 0) ::close(fd);
-    TransferStatusEnum result = s.IsDeadlineExceeded() ? TIMEOUT : FAILED;
-    // Drop the cached descriptor before anyone sees the failure, so a retry refetches it.
-    if (on_failure_) on_failure_();
+    if (fd >= 0 && timeout && !inflight.empty() && hold_) {
+      // A silent target may still copy into our memory when it resumes: keep the local
+      // regions of the requests it holds pinned until it has closed the connection (it
+      // does so once it has finished them, or when it dies). Unregistering them waits or
+      // reports them in use meanwhile.
+      std::vector<MemoryRegion*> pins;
+      for (auto& f : inflight) {
+        for (const Slice& sl : f.batch) {
+          if (MemoryRegion* r = sl.task->local_region()) {
+            r->users.fetch_add(1, std::memory_order_acq_rel);
+            pins.push_back(r);
+          }
+        }
+      }
+      ::shutdown(fd, SHUT_WR);
+      hold_(fd, std::move(pins));
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+    // Drop the cached descriptor before anyone sees the failure, so a retry refetches it
+    // (not on a timeout: a stopped peer's descriptor is not stale, and refetching it would
+    // block the next submitter).
+    if (!timeout && on_failure_) on_failure_();
     for (auto& f : inflight) Fail(f.batch, result, "same-host peer: " + s.ToString());
     inflight.clear();
     if (also) Fail(*also, result, "same-host peer: " + s.ToString());
+    // What is queued behind ends now too, not one connect timeout later.
+    std::vector<Slice> queued;
+    {
+      std::lock_guard lock(mu_);
+      queued.assign(queue_.begin(), queue_.end());
+      queue_.clear();
+    }
+    Fail(queued, result, "same-host peer: " + s.ToString());
   };
   for (;;) {
     std::vector<Slice> batch;
@@ -221,7 +253,14 @@ void ShmStream::Run() {
       if (inflight.empty()) cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (stopping_) break;
       if (inflight.size() < kPipeline && !queue_.empty()) {
-        size_t n = std::min<size_t>(queue_.size(), kMaxItems);
+        // Bounded requests: the reply deadline (slice timeout) then measures progress, not
+        // the size of what was queued.
+        size_t n = 0;
+        uint64_t bytes = 0;
+        while (n < queue_.size() && n < kMaxItems && (n == 0 || bytes < kMaxBytesPerRequest)) {
+          bytes += queue_[n].length;
+          ++n;
+        }
         batch.assign(queue_.begin(), queue_.begin() + n);
         queue_.erase(queue_.begin(), queue_.begin() + n);
       }
@@ -280,6 +319,40 @@ void ShmStream::Run() {
 
 ShmTransport::~ShmTransport() { Stop(); }
 
+void ShmTransport::Hold(int fd, std::vector<MemoryRegion*> pins) {
+  std::lock_guard lock(zombie_mu_);
+  if (reaper_stop_) {
+    for (MemoryRegion* r : pins) MemoryRegistry::Unpin(r);
+    ::close(fd);
+    return;
+  }
+  zombies_.push_back({fd, std::move(pins)});
+  if (!reaper_.joinable()) reaper_ = std::thread([this] { ReapLoop(); });
+  zombie_cv_.notify_all();
+}
+
+void ShmTransport::ReapLoop() {
+  std::unique_lock lock(zombie_mu_);
+  while (!reaper_stop_) {
+    for (size_t i = 0; i < zombies_.size();) {
+      char sink[4096];
+      ssize_t n;
+      do {
+        n = ::recv(zombies_[i].fd, sink, sizeof(sink), MSG_DONTWAIT);
+      } while (n > 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        for (MemoryRegion* r : zombies_[i].pins) MemoryRegistry::Unpin(r);
+        ::close(zombies_[i].fd);
+        zombies_[i] = std::move(zombies_.back());
+        zombies_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    zombie_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
 Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
   options_ = ctx.options;
   on_peer_failure_ = ctx.on_peer_failure;
@@ -310,6 +383,17 @@ void ShmTransport::Stop() {
     for (auto& s : p->streams) s->Stop();
   }
   if (server_) server_->Stop();
+  {
+    std::lock_guard lock(zombie_mu_);
+    reaper_stop_ = true;
+    zombie_cv_.notify_all();
+  }
+  if (reaper_.joinable()) reaper_.join();
+  for (Zombie& z : zombies_) {
+    for (MemoryRegion* r : z.pins) MemoryRegistry::Unpin(r);
+    ::close(z.fd);
+  }
+  zombies_.clear();
 }
 
 bool ShmTransport::CanReach(const SegmentDesc& peer) {
@@ -346,9 +430,13 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
       slot = std::make_shared<Peer>();
       for (int i = 0; i < options_.shm_streams_per_peer; ++i) {
         std::function<void()> on_failure;
-        if (on_peer_failure_) on_failure = [cb = on_peer_failure_, n = desc->name] { cb(n); };
-        slot->streams.push_back(
-            std::make_unique<ShmStream>(desc->mc_shm_path, options_, registry_, on_failure));
+        if (on_peer_failure_) {
+          std::string n = desc->name;
+          on_failure = [cb = on_peer_failure_, n] { cb(n); };
+        }
+        slot->streams.push_back(std::make_unique<ShmStream>(
+            desc->mc_shm_path, options_, registry_, on_failure,
+            [this](int fd, std::vector<MemoryRegion*> pins) { Hold(fd, std::move(pins)); }));
       }
     }
     peer = slot;

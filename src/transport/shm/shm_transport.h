@@ -60,8 +60,12 @@ class ShmServer {
 class ShmStream {
  public:
   // `registry` (outlives the stream): its shareable ranges are announced to the target.
+  // `hold(fd, pins)`: called after a timeout with the half-closed connection and one extra
+  // pin on each local region the target may still copy into; the callee unpins and closes
+  // once the target has closed its end (it finished every copy or died).
+  using Hold = std::function<void(int fd, std::vector<MemoryRegion*> pins)>;
   ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
-            std::function<void()> on_failure);
+            std::function<void()> on_failure, Hold hold);
   ~ShmStream();
   void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
@@ -80,6 +84,7 @@ class ShmStream {
   const std::string path_;
   const EngineOptions options_;
   const std::function<void()> on_failure_;
+  const Hold hold_;
   MemoryRegistry* const registry_;
   uint64_t announced_version_ = UINT64_MAX;  // thread-owned
   std::mutex mu_;
@@ -113,6 +118,12 @@ class ShmTransport : public Transport {
   struct Peer {
     std::vector<std::unique_ptr<ShmStream>> streams;
   };
+  struct Zombie {
+    int fd;
+    std::vector<MemoryRegion*> pins;
+  };
+  void Hold(int fd, std::vector<MemoryRegion*> pins);
+  void ReapLoop();
 
   EngineOptions options_;
   std::function<void(const std::string&)> on_peer_failure_;
@@ -123,6 +134,12 @@ class ShmTransport : public Transport {
   std::map<std::string, bool> reachable_;               // by socket path; GUARDED_BY(mu_)
   std::map<std::string, std::shared_ptr<Peer>> peers_;  // by socket path; GUARDED_BY(mu_)
   bool stopped_ = false;                                // GUARDED_BY(mu_)
+
+  std::mutex zombie_mu_;
+  std::condition_variable zombie_cv_;
+  std::vector<Zombie> zombies_;  // GUARDED_BY(zombie_mu_)
+  bool reaper_stop_ = false;     // GUARDED_BY(zombie_mu_)
+  std::thread reaper_;
 };
 
 }  // namespace mooncake::shm

@@ -391,7 +391,6 @@ void TcpStream::Run() {
       std::string msg = "no progress on the connection to " + where_ + " for " +
                         std::to_string(options_.slice_timeout_ms) + " ms (MC_SLICE_TIMEOUT)";
       LOG(WARNING) << "TcpTransport: " << msg;
-      if (on_failure_) on_failure_();
       FailAll(TIMEOUT, msg);
     }
   }

@@ -62,7 +62,10 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
     bool v2 = desc.tcp_proto_version >= 2 && !options_.tcp_force_v1;
     for (int i = 0; i < options_.tcp_streams_per_peer; ++i) {
       std::function<void()> on_failure;
-      if (on_peer_failure_) on_failure = [cb = on_peer_failure_, name = desc.name] { cb(name); };
+      if (on_peer_failure_) {
+        std::string name = desc.name;
+        on_failure = [cb = on_peer_failure_, name] { cb(name); };
+      }
       peer->streams.push_back(std::make_unique<TcpStream>(desc.host, desc.tcp_data_port, v2,
                                                           options_, on_failure));
     }
