@@ -49,11 +49,9 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
     bufs.push_back({{"name", b.name}, {"addr", b.addr}, {"length", b.length}});
   }
   j["buffers"] = std::move(bufs);
-  if (!d.mc_host_id.empty()) {
-    j["mc_host_id"] = d.mc_host_id;
-    j["mc_pid"] = d.mc_pid;
-    j["mc_shm_path"] = d.mc_shm_path;
-  }
+  if (!d.mc_host_id.empty()) j["mc_host_id"] = d.mc_host_id;
+  if (d.mc_pid != 0) j["mc_pid"] = d.mc_pid;
+  if (!d.mc_shm_path.empty()) j["mc_shm_path"] = d.mc_shm_path;
   // Invalid UTF-8 (names are bytes from the user) is replaced, never thrown.
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }

@@ -33,9 +33,17 @@ class Session {
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   }
+  ~Session() { ReleasePins(); }
 
-  // Serves requests until EOF, a protocol error, a rejected range or a timeout.
+  // Serves requests until EOF, a protocol error, a rejected range or a timeout; replies
+  // still queued then go out before the connection closes.
   void Run() {
+    Serve();
+    (void)FlushStatuses();
+  }
+
+ private:
+  void Serve() {
     for (;;) {
       Status s = FillAtLeast(kHeaderSize, /*idle=*/buffered() == 0);
       if (!s.ok()) {
@@ -78,12 +86,11 @@ class Session {
     }
   }
 
-  ~Session() { ReleasePins(); }
-
- private:
   size_t buffered() const { return re_ - rb_; }
 
   Status ApplyWrite(const Header& h) {
+    // A READ queued before this WRITE must return the memory as it was: send it first.
+    if (!tx_pins_.empty()) MC_RETURN_IF_ERROR(FlushStatuses());
     auto* dst = reinterpret_cast<uint8_t*>(h.addr);
     size_t have = std::min<uint64_t>(buffered(), h.size);
     std::memcpy(dst, rx_.get() + rb_, have);
@@ -121,8 +128,7 @@ class Session {
   // Responses go out when the connection would block, or at these bounds so that a
   // streaming initiator still sees completions.
   Status MaybeFlush() {
-    if (nstatus_ + 1 >= kMaxQueuedStatuses || tx_iov_.size() + 2 >= kMaxQueuedIov ||
-        queued_bytes_ >= (4u << 20)) {
+    if (nstatus_ >= 256 || tx_iov_.size() + 2 >= kMaxQueuedIov || queued_bytes_ >= (8u << 20)) {
       return FlushStatuses();
     }
     return Status::OK();
@@ -260,7 +266,7 @@ class Session {
   size_t rb_ = 0, re_ = 0;
   bool exact_reads_ = false;
   // Queued responses: iovecs over status_slots_ and READ payloads (pinned in tx_pins_).
-  static constexpr size_t kMaxQueuedStatuses = 512;
+  static constexpr size_t kMaxQueuedStatuses = 257;  // flushed at 256
   static constexpr size_t kMaxQueuedIov = 1000;
   uint64_t status_slots_[kMaxQueuedStatuses];
   size_t nstatus_ = 0;
