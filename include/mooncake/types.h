@@ -18,7 +18,9 @@ constexpr SegmentID INVALID_SEGMENT_ID = UINT64_MAX;  // upstream returns (Segme
 constexpr BatchID INVALID_BATCH_ID = UINT64_MAX;
 
 struct TransferRequest {
-  enum OpCode { READ = 0, WRITE = 1 };
+  // A fixed underlying type: any int is a valid value to hold, so a caller's garbage opcode is
+  // an error SubmitTransfer reports, not undefined behaviour.
+  enum OpCode : int { READ = 0, WRITE = 1 };
   OpCode opcode = READ;
   void* source = nullptr;     // local virtual address
   SegmentID target_id = 0;    // from openSegment()

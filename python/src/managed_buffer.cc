@@ -1,6 +1,5 @@
 #include "managed_buffer.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,16 +10,6 @@ namespace mooncake {
 namespace pyapi {
 namespace {
 
-Result<void*> MapAnonymous(size_t size) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    return Status::ResourceExhausted("mmap of " + std::to_string(size) +
-                                     " bytes: " + std::strerror(errno));
-  }
-  return p;
-}
-
 size_t RoundToPages(size_t length) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   return (length + page - 1) / page * page;
@@ -28,10 +17,9 @@ size_t RoundToPages(size_t length) {
 
 }  // namespace
 
-ManagedBufferPool::~ManagedBufferPool() {
-  for (const Mapping& m : arenas_) ::munmap(m.base, m.size);
-  for (const auto& [addr, m] : dedicated_) ::munmap(m.base, m.size);
-}
+// Arenas and dedicated buffers are the engine's shareable memory (memfd): a same-host peer
+// maps them and copies with memcpy. The engine unmaps them when it is destroyed.
+ManagedBufferPool::~ManagedBufferPool() = default;
 
 int ManagedBufferPool::ClassOf(size_t length) {
   if (length > kMaxClass) return -1;
@@ -43,12 +31,9 @@ int ManagedBufferPool::ClassOf(size_t length) {
 Result<uintptr_t> ManagedBufferPool::Carve(TransferEngine& engine, int cls) {
   const size_t size = kMinClass << cls;
   if (arenas_.empty() || kArenaSize - arena_used_ < size) {
-    MC_ASSIGN_OR_RETURN(void* base, MapAnonymous(kArenaSize));
-    Status s = engine.RegisterLocalMemory(base, kArenaSize, "*");
-    if (!s.ok()) {
-      ::munmap(base, kArenaSize);
-      return s.WithContext("register a managed-buffer arena");
-    }
+    auto shared = engine.AllocateSharedMemory(kArenaSize, "*");
+    if (!shared.ok()) return shared.status().WithContext("allocate a managed-buffer arena");
+    void* base = *shared;
     arenas_.push_back({base, kArenaSize});
     arena_used_ = 0;
   }
@@ -63,12 +48,9 @@ Result<uintptr_t> ManagedBufferPool::Allocate(TransferEngine& engine, size_t len
   std::lock_guard lock(mu_);
   if (cls < 0) {
     const size_t size = RoundToPages(length);
-    MC_ASSIGN_OR_RETURN(void* base, MapAnonymous(size));
-    Status s = engine.RegisterLocalMemory(base, size, "*");
-    if (!s.ok()) {
-      ::munmap(base, size);
-      return s.WithContext("register a dedicated managed buffer");
-    }
+    auto shared = engine.AllocateSharedMemory(size, "*");
+    if (!shared.ok()) return shared.status().WithContext("allocate a dedicated managed buffer");
+    void* base = *shared;
     auto addr = reinterpret_cast<uintptr_t>(base);
     dedicated_[addr] = {base, size};
     live_[addr] = -1;
@@ -103,8 +85,7 @@ Status ManagedBufferPool::Free(TransferEngine& engine, uintptr_t addr, size_t le
     return Status::OK();
   }
   Mapping m = dedicated_.at(addr);
-  MC_RETURN_IF_ERROR(engine.UnregisterLocalMemory(m.base));
-  ::munmap(m.base, m.size);
+  MC_RETURN_IF_ERROR(engine.FreeSharedMemory(m.base));
   dedicated_.erase(addr);
   live_.erase(it);
   return Status::OK();
