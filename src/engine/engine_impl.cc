@@ -3,6 +3,7 @@
 #include "engine/engine_impl.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <glog/logging.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -283,9 +284,11 @@ Status TransferEngine::Impl::Unregister(void* addr) {
 
 Result<void*> TransferEngine::Impl::AllocateShared(size_t length, const std::string& location) {
   if (length == 0) return Status::InvalidArgument("length is 0");
-  int fd = ::memfd_create("mooncake-shared", MFD_CLOEXEC);
+  int fd = ::memfd_create("mooncake-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return ErrnoStatus("memfd_create", errno);
-  if (::ftruncate(fd, static_cast<off_t>(length)) != 0) {
+  // Sealed against shrinking: a peer that maps it can never fault past its end.
+  if (::ftruncate(fd, static_cast<off_t>(length)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
     Status s = ErrnoStatus("ftruncate memfd to " + std::to_string(length), errno);
     ::close(fd);
     return s;

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -112,6 +113,19 @@ Status MapRanges(int fd, uint32_t count, std::vector<int>& fds, std::vector<Mapp
                          std::to_string(fds.size()) + " descriptors");
   }
   UnmapAll(maps);
+  // A range longer than its memfd, or a memfd the peer could still shrink, would turn our
+  // memcpy into a SIGBUS: such a set is refused whole (copies then use process_vm_*).
+  for (uint32_t i = 0; s.ok() && i < count; ++i) {
+    struct stat st {};
+    int seals = ::fcntl(fds[i], F_GET_SEALS);
+    if (::fstat(fds[i], &st) != 0 || ranges[i].length == 0 ||
+        ranges[i].length > static_cast<uint64_t>(st.st_size) || seals < 0 ||
+        !(seals & F_SEAL_SHRINK)) {
+      s = Status::InvalidArgument("shared range " + std::to_string(i) +
+                                  " is longer than its memfd or the memfd is not sealed "
+                                  "against shrinking");
+    }
+  }
   for (uint32_t i = 0; s.ok() && i < count; ++i) {
     void* p = ::mmap(nullptr, ranges[i].length, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
     if (p == MAP_FAILED) {

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora under fuzz/corpus/<target>/ (checked in; rerun after changing an
+input format). Seeds are valid frames, descriptors and request streams, plus a few that
+stop at each documented refusal."""
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CORPUS = os.path.join(HERE, "corpus")
+
+# fuzz_common.h: Arena at kFixedBase.
+BASE = 0x2A0000000000
+GUARD, RED = 512 << 10, 4096
+REMOTE = BASE + GUARD + RED                      # 64 KiB, remote accessible
+LOCAL = REMOTE + (64 << 10) + RED + GUARD        # 16 KiB, not remote accessible
+SCRATCH = LOCAL + (16 << 10) + GUARD             # 64 KiB, the SHM target's initiator memory
+REMOTE_SIZE = 64 << 10
+
+
+def write(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---------------------------------------------------------------- fuzz_handshake_frame
+def frame(t, payload):
+    return struct.pack("<Q", len(payload) + 1) + bytes([t]) + payload
+
+
+def handshake():
+    lim_1m = b"\x00"  # byte 0 % 8 == 0: MC_HANDSHAKE_MAX_LENGTH default (1 MiB)
+    desc = open(os.path.join(ROOT, "tests/interop/fixtures/upstream_descriptor_tcp.json"),
+                "rb").read().strip() + b"\n"
+    seeds = {
+        "metadata_request": frame(1, b"{}"),
+        "metadata_reply": frame(1, desc),
+        "notify": frame(2, b'{"name":"x","notify_msg":"hello"}'),
+        "notify_upstream_newline": frame(2, b'{"name":"peer","notify_msg":"done"}\n'),
+        "notify_reply": frame(2, b'{"name":"","notify_msg":"success"}\n'),
+        "notify_bad_types": frame(2, b'{"name":1,"notify_msg":[true,null,{"a":"\\u00e9"}]}'),
+        "notify_not_object": frame(2, b'["name","x"]'),
+        "notify_deep": frame(2, b"[" * 33 + b"]" * 33),
+        "notify_escapes": frame(2, b'{"name":"a\\"[{","notify_msg":"\\\\"}'),
+        "probe": frame(3, b"{}"),
+        "probe_reply": frame(3, b'{"status":"success"}\n'),
+        "connection_typed": frame(0, b"{}"),
+        "connection_legacy": struct.pack("<Q", 2) + b"{}",
+        "reserved_type": frame(0xFE, b"{}"),
+        "length_zero": struct.pack("<Q", 0) + b"\x01",
+        "truncated": struct.pack("<Q", 100) + b"\x01{}",
+    }
+    for name, data in seeds.items():
+        write("fuzz_handshake_frame", name, lim_1m + data)
+    # Limits: byte 0 = 3 -> limit 9; a 9-byte frame (accepted) and a 10-byte one (refused).
+    write("fuzz_handshake_frame", "limit_equal", b"\x03" + frame(1, b"12345678"))
+    write("fuzz_handshake_frame", "limit_over", b"\x03" + frame(1, b"123456789"))
+
+
+# ---------------------------------------------------------------- fuzz_segment_desc
+def segment_desc():
+    fixture = open(os.path.join(ROOT, "tests/interop/fixtures/upstream_descriptor_tcp.json"),
+                   "rb").read()
+    write("fuzz_segment_desc", "upstream_descriptor_tcp.json", fixture)
+    ours = ('{"buffers":[{"addr":140391742939136,"length":4096,"name":"127.0.0.1:15614"}],'
+            '"name":"127.0.0.1:15614","protocol":"tcp","rdma_server_name":"","tcp_data_host":'
+            '"127.0.0.1","tcp_data_port":16138,"tcp_proto_version":2,"timestamp":'
+            '"2026-11-29 21:43:23.861472"}\n')
+    write("fuzz_segment_desc", "ours_doc_example.json", ours)
+    write("fuzz_segment_desc", "minimal.json", '{"name":"h:1","protocol":"tcp"}')
+    write("fuzz_segment_desc", "shm_fields.json", json.dumps({
+        "name": "10.0.0.1:15001", "protocol": "tcp", "tcp_data_port": 15002,
+        "tcp_proto_version": 2, "mc_host_id": "boot/pid:[4026531836]/net:[4026531840]",
+        "mc_pid": 4242, "mc_shm_path": "mooncake-shm-4242-abcdef",
+        "buffers": [{"addr": 4096, "length": 8192, "name": "cpu:0"},
+                    {"addr": 18446744073709547520, "length": 4096, "name": ""}]},
+        separators=(",", ":")))
+    write("fuzz_segment_desc", "protocol_array.json",
+          '{ "protocol" : ["rdma","tcp"], "name" : "[::1]:15001", "tcp_data_port" : 0,'
+          ' "unknown": {"x": [1, 2.5, -3]}, "buffers" : [] }\n')
+    write("fuzz_segment_desc", "bad_buffer.json",
+          '{"name":"a","protocol":"tcp","buffers":[{"addr":1,"length":18446744073709551615}]}')
+    write("fuzz_segment_desc", "utf8_names.json",
+          '{"name":"h\\u00e9:1","protocol":"t\\ud83d\\ude00","tcp_data_host":"\\u0000x",'
+          '"timestamp":"2026-01-01 00:00:00.000000"}')
+
+
+# ---------------------------------------------------------------- TCP targets
+def hdr(size, addr, op):
+    return struct.pack("<QQB7x", size, addr, op)
+
+
+def tcp():
+    payload = bytes((i * 7) & 0xFF for i in range(4096))
+    raw = {
+        # v2 WRITE 4 KiB at the buffer, then v2 READ it back.
+        "raw_v2_write_read": hdr(4096, REMOTE, 0x81) + payload + hdr(4096, REMOTE, 0x80),
+        # v1 the same.
+        "raw_v1_write_read": hdr(4096, REMOTE + 100, 0x01) + payload + hdr(16, REMOTE, 0x00),
+        # Large v2 WRITE (direct receive path, >= 16 KiB) ending at the last byte.
+        "raw_v2_write_large": hdr(32768, REMOTE + REMOTE_SIZE - 32768, 0x81) +
+                              bytes(i & 0xFF for i in range(32768)) + hdr(1, REMOTE, 0x80),
+        # Pipelined small v2 WRITEs, then a READ of the whole buffer.
+        "raw_v2_pipeline": b"".join(hdr(8, REMOTE + 8 * i, 0x81) + struct.pack("<Q", i)
+                                    for i in range(64)) + hdr(REMOTE_SIZE, REMOTE, 0x80),
+        # Refusals: one byte past the end (v2), buffer without remote access, unknown op.
+        "raw_v2_reject_end": hdr(8, REMOTE, 0x81) + b"A" * 8 + hdr(2, REMOTE + REMOTE_SIZE - 1, 0x80),
+        "raw_v2_reject_local": hdr(16, LOCAL, 0x80),
+        "raw_v1_reject_before": hdr(16, REMOTE - 1, 0x00),
+        "raw_unknown_op": hdr(16, REMOTE, 0x82),
+        "raw_truncated_write": hdr(4096, REMOTE, 0x81) + payload[:1000],
+    }
+    for name, data in raw.items():
+        write("fuzz_tcp_server", name, b"\x00" + data)
+        write("fuzz_tcp_session", name, b"\x00" + data)
+
+    def req(k, off, size_bytes, extra=b""):
+        return bytes([k]) + struct.pack("<i", off)[:3] + size_bytes + extra
+    # Structured (mode 1): k bit0 WRITE, bit1 v2, bits 4-5 size class.
+    structured = {
+        "st_v2_write_read": b"\x01" + req(0x13, 0, struct.pack("<H", 4096), b"\x05") +
+                            req(0x12, 0, struct.pack("<H", 4096)),
+        "st_mixed": b"\x01" + req(0x01, 10, b"\x0f", b"\x01") + req(0x03, 65000, b"\xff", b"\x02") +
+                    req(0x02, 65535, b"\x00") + req(0x12, -5, struct.pack("<H", 10)) +
+                    req(0x0A, 0, b"\x03"),
+        "st_big_write": b"\x01" + req(0x23, 0, struct.pack("<I", 65536), b"\x09") +
+                        req(0x12, 65536 - 300, struct.pack("<H", 300)),
+        "st_truncated": b"\x03" + struct.pack("<I", 5000)[:3] +
+                        req(0x23, 4096, struct.pack("<I", 40000), b"\x11"),
+        "st_raw_opcode": b"\x01" + req(0x41, 0, b"\x10", b"\x7f"),
+    }
+    # Small client buffers (mode bits 2-5): the target receives in pieces and blocks sending.
+    structured["st_big_write_small_buffers"] = b"\x15" + structured["st_big_write"][1:]
+    structured["st_pipeline_small_buffers"] = b"\x15" + b"".join(
+        req(0x13, 4096 * i, struct.pack("<H", 4096), bytes([i])) for i in range(16)) + \
+        req(0x22, 0, struct.pack("<I", 65536))
+    write("fuzz_tcp_server", "raw_v2_pipeline_small_buffers", b"\x14" + raw["raw_v2_pipeline"])
+    write("fuzz_tcp_session", "raw_v2_pipeline_small_buffers", b"\x14" + raw["raw_v2_pipeline"])
+    for name, data in structured.items():
+        write("fuzz_tcp_server", name, data)
+        write("fuzz_tcp_session", name, data)
+
+
+# ---------------------------------------------------------------- fuzz_shm_server
+def shm():
+    def item(g, off, length_bytes, extra=b""):
+        return bytes([g]) + struct.pack("<i", off)[:3] + length_bytes + extra
+    seeds = {
+        # One request: WRITE 256 bytes, READ them back elsewhere.
+        "write_read": b"\x00" + b"\x00\x01" + item(0x20, 0, b"\xff") + item(0x44, 0, struct.pack("<H", 256), struct.pack("<i", 4096)[:3]),
+        # Several requests, mixed ops, one out of range, one in the no-remote buffer.
+        "mixed": b"\x00" + b"\x00\x03" + item(0x24, 100, struct.pack("<H", 1000)) +
+                 item(0x04, 65000, struct.pack("<H", 536)) + item(0x04, 65000, struct.pack("<H", 537)) +
+                 item(0x22, 0, b"\x10") + b"\x00" + b"\x00" + item(0x00, -1, b"\x01"),
+        "bad_initiator": b"\x00" + b"\x00\x01" + item(0x64, 0, struct.pack("<H", 4096), struct.pack("<i", -100)[:3]) +
+                         item(0x40, 0, b"\x20", struct.pack("<i", 65530)[:3]),
+        "raw_op": b"\x00" + b"\x00\x00" + item(0x10, 0, b"\x08", struct.pack("<I", 2)),
+        "bad_hello_magic": b"\x04" + b"XXXX",
+        "hello_refused": b"\x05" + b"\x00\x00" + item(0x20, 0, b"\x01"),
+        "bad_count": b"\x00" + b"\x02" + struct.pack("<I", 2000) + item(0x20, 0, b"\x01"),
+        "truncated": b"\x08" + struct.pack("<I", 50)[:3] + b"\x00\x00" + item(0x20, 0, b"\xff"),
+    }
+    # Map messages (f bit 3): memfds announced over SCM_RIGHTS, copied with memcpy.
+    def slot_ioff(slot, off):
+        return struct.pack("<I", (1 << 22) | (slot << 19) | off)[:3]
+    def map_msg(ranges, f=0x08):  # ranges: (s byte, extra bytes)
+        return bytes([f, len(ranges)]) + b"".join(bytes([b]) + extra + b"\x40" for b, extra in ranges)
+    seeds["map_write_read"] = b"\x00" + map_msg([(0x00, b"")]) + b"\x00\x01" + \
+        item(0x60, 0, b"\xff", slot_ioff(0, 0)) + item(0x44, 0, struct.pack("<H", 256), slot_ioff(0, 1024))
+    seeds["map_two_then_vm"] = b"\x00" + map_msg([(0x03, b""), (0x0F, b"")]) + b"\x00\x02" + \
+        item(0x64, 512, struct.pack("<H", 2048), slot_ioff(1, 60000)) + \
+        item(0x20, 4096, b"\x7f") + item(0x44, 0, struct.pack("<H", 300), slot_ioff(0, 16000))
+    seeds["map_clear_then_slot_vm"] = b"\x00" + map_msg([(0x01, b"")]) + map_msg([]) + b"\x00\x00" + \
+        item(0x60, 0, b"\x3f", slot_ioff(0, 100))
+    seeds["map_count_mismatch"] = b"\x00" + map_msg([(0x00, b"")], f=0x0A)[:2] + struct.pack("<I", 2) + \
+        bytes([0x00, 0x40]) + b"\x00\x00" + item(0x60, 0, b"\x10", slot_ioff(0, 0))
+    seeds["map_pipe"] = b"\x00" + map_msg([(0x40, b"")]) + b"\x00\x00" + item(0x20, 0, b"\x10")
+    seeds["map_over_scratch"] = b"\x00" + map_msg([(0x21, struct.pack("<Q", SCRATCH))]) + b"\x00\x01" + \
+        item(0x20, 0, b"\xff") + item(0x04, 100, struct.pack("<H", 8000))
+    for name, data in seeds.items():
+        write("fuzz_shm_server", name, data)
+
+
+if __name__ == "__main__":
+    if os.path.isdir(CORPUS):
+        shutil.rmtree(CORPUS)
+    handshake()
+    segment_desc()
+    tcp()
+    shm()
+    for t in sorted(os.listdir(CORPUS)):
+        print(t, len(os.listdir(os.path.join(CORPUS, t))))
