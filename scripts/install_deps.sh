@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libgtest-dev libgmock-dev libssl-dev
       libcurl4-openssl-dev libhiredis-dev libcpp-httplib-dev
+      # The Store's master RPC (gRPC + protobuf).
+      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
       # Servers the metadata-store tests start on 127.0.0.1.
       etcd-server redis-server
       python3 python3-venv python3-pip

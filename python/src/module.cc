@@ -181,6 +181,12 @@ void DefineMemory(py::class_<PyTransferEngine>& c) {
 
 }  // namespace
 
+namespace mooncake {
+namespace pyapi {
+void BindStore(py::module_& m);  // store_py.cc
+}  // namespace pyapi
+}  // namespace mooncake
+
 PYBIND11_MODULE(engine, m) {
   mooncake::pyapi::ApplyLogLevelFromEnvironment();
   m.doc() = doc::kModule;
@@ -241,4 +247,9 @@ PYBIND11_MODULE(engine, m) {
       doc::kGetEnginePtr);
   c.def("_pending_batches", &PyTransferEngine::PendingBatches, doc::kPending);
   c.attr("TransferOpcode") = opcode;
+
+  // The Store's classes, re-exported by mooncake.store (one module: a TransferEngine can be
+  // shared with a store).
+  py::module_ store = m.def_submodule("_store");
+  mooncake::pyapi::BindStore(store);
 }

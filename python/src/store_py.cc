@@ -1,0 +1,618 @@
+// mooncake.store: upstream Mooncake's Python `MooncakeDistributedStore` over this project's
+// StoreClient (include/mooncake/store/store_client.h). Bound as the submodule
+// mooncake.engine._store, so that one copy of the engine serves both modules and a
+// TransferEngine can be shared (`setup(..., engine=te)`); python/mooncake/store.py re-exports
+// it and adds the tensor helpers.
+//
+// Conventions (upstream's, see docs/store_upstream.md): integer results are 0 (or a count or a
+// size) on success and a negative ErrorCode on failure; get() returns b"" and get_buffer()
+// None for a missing key; putting an existing key returns 0 and keeps the stored value. Every
+// call that can block releases the GIL; close() waits for calls in flight.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <glog/logging.h>
+
+#include <cctype>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mooncake/store/store_client.h"
+#include "mooncake/transfer_engine.h"
+#include "py_engine.h"
+#include "store/error_code.h"
+
+namespace py = pybind11;
+
+namespace mooncake {
+namespace pyapi {
+namespace {
+
+using store::ErrorCode;
+using store::ReplicateConfig;
+using store::Span;
+using store::StoreClient;
+using store::ToInt;
+
+constexpr int kNotReady = -1;  // upstream: "Client is not initialized"
+constexpr uint64_t kDefaultSize = 16ull << 20;
+
+// "16MB", "1gb", "64 MiB", "512k", "4096" -> bytes (binary units, as upstream). nullopt if bad.
+std::optional<uint64_t> ParseSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  size_t digits = i;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == i) return std::nullopt;
+  uint64_t value = 0;
+  try {
+    value = std::stoull(text.substr(i, digits - i));
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit;
+  for (size_t j = digits; j < text.size(); ++j) {
+    if (!std::isspace(static_cast<unsigned char>(text[j]))) {
+      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[j])));
+    }
+  }
+  int shift = 0;
+  if (unit.empty() || unit == "b") shift = 0;
+  else if (unit == "k" || unit == "kb" || unit == "kib") shift = 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib") shift = 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib") shift = 30;
+  else if (unit == "t" || unit == "tb" || unit == "tib") shift = 40;
+  else return std::nullopt;
+  if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+// Python-facing ReplicateConfig: upstream's fields (both the 0.3.13 and the older spelling of
+// the soft pin).
+struct PyReplicateConfig {
+  size_t replica_num = 1;
+  bool with_soft_pin = false;
+  bool with_hard_pin = false;
+  std::string preferred_segment;
+  std::vector<std::string> preferred_segments;
+  bool prefer_alloc_in_same_node = false;
+
+  ReplicateConfig ToCpp() const {
+    ReplicateConfig c;
+    c.replica_num = replica_num;
+    c.with_soft_pin = with_soft_pin;
+    c.with_hard_pin = with_hard_pin;
+    if (!preferred_segment.empty()) c.preferred_segments.push_back(preferred_segment);
+    for (const auto& s : preferred_segments) c.preferred_segments.push_back(s);
+    c.prefer_alloc_in_same_node = prefer_alloc_in_same_node;
+    return c;
+  }
+  std::string Str() const {
+    std::string segs;
+    for (const auto& s : preferred_segments) segs += (segs.empty() ? "" : ", ") + s;
+    return "ReplicateConfig: { replica_num: " + std::to_string(replica_num) +
+           ", with_soft_pin: " + std::to_string(with_soft_pin) +
+           ", with_hard_pin: " + std::to_string(with_hard_pin) + ", preferred_segment: " +
+           preferred_segment + ", preferred_segments: [" + segs +
+           "], prefer_alloc_in_same_node: " + std::to_string(prefer_alloc_in_same_node) + " }";
+  }
+};
+
+// What get_buffer returns: the object's bytes in memory it owns (buffer protocol, ptr(),
+// size()); valid after the store is closed.
+struct BufferHandle {
+  std::unique_ptr<char[]> data;
+  size_t length = 0;
+};
+
+// A contiguous view of a Python buffer (bytes, bytearray, memoryview, numpy array, ...).
+struct PyBufferView {
+  explicit PyBufferView(const py::handle& obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+      throw py::error_already_set();
+    }
+  }
+  ~PyBufferView() { PyBuffer_Release(&view); }
+  PyBufferView(const PyBufferView&) = delete;
+  PyBufferView& operator=(const PyBufferView&) = delete;
+  Span span() const { return {view.buf, static_cast<size_t>(view.len)}; }
+  Py_buffer view{};
+};
+
+int PutCode(int code) {
+  // Upstream: putting a key that exists succeeds and keeps the stored value.
+  return code == ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) ? 0 : code;
+}
+
+class PyStore {
+ public:
+  int Setup(const std::string& local_hostname, const std::string& metadata_server,
+            uint64_t global_segment_size, uint64_t local_buffer_size, const std::string& protocol,
+            const std::string& rdma_devices, const std::string& master_server_addr,
+            const py::object& engine) {
+    store::StoreClientOptions o;
+    o.local_hostname = local_hostname;
+    o.metadata_server = metadata_server;
+    o.global_segment_size = global_segment_size;
+    o.local_buffer_size = local_buffer_size;
+    o.protocol = protocol.empty() ? "tcp" : protocol;
+    o.master_server_addr = master_server_addr;
+    (void)rdma_devices;  // no RDMA transport in this build; the engine picks tcp / shm
+    std::shared_ptr<EngineHolder> holder;
+    if (!engine.is_none()) {
+      PyTransferEngine* te = nullptr;
+      try {
+        te = engine.cast<PyTransferEngine*>();
+      } catch (const py::cast_error&) {
+        LOG(WARNING) << "setup: engine must be a mooncake.engine.TransferEngine";
+        return ToInt(ErrorCode::INVALID_PARAMS);
+      }
+      holder = te->GetEngine();
+      if (!holder) {
+        LOG(WARNING) << "setup: the engine passed in is not initialized (call initialize first)";
+        return ToInt(ErrorCode::INVALID_PARAMS);
+      }
+      // Keeps the engine (and its managed buffers) alive as long as the store uses it.
+      o.engine = std::shared_ptr<TransferEngine>(holder, holder->engine.get());
+    }
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (client_) {
+      LOG(WARNING) << "setup: this store is already set up (close() it first)";
+      return kNotReady;
+    }
+    int code = 0;
+    std::string message;
+    auto client = StoreClient::Create(std::move(o), &code, &message);
+    if (!client) return code != 0 ? code : ToInt(ErrorCode::INTERNAL_ERROR);
+    client_ = std::shared_ptr<StoreClient>(std::move(client));
+    return 0;
+  }
+
+  int SetupDict(const py::dict& config) {
+    auto str = [&](const char* k, const std::string& def) -> std::optional<std::string> {
+      if (!config.contains(k)) return def;
+      py::object v = config[k];
+      if (!py::isinstance<py::str>(v)) return std::nullopt;
+      return v.cast<std::string>();
+    };
+    auto size = [&](const char* k) -> std::optional<uint64_t> {
+      if (!config.contains(k)) return kDefaultSize;
+      py::object v = config[k];
+      if (py::isinstance<py::int_>(v)) {
+        long long n = v.cast<long long>();
+        if (n < 0) return std::nullopt;
+        return static_cast<uint64_t>(n);
+      }
+      if (py::isinstance<py::str>(v)) return ParseSize(v.cast<std::string>());
+      return std::nullopt;
+    };
+    for (const char* required : {"local_hostname", "metadata_server"}) {
+      if (!config.contains(required)) {
+        LOG(WARNING) << "setup: the config has no '" << required << "'";
+        return ToInt(ErrorCode::INVALID_PARAMS);
+      }
+    }
+    auto host = str("local_hostname", "");
+    auto meta = str("metadata_server", "");
+    auto proto = str("protocol", "tcp");
+    auto rdma = str("rdma_devices", "");
+    auto master = str("master_server_addr", "127.0.0.1:50051");
+    auto gseg = size("global_segment_size");
+    auto lbuf = size("local_buffer_size");
+    if (!host || !meta || !proto || !rdma || !master) {
+      LOG(WARNING) << "setup: local_hostname, metadata_server, protocol, rdma_devices and "
+                      "master_server_addr must be strings";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    if (!gseg || !lbuf) {
+      LOG(WARNING) << "setup: global_segment_size and local_buffer_size must be a byte count or a "
+                      "size such as \"16MB\" or \"1GB\"";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    py::object engine = config.contains("engine") ? py::object(config["engine"]) : py::none();
+    return Setup(*host, *meta, *gseg, *lbuf, *proto, *rdma, *master, engine);
+  }
+
+  int Close() {
+    std::shared_ptr<StoreClient> c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      c.swap(client_);
+    }
+    if (!c) return 0;
+    // Calls in flight hold their own reference; the last one to finish closes the client.
+    if (c.use_count() == 1) return c->Close();
+    return 0;
+  }
+
+  int HealthCheck() {
+    auto c = Get();
+    if (!c) return 1;
+    return c->HealthCheck() == 0 ? 0 : 2;
+  }
+
+  std::string GetHostname() {
+    auto c = Get();
+    return c ? c->segment_name() : "";
+  }
+
+  std::shared_ptr<StoreClient> Get(const char* method = nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!client_ && method) LOG(WARNING) << method << ": Client is not initialized (call setup)";
+    return client_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<StoreClient> client_;
+};
+
+using Release = py::call_guard<py::gil_scoped_release>;
+using Ptrs = std::vector<uintptr_t>;
+using Sizes = std::vector<size_t>;
+
+std::vector<int64_t> GetIntoMany(PyStore& s, const char* method,
+                                 const std::vector<std::string>& keys,
+                                 const std::vector<std::vector<Span>>& parts) {
+  auto c = s.Get(method);
+  if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
+  return c->BatchGet(keys, parts);
+}
+
+std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<std::string>& keys,
+                             const std::vector<std::vector<Span>>& parts,
+                             const PyReplicateConfig& config) {
+  auto c = s.Get(method);
+  if (!c) return std::vector<int>(keys.size(), kNotReady);
+  auto codes = c->BatchPut(keys, parts, config.ToCpp());
+  for (int& code : codes) code = PutCode(code);
+  return codes;
+}
+
+std::vector<std::vector<Span>> MultiSpans(const std::vector<Ptrs>& ptrs,
+                                          const std::vector<Sizes>& sizes, bool* ok) {
+  std::vector<std::vector<Span>> out(ptrs.size());
+  *ok = ptrs.size() == sizes.size();
+  for (size_t i = 0; *ok && i < ptrs.size(); ++i) {
+    if (ptrs[i].size() != sizes[i].size()) {
+      *ok = false;
+      break;
+    }
+    for (size_t j = 0; j < ptrs[i].size(); ++j) {
+      out[i].push_back({reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]});
+    }
+  }
+  return out;
+}
+
+// Reads each key into fresh memory (bytes or a BufferHandle) with one master round trip.
+template <class Make>
+std::vector<int64_t> FetchMany(PyStore& s, const char* method,
+                               const std::vector<std::string>& keys, Make make) {
+  auto c = s.Get(method);
+  if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
+  py::gil_scoped_release release;
+  return c->BatchGetWith(keys, make);
+}
+
+}  // namespace
+
+void BindStore(py::module_& m) {
+  m.doc() = "Mooncake Store (upstream-compatible MooncakeDistributedStore); use mooncake.store.";
+
+  py::class_<PyReplicateConfig>(m, "ReplicateConfig")
+      .def(py::init<>())
+      .def_readwrite("replica_num", &PyReplicateConfig::replica_num)
+      .def_readwrite("with_soft_pin", &PyReplicateConfig::with_soft_pin)
+      .def_readwrite("with_hard_pin", &PyReplicateConfig::with_hard_pin)
+      .def_readwrite("preferred_segment", &PyReplicateConfig::preferred_segment)
+      .def_readwrite("preferred_segments", &PyReplicateConfig::preferred_segments)
+      .def_readwrite("prefer_alloc_in_same_node", &PyReplicateConfig::prefer_alloc_in_same_node)
+      .def("__str__", &PyReplicateConfig::Str);
+
+  py::class_<BufferHandle, std::shared_ptr<BufferHandle>>(m, "BufferHandle", py::buffer_protocol())
+      .def("ptr", [](const BufferHandle& b) { return reinterpret_cast<uintptr_t>(b.data.get()); })
+      .def("size", [](const BufferHandle& b) { return b.length; })
+      .def("__len__", [](const BufferHandle& b) { return b.length; })
+      .def_buffer([](BufferHandle& b) {
+        return py::buffer_info(b.data.get(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.length)}, {1}, /*readonly=*/true);
+      });
+
+  const PyReplicateConfig kDefault;
+  py::class_<PyStore> c(m, "MooncakeDistributedStore");
+  c.def(py::init<>());
+  c.def("setup", &PyStore::Setup, py::arg("local_hostname"), py::arg("metadata_server"),
+        py::arg("global_segment_size") = kDefaultSize, py::arg("local_buffer_size") = kDefaultSize,
+        py::arg("protocol") = "tcp", py::arg("rdma_devices") = "",
+        py::arg("master_server_addr") = "127.0.0.1:50051", py::arg("engine") = py::none(),
+        "Connects to the master, starts (or shares) a transfer engine and mounts a segment of "
+        "global_segment_size bytes. 0 or a negative error code.");
+  c.def("setup", &PyStore::SetupDict, py::arg("config"),
+        "setup from a dict: local_hostname and metadata_server required; sizes may be ints or "
+        "strings such as \"16MB\".");
+  c.def("close", &PyStore::Close, Release());
+  c.def("health_check", &PyStore::HealthCheck, Release(),
+        "0 healthy, 1 not set up or closed, 2 master unreachable.");
+  c.def("get_hostname", &PyStore::GetHostname);
+
+  // ---- bytes API ----
+  c.def(
+      "put",
+      [](PyStore& s, const std::string& key, const py::buffer& value,
+         const PyReplicateConfig& config) {
+        PyBufferView v(value);
+        auto cl = s.Get("put");
+        if (!cl) return kNotReady;
+        py::gil_scoped_release release;
+        return PutCode(cl->Put(key, {v.span()}, config.ToCpp()));
+      },
+      py::arg("key"), py::arg("value"), py::arg("config") = kDefault);
+  c.def(
+      "put_parts",
+      [](PyStore& s, const std::string& key, const py::args& parts,
+         const PyReplicateConfig& config) {
+        std::vector<std::unique_ptr<PyBufferView>> views;
+        std::vector<Span> spans;
+        for (const auto& p : parts) {
+          views.push_back(std::make_unique<PyBufferView>(p));
+          spans.push_back(views.back()->span());
+        }
+        auto cl = s.Get("put_parts");
+        if (!cl) return kNotReady;
+        py::gil_scoped_release release;
+        return PutCode(cl->Put(key, spans, config.ToCpp()));
+      },
+      py::arg("key"), py::arg("config") = kDefault);
+  c.def(
+      "put_batch",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<py::buffer>& values,
+         const PyReplicateConfig& config) {
+        if (keys.size() != values.size()) {
+          LOG(WARNING) << "put_batch: " << keys.size() << " keys but " << values.size()
+                       << " values";
+          return ToInt(ErrorCode::INVALID_PARAMS);
+        }
+        std::vector<std::unique_ptr<PyBufferView>> views;
+        std::vector<std::vector<Span>> spans;
+        for (const auto& v : values) {
+          views.push_back(std::make_unique<PyBufferView>(v));
+          spans.push_back({views.back()->span()});
+        }
+        std::vector<int> codes;
+        {
+          py::gil_scoped_release release;
+          codes = PutFromMany(s, "put_batch", keys, spans, config);
+        }
+        for (int code : codes) {
+          if (code != 0) return code;
+        }
+        return 0;
+      },
+      py::arg("keys"), py::arg("values"), py::arg("config") = kDefault);
+  c.def(
+      "get",
+      [](PyStore& s, const std::string& key) {
+        py::object out = py::bytes();
+        auto rc = FetchMany(s, "get", {key}, [&](size_t, uint64_t size) -> std::vector<Span> {
+          py::gil_scoped_acquire acquire;
+          PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+          if (b == nullptr) {
+            PyErr_Clear();
+            return {};
+          }
+          out = py::reinterpret_steal<py::object>(b);
+          return {{PyBytes_AS_STRING(b), size}};
+        });
+        return rc[0] < 0 ? py::object(py::bytes()) : out;
+      },
+      py::arg("key"));
+  c.def(
+      "get_batch",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        std::vector<py::object> out(keys.size(), py::bytes());
+        auto rc = FetchMany(s, "get_batch", keys, [&](size_t i, uint64_t size) -> std::vector<Span> {
+          py::gil_scoped_acquire acquire;
+          PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+          if (b == nullptr) {
+            PyErr_Clear();
+            return {};
+          }
+          out[i] = py::reinterpret_steal<py::object>(b);
+          return {{PyBytes_AS_STRING(b), size}};
+        });
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (rc[i] < 0) out[i] = py::bytes();
+        }
+        return out;
+      },
+      py::arg("keys"));
+  c.def(
+      "get_buffer",
+      [](PyStore& s, const std::string& key) -> py::object {
+        auto h = std::make_shared<BufferHandle>();
+        int64_t rc = kNotReady;
+        if (auto cl = s.Get("get_buffer")) {
+          py::gil_scoped_release release;
+          rc = cl->BatchGetWith({key}, [&](size_t, uint64_t size) -> std::vector<Span> {
+            h->data.reset(new (std::nothrow) char[size]);
+            h->length = size;
+            if (!h->data) return {};
+            return {{h->data.get(), size}};
+          })[0];
+        }
+        if (rc < 0) return py::none();
+        return py::cast(h);
+      },
+      py::arg("key"));
+  c.def(
+      "batch_get_buffer",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        std::vector<std::shared_ptr<BufferHandle>> hs(keys.size());
+        std::vector<int64_t> rcs(keys.size(), kNotReady);
+        if (auto cl = s.Get("batch_get_buffer")) {
+          py::gil_scoped_release release;
+          rcs = cl->BatchGetWith(keys, [&](size_t i, uint64_t size) -> std::vector<Span> {
+            hs[i] = std::make_shared<BufferHandle>();
+            hs[i]->data.reset(new (std::nothrow) char[size]);
+            hs[i]->length = size;
+            if (!hs[i]->data) return {};
+            return {{hs[i]->data.get(), size}};
+          });
+        }
+        py::list out;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          out.append(rcs[i] < 0 ? py::object(py::none()) : py::cast(hs[i]));
+        }
+        return out;
+      },
+      py::arg("keys"));
+  c.def(
+      "is_exist",
+      [](PyStore& s, const std::string& key) {
+        auto cl = s.Get("is_exist");
+        return cl ? cl->BatchIsExist({key})[0] : kNotReady;
+      },
+      Release(), py::arg("key"));
+  c.def(
+      "batch_is_exist",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        auto cl = s.Get("batch_is_exist");
+        return cl ? cl->BatchIsExist(keys) : std::vector<int>(keys.size(), kNotReady);
+      },
+      Release(), py::arg("keys"));
+  c.def(
+      "get_size",
+      [](PyStore& s, const std::string& key) {
+        auto cl = s.Get("get_size");
+        return cl ? cl->GetSize(key) : int64_t{kNotReady};
+      },
+      Release(), py::arg("key"));
+  c.def(
+      "remove",
+      [](PyStore& s, const std::string& key, bool force) {
+        auto cl = s.Get("remove");
+        return cl ? cl->Remove(key, force) : kNotReady;
+      },
+      Release(), py::arg("key"), py::arg("force") = false);
+  c.def(
+      "batch_remove",
+      [](PyStore& s, const std::vector<std::string>& keys, bool force) {
+        auto cl = s.Get("batch_remove");
+        return cl ? cl->BatchRemove(keys, force) : std::vector<int>(keys.size(), kNotReady);
+      },
+      Release(), py::arg("keys"), py::arg("force") = false);
+  c.def(
+      "remove_by_regex",
+      [](PyStore& s, const std::string& regex, bool force) {
+        auto cl = s.Get("remove_by_regex");
+        return cl ? cl->RemoveByRegex(regex, force) : int64_t{kNotReady};
+      },
+      Release(), py::arg("regex_pattern"), py::arg("force") = false);
+  c.def(
+      "remove_all",
+      [](PyStore& s, bool force) {
+        auto cl = s.Get("remove_all");
+        return cl ? cl->RemoveAll(force) : int64_t{kNotReady};
+      },
+      Release(), py::arg("force") = false);
+
+  // ---- registered memory (zero copy) ----
+  c.def(
+      "register_buffer",
+      [](PyStore& s, uintptr_t ptr, size_t size) {
+        auto cl = s.Get("register_buffer");
+        return cl ? cl->RegisterBuffer(reinterpret_cast<void*>(ptr), size) : kNotReady;
+      },
+      Release(), py::arg("buffer_ptr"), py::arg("size"));
+  c.def(
+      "unregister_buffer",
+      [](PyStore& s, uintptr_t ptr) {
+        auto cl = s.Get("unregister_buffer");
+        return cl ? cl->UnregisterBuffer(reinterpret_cast<void*>(ptr)) : kNotReady;
+      },
+      Release(), py::arg("buffer_ptr"));
+  c.def(
+      "put_from",
+      [](PyStore& s, const std::string& key, uintptr_t ptr, size_t size,
+         const PyReplicateConfig& config) {
+        return PutFromMany(s, "put_from", {key}, {{{reinterpret_cast<void*>(ptr), size}}},
+                           config)[0];
+      },
+      Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("size"),
+      py::arg("config") = kDefault);
+  c.def(
+      "get_into",
+      [](PyStore& s, const std::string& key, uintptr_t ptr, size_t size) {
+        return GetIntoMany(s, "get_into", {key}, {{{reinterpret_cast<void*>(ptr), size}}})[0];
+      },
+      Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("size"));
+  c.def(
+      "batch_put_from",
+      [](PyStore& s, const std::vector<std::string>& keys, const Ptrs& ptrs, const Sizes& sizes,
+         const PyReplicateConfig& config) {
+        if (keys.size() != ptrs.size() || keys.size() != sizes.size()) {
+          LOG(WARNING) << "batch_put_from: keys, buffer_ptrs and sizes differ in length";
+          return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        std::vector<std::vector<Span>> parts;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          parts.push_back({{reinterpret_cast<void*>(ptrs[i]), sizes[i]}});
+        }
+        return PutFromMany(s, "batch_put_from", keys, parts, config);
+      },
+      Release(), py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"),
+      py::arg("config") = kDefault);
+  c.def(
+      "batch_get_into",
+      [](PyStore& s, const std::vector<std::string>& keys, const Ptrs& ptrs, const Sizes& sizes) {
+        if (keys.size() != ptrs.size() || keys.size() != sizes.size()) {
+          LOG(WARNING) << "batch_get_into: keys, buffer_ptrs and sizes differ in length";
+          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        std::vector<std::vector<Span>> parts;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          parts.push_back({{reinterpret_cast<void*>(ptrs[i]), sizes[i]}});
+        }
+        return GetIntoMany(s, "batch_get_into", keys, parts);
+      },
+      Release(), py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"));
+  c.def(
+      "batch_put_from_multi_buffers",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
+         const std::vector<Sizes>& sizes, const PyReplicateConfig& config) {
+        bool ok = false;
+        auto parts = MultiSpans(ptrs, sizes, &ok);
+        if (!ok || parts.size() != keys.size()) {
+          LOG(WARNING) << "batch_put_from_multi_buffers: keys, all_buffer_ptrs and all_sizes "
+                          "differ in shape";
+          return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        return PutFromMany(s, "batch_put_from_multi_buffers", keys, parts, config);
+      },
+      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
+      py::arg("config") = kDefault);
+  c.def(
+      "batch_get_into_multi_buffers",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
+         const std::vector<Sizes>& sizes, bool) {
+        bool ok = false;
+        auto parts = MultiSpans(ptrs, sizes, &ok);
+        if (!ok || parts.size() != keys.size()) {
+          LOG(WARNING) << "batch_get_into_multi_buffers: keys, all_buffer_ptrs and all_sizes "
+                          "differ in shape";
+          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        return GetIntoMany(s, "batch_get_into_multi_buffers", keys, parts);
+      },
+      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
+      py::arg("prefer_alloc_in_same_node") = false);
+}
+
+}  // namespace pyapi
+}  // namespace mooncake

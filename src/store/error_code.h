@@ -1,0 +1,55 @@
+// The Store's result codes: upstream Mooncake's ErrorCode values (mooncake-store/include/types.h),
+// which the Python API returns as negative integers (see docs/store_upstream.md). The master
+// answers every RPC with one of these, and the client passes them through unchanged.
+#pragma once
+
+#include <cstdint>
+
+namespace mooncake {
+namespace store {
+
+enum class ErrorCode : int32_t {
+  OK = 0,
+  INTERNAL_ERROR = -1,
+  BUFFER_OVERFLOW = -10,
+  SHARD_INDEX_OUT_OF_RANGE = -100,
+  SEGMENT_NOT_FOUND = -101,
+  SEGMENT_ALREADY_EXISTS = -102,
+  CLIENT_NOT_FOUND = -103,
+  NO_AVAILABLE_HANDLE = -200,
+  INVALID_VERSION = -300,
+  INVALID_KEY = -400,
+  WRITE_FAIL = -500,
+  INVALID_PARAMS = -600,
+  ILLEGAL_CLIENT = -601,
+  INVALID_WRITE = -700,
+  INVALID_READ = -701,
+  INVALID_REPLICA = -702,
+  REPLICA_IS_NOT_READY = -703,
+  OBJECT_NOT_FOUND = -704,
+  OBJECT_ALREADY_EXISTS = -705,
+  OBJECT_HAS_LEASE = -706,
+  LEASE_EXPIRED = -707,
+  TRANSFER_FAIL = -800,
+  RPC_FAIL = -900,
+  ETCD_OPERATION_ERROR = -1000,
+  ETCD_KEY_NOT_EXIST = -1001,
+  ETCD_TRANSACTION_FAIL = -1002,
+  ETCD_CTX_CANCELLED = -1003,
+  UNAVAILABLE_IN_CURRENT_STATUS = -1010,
+  UNAVAILABLE_IN_CURRENT_MODE = -1011,
+  FILE_NOT_FOUND = -1100,
+  FILE_OPEN_FAIL = -1101,
+  FILE_READ_FAIL = -1102,
+  FILE_WRITE_FAIL = -1103,
+  FILE_INVALID_BUFFER = -1104,
+  FILE_LOCK_FAIL = -1105,
+  FILE_INVALID_HANDLE = -1106,
+};
+
+inline int32_t ToInt(ErrorCode c) { return static_cast<int32_t>(c); }
+const char* ErrorCodeName(ErrorCode c);
+inline const char* ErrorCodeName(int32_t c) { return ErrorCodeName(static_cast<ErrorCode>(c)); }
+
+}  // namespace store
+}  // namespace mooncake

@@ -1,0 +1,189 @@
+// mooncake_master: the Store's master service. Flags and defaults follow upstream's
+// mooncake_master where upstream has them (docs/store_upstream.md); the master serves
+// MasterService over gRPC on --rpc_address:--rpc_port and, with --enable_metric_reporting,
+// Prometheus text on http://<rpc_address>:<metrics_port>/metrics. Upstream's
+// --enable_http_metadata_server is not provided: run mooncake_http_metadata_server beside it.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "master.grpc.pb.h"
+#include "store/master_service.h"
+
+DEFINE_int32(rpc_port, 50051, "Port of the master's RPC service");
+DEFINE_string(rpc_address, "0.0.0.0", "Address the RPC service binds");
+DEFINE_int32(rpc_thread_num, 4, "Threads serving RPCs");
+DEFINE_uint64(default_kv_lease_ttl, 10000,
+              "Lease an object gets on each get (ms): it cannot be removed or evicted meanwhile");
+DEFINE_uint64(default_kv_soft_pin_ttl, 30 * 60 * 1000,
+              "How long a soft pin protects an object from eviction after its last access (ms)");
+DEFINE_int64(client_ttl, 10,
+             "Seconds without a heartbeat after which a client's segments are unmounted");
+DEFINE_double(eviction_ratio, 0.05, "Share of capacity freed below the watermark by eviction");
+DEFINE_double(eviction_high_watermark_ratio, 0.9,
+              "Allocated share of capacity above which objects are evicted");
+DEFINE_uint64(put_start_discard_timeout_sec, 30,
+              "Seconds after which a put that was started but not ended is discarded");
+DEFINE_bool(enable_metric_reporting, true, "Serve Prometheus metrics and log them periodically");
+DEFINE_int32(metrics_port, 9003, "Port of the /metrics HTTP endpoint");
+
+namespace {
+
+namespace rpc = mooncake::store::rpc;
+using mooncake::store::MasterService;
+
+class GrpcService final : public rpc::MasterService::Service {
+ public:
+  explicit GrpcService(MasterService* m) : m_(m) {}
+  grpc::Status MountSegment(grpc::ServerContext*, const rpc::MountSegmentRequest* q,
+                            rpc::MountSegmentResponse* r) override {
+    *r = m_->MountSegment(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status UnmountSegment(grpc::ServerContext*, const rpc::UnmountSegmentRequest* q,
+                              rpc::UnmountSegmentResponse* r) override {
+    *r = m_->UnmountSegment(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status Ping(grpc::ServerContext*, const rpc::PingRequest* q,
+                    rpc::PingResponse* r) override {
+    *r = m_->Ping(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status PutStart(grpc::ServerContext*, const rpc::PutStartRequest* q,
+                        rpc::PutStartResponse* r) override {
+    *r = m_->PutStart(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status PutEnd(grpc::ServerContext*, const rpc::KeysRequest* q,
+                      rpc::CodesResponse* r) override {
+    *r = m_->PutEnd(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status PutRevoke(grpc::ServerContext*, const rpc::KeysRequest* q,
+                         rpc::CodesResponse* r) override {
+    *r = m_->PutRevoke(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetReplicaList(grpc::ServerContext*, const rpc::KeysRequest* q,
+                              rpc::GetReplicaListResponse* r) override {
+    *r = m_->GetReplicaList(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status ExistKey(grpc::ServerContext*, const rpc::KeysRequest* q,
+                        rpc::ExistResponse* r) override {
+    *r = m_->ExistKey(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status Remove(grpc::ServerContext*, const rpc::KeysRequest* q,
+                      rpc::CodesResponse* r) override {
+    *r = m_->Remove(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status RemoveByRegex(grpc::ServerContext*, const rpc::RemoveByRegexRequest* q,
+                             rpc::CountResponse* r) override {
+    *r = m_->RemoveByRegex(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status RemoveAll(grpc::ServerContext*, const rpc::KeysRequest* q,
+                         rpc::CountResponse* r) override {
+    *r = m_->RemoveAll(*q);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetStats(grpc::ServerContext*, const rpc::StatsRequest*,
+                        rpc::StatsResponse* r) override {
+    *r = m_->GetStats();
+    return grpc::Status::OK;
+  }
+
+ private:
+  MasterService* m_;
+};
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }  // the main loop polls the flag
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("mooncake_master: the Mooncake Store master (placement and metadata)");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  auto fail = [](const std::string& what) {
+    LOG(ERROR) << what;
+    return 1;
+  };
+  if (FLAGS_rpc_port <= 0 || FLAGS_rpc_port > 65535) return fail("--rpc_port must be 1..65535");
+  if (FLAGS_eviction_high_watermark_ratio <= 0 || FLAGS_eviction_high_watermark_ratio > 1 ||
+      FLAGS_eviction_ratio < 0 || FLAGS_eviction_ratio > 1) {
+    return fail("--eviction_high_watermark_ratio must be in (0, 1] and --eviction_ratio in [0, 1]");
+  }
+  if (FLAGS_client_ttl <= 0) return fail("--client_ttl must be > 0 seconds");
+
+  mooncake::store::MasterConfig config;
+  config.default_kv_lease_ttl_ms = FLAGS_default_kv_lease_ttl;
+  config.default_kv_soft_pin_ttl_ms = FLAGS_default_kv_soft_pin_ttl;
+  config.client_ttl_s = static_cast<uint64_t>(FLAGS_client_ttl);
+  config.eviction_ratio = FLAGS_eviction_ratio;
+  config.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;
+  config.put_start_discard_timeout_s = FLAGS_put_start_discard_timeout_sec;
+  MasterService master(config);
+  GrpcService service(&master);
+
+  const std::string address = FLAGS_rpc_address + ":" + std::to_string(FLAGS_rpc_port);
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&service);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              FLAGS_rpc_thread_num);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    return fail("cannot listen on " + address + " (port in use? choose another with --rpc_port)");
+  }
+
+  std::unique_ptr<httplib::Server> metrics;
+  std::thread metrics_thread;
+  if (FLAGS_enable_metric_reporting) {
+    metrics = std::make_unique<httplib::Server>();
+    metrics->Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+      res.set_content(master.MetricsText(), "text/plain; version=0.0.4");
+    });
+    if (!metrics->bind_to_port(FLAGS_rpc_address, FLAGS_metrics_port)) {
+      return fail("cannot serve metrics on port " + std::to_string(FLAGS_metrics_port) +
+                  " (in use? choose another with --metrics_port, or "
+                  "--enable_metric_reporting=false)");
+    }
+    metrics_thread = std::thread([&] { metrics->listen_after_bind(); });
+  }
+  LOG(INFO) << "Master service started on " << address << " (lease " << config.default_kv_lease_ttl_ms
+            << " ms, client ttl " << config.client_ttl_s << " s, eviction at "
+            << config.eviction_high_watermark_ratio << " freeing " << config.eviction_ratio << ")"
+            << (metrics ? ", metrics on :" + std::to_string(FLAGS_metrics_port) + "/metrics" : "");
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    master.Tick();
+  }
+  LOG(INFO) << "Master service stopping";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (metrics) {
+    metrics->stop();
+    metrics_thread.join();
+  }
+  return 0;
+}

@@ -1,0 +1,564 @@
+#include "store/master_service.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "store/error_code.h"
+
+namespace mooncake {
+namespace store {
+
+struct MasterService::Segment {
+  Segment(std::string n, uint64_t b, uint64_t s, std::string c)
+      : name(std::move(n)), base(b), size(s), client_id(std::move(c)), alloc(s) {}
+  std::string name;
+  uint64_t base;
+  uint64_t size;
+  std::string client_id;
+  OffsetAllocator alloc;
+};
+
+struct MasterService::Object {
+  struct Placement {
+    uint64_t segment_id;
+    uint64_t offset;
+  };
+  uint64_t size = 0;
+  std::vector<Placement> replicas;
+  bool complete = false;
+  bool soft_pin = false;
+  bool hard_pin = false;
+  std::string owner;
+  Clock::time_point put_started;
+  Clock::time_point last_access;
+  Clock::time_point lease_until;
+};
+
+struct MasterService::Client {
+  Clock::time_point last_ping;
+  std::set<uint64_t> segments;
+};
+
+namespace {
+int32_t Code(ErrorCode c) { return ToInt(c); }
+}  // namespace
+
+MasterService::MasterService(MasterConfig config, NowFn now)
+    : config_(config), now_(std::move(now)) {}
+
+MasterService::~MasterService() = default;
+
+uint64_t MasterService::CapacityLocked() const {
+  uint64_t total = 0;
+  for (const auto& [id, seg] : segments_) total += seg->alloc.capacity();
+  return total;
+}
+
+uint64_t MasterService::AllocatedLocked() const {
+  uint64_t total = 0;
+  for (const auto& [id, seg] : segments_) total += seg->alloc.allocated();
+  return total;
+}
+
+bool MasterService::LeasedLocked(const Object& obj) const { return obj.lease_until > now_(); }
+
+rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentRequest& req) {
+  rpc::MountSegmentResponse resp;
+  if (req.client_id().empty() || req.segment_name().empty() || req.size() == 0 ||
+      req.base() == 0 || req.base() + req.size() < req.base()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message("MountSegment needs a client id, a segment name, a non-null base and a "
+                     "size > 0 that does not wrap around");
+    return resp;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, seg] : segments_) {
+    const bool overlap = req.base() < seg->base + seg->size && seg->base < req.base() + req.size();
+    if (seg->name == req.segment_name() && overlap) {
+      if (seg->base == req.base() && seg->size == req.size() && seg->client_id == req.client_id()) {
+        resp.set_code(Code(ErrorCode::OK));  // a remount after a lost reply: idempotent
+        clients_[req.client_id()].last_ping = now_();
+        return resp;
+      }
+      resp.set_code(Code(ErrorCode::SEGMENT_ALREADY_EXISTS));
+      resp.set_message("segment " + req.segment_name() + " already has a mounted range there");
+      return resp;
+    }
+  }
+  const uint64_t id = next_segment_id_++;
+  segments_.emplace(id, std::make_unique<Segment>(req.segment_name(), req.base(), req.size(),
+                                                  req.client_id()));
+  Client& client = clients_[req.client_id()];
+  client.last_ping = now_();
+  client.segments.insert(id);
+  ++view_version_;
+  ++counters_.mounts;
+  LOG(INFO) << "mounted segment " << req.segment_name() << " (" << req.size() << " bytes at 0x"
+            << std::hex << req.base() << std::dec << ") of client " << req.client_id();
+  resp.set_code(Code(ErrorCode::OK));
+  return resp;
+}
+
+void MasterService::UnmountLocked(uint64_t segment_id) {
+  auto it = segments_.find(segment_id);
+  if (it == segments_.end()) return;
+  // Drop the replicas on this segment; an object left without replicas, or still being
+  // written, goes entirely.
+  for (auto obj = objects_.begin(); obj != objects_.end();) {
+    auto& reps = obj->second.replicas;
+    const bool on_segment = std::any_of(reps.begin(), reps.end(), [&](const auto& p) {
+      return p.segment_id == segment_id;
+    });
+    if (!on_segment) {
+      ++obj;
+      continue;
+    }
+    if (!obj->second.complete || reps.size() == 1) {
+      FreeObjectLocked(obj->second);
+      obj = objects_.erase(obj);
+      continue;
+    }
+    reps.erase(std::remove_if(reps.begin(), reps.end(),
+                              [&](const auto& p) { return p.segment_id == segment_id; }),
+               reps.end());
+    ++obj;
+  }
+  auto client = clients_.find(it->second->client_id);
+  if (client != clients_.end()) client->second.segments.erase(segment_id);
+  LOG(INFO) << "unmounted segment " << it->second->name << " of client " << it->second->client_id;
+  segments_.erase(it);
+  ++view_version_;
+  ++counters_.unmounts;
+}
+
+rpc::UnmountSegmentResponse MasterService::UnmountSegment(const rpc::UnmountSegmentRequest& req) {
+  rpc::UnmountSegmentResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, seg] : segments_) {
+    if (seg->name == req.segment_name() && seg->base == req.base()) {
+      if (seg->client_id != req.client_id()) {
+        resp.set_code(Code(ErrorCode::ILLEGAL_CLIENT));
+        resp.set_message("segment " + req.segment_name() + " belongs to another client");
+        return resp;
+      }
+      UnmountLocked(id);
+      resp.set_code(Code(ErrorCode::OK));
+      return resp;
+    }
+  }
+  resp.set_code(Code(ErrorCode::SEGMENT_NOT_FOUND));
+  resp.set_message("no segment " + req.segment_name() + " is mounted at that base");
+  return resp;
+}
+
+rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
+  rpc::PingResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clients_.find(req.client_id());
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_view_version(view_version_);
+  if (it == clients_.end()) {
+    resp.set_client_known(false);
+  } else {
+    it->second.last_ping = now_();
+    resp.set_client_known(true);
+  }
+  return resp;
+}
+
+void MasterService::FreeObjectLocked(const Object& obj) {
+  for (const auto& p : obj.replicas) {
+    auto seg = segments_.find(p.segment_id);
+    if (seg != segments_.end()) seg->second->alloc.Free(p.offset);
+  }
+}
+
+bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
+                                const rpc::ReplicateConfig& config, Object* obj) {
+  const size_t want = std::max<uint32_t>(1, config.replica_num());
+  // Preferred segments first (in the caller's order), then the rest starting at a rotating
+  // cursor so that objects spread over segments.
+  std::vector<uint64_t> order;
+  for (const auto& name : config.preferred_segments()) {
+    for (const auto& [id, seg] : segments_) {
+      if (seg->name == name && std::find(order.begin(), order.end(), id) == order.end()) {
+        order.push_back(id);
+      }
+    }
+  }
+  std::vector<uint64_t> rest;
+  for (const auto& [id, seg] : segments_) {
+    if (std::find(order.begin(), order.end(), id) == order.end()) rest.push_back(id);
+  }
+  if (!rest.empty()) {
+    const size_t start = placement_cursor_++ % rest.size();
+    std::rotate(rest.begin(), rest.begin() + start, rest.end());
+  }
+  order.insert(order.end(), rest.begin(), rest.end());
+  // One replica per segment name (a client's segments count as one place).
+  std::set<std::string> used;
+  for (uint64_t id : order) {
+    if (obj->replicas.size() == want) break;
+    Segment& seg = *segments_.at(id);
+    if (used.count(seg.name)) continue;
+    auto offset = seg.alloc.Allocate(size);
+    if (!offset) continue;
+    obj->replicas.push_back({id, *offset});
+    used.insert(seg.name);
+  }
+  VLOG(1) << "placed " << key << " (" << size << " bytes): " << obj->replicas.size() << "/"
+          << want << " replicas";
+  return !obj->replicas.empty();
+}
+
+uint64_t MasterService::EvictLocked(uint64_t needed) {
+  const uint64_t capacity = CapacityLocked();
+  const uint64_t allocated = AllocatedLocked();
+  const double target_ratio =
+      std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio);
+  const uint64_t target = static_cast<uint64_t>(target_ratio * static_cast<double>(capacity));
+  uint64_t to_free = allocated + needed > target ? allocated + needed - target : 0;
+  to_free = std::max(to_free, needed);
+  if (to_free == 0) return 0;
+  ++counters_.eviction_runs;
+  const auto now = now_();
+  const auto soft_ttl = std::chrono::milliseconds(config_.default_kv_soft_pin_ttl_ms);
+  // (tier, last access, key): tier 0 plain objects, tier 1 soft-pinned ones.
+  std::vector<std::tuple<int, Clock::time_point, const std::string*>> candidates;
+  for (const auto& [key, obj] : objects_) {
+    if (!obj.complete || obj.hard_pin || obj.lease_until > now) continue;
+    const int tier = (obj.soft_pin && obj.last_access + soft_ttl > now) ? 1 : 0;
+    candidates.emplace_back(tier, obj.last_access, &key);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  uint64_t freed = 0;
+  for (const auto& cand : candidates) {
+    if (freed >= to_free) break;
+    auto it = objects_.find(*std::get<2>(cand));
+    freed += it->second.size * it->second.replicas.size();
+    ++counters_.evicted_objects;
+    FreeObjectLocked(it->second);
+    objects_.erase(it);
+  }
+  counters_.evicted_bytes += freed;
+  if (freed > 0) VLOG(1) << "evicted " << freed << " bytes";
+  return freed;
+}
+
+rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
+  rpc::PutStartResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = now_();
+  {
+    const uint64_t capacity = CapacityLocked();
+    if (capacity > 0 && static_cast<double>(AllocatedLocked()) >
+                            config_.eviction_high_watermark_ratio * static_cast<double>(capacity)) {
+      EvictLocked(0);
+    }
+  }
+  for (const auto& item : req.items()) {
+    ++counters_.put_start;
+    rpc::PutStartResult* result = resp.add_results();
+    if (item.key().empty() || item.size() == 0) {
+      result->set_code(Code(item.key().empty() ? ErrorCode::INVALID_KEY : ErrorCode::INVALID_PARAMS));
+      result->set_message(item.key().empty() ? "empty key" : "an object needs at least 1 byte");
+      ++counters_.put_start_fail;
+      continue;
+    }
+    auto existing = objects_.find(item.key());
+    if (existing != objects_.end()) {
+      const bool stale = !existing->second.complete &&
+                         existing->second.put_started +
+                                 std::chrono::seconds(config_.put_start_discard_timeout_s) <= now;
+      if (!stale) {
+        result->set_code(Code(ErrorCode::OBJECT_ALREADY_EXISTS));
+        result->set_message("key " + item.key() + " already exists");
+        ++counters_.put_start_fail;
+        continue;
+      }
+      FreeObjectLocked(existing->second);
+      objects_.erase(existing);
+      ++counters_.discarded_puts;
+    }
+    Object obj;
+    obj.size = item.size();
+    obj.owner = req.client_id();
+    obj.soft_pin = req.config().with_soft_pin();
+    obj.hard_pin = req.config().with_hard_pin();
+    obj.put_started = now;
+    obj.last_access = now;
+    if (!PlaceLocked(item.key(), item.size(), req.config(), &obj)) {
+      // Nothing fits: make room (approximately LRU) and try once more.
+      if (EvictLocked(item.size()) > 0) PlaceLocked(item.key(), item.size(), req.config(), &obj);
+    }
+    if (obj.replicas.empty()) {
+      result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
+      result->set_message(segments_.empty()
+                              ? "no segment is mounted: start a client with global_segment_size > 0"
+                              : "no space for " + std::to_string(item.size()) +
+                                    " bytes and nothing evictable");
+      ++counters_.put_start_fail;
+      continue;
+    }
+    result->set_code(Code(ErrorCode::OK));
+    FillReplicasLocked(obj, false, result->mutable_replicas());
+    objects_.emplace(item.key(), std::move(obj));
+  }
+  return resp;
+}
+
+void MasterService::FillReplicasLocked(
+    const Object& obj, bool complete_only,
+    google::protobuf::RepeatedPtrField<rpc::Replica>* out) const {
+  if (complete_only && !obj.complete) return;
+  for (const auto& p : obj.replicas) {
+    const Segment& seg = *segments_.at(p.segment_id);
+    rpc::Replica* r = out->Add();
+    r->set_status(obj.complete ? rpc::Replica::COMPLETE : rpc::Replica::PROCESSING);
+    r->mutable_buffer()->set_segment_name(seg.name);
+    r->mutable_buffer()->set_addr(seg.base + p.offset);
+    r->mutable_buffer()->set_size(obj.size);
+  }
+}
+
+rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
+  rpc::CodesResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = now_();
+  for (const auto& key : req.keys()) {
+    ++counters_.put_end;
+    auto it = objects_.find(key);
+    if (it == objects_.end()) {
+      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));  // discarded or its segment went away
+    } else if (it->second.complete) {
+      resp.add_codes(Code(ErrorCode::INVALID_WRITE));
+    } else if (it->second.owner != req.client_id()) {
+      resp.add_codes(Code(ErrorCode::ILLEGAL_CLIENT));
+    } else {
+      it->second.complete = true;
+      it->second.last_access = now;
+      resp.add_codes(Code(ErrorCode::OK));
+    }
+  }
+  return resp;
+}
+
+rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
+  rpc::CodesResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& key : req.keys()) {
+    ++counters_.put_revoke;
+    auto it = objects_.find(key);
+    if (it == objects_.end()) {
+      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
+    } else if (it->second.complete) {
+      resp.add_codes(Code(ErrorCode::INVALID_WRITE));
+    } else if (it->second.owner != req.client_id()) {
+      resp.add_codes(Code(ErrorCode::ILLEGAL_CLIENT));
+    } else {
+      FreeObjectLocked(it->second);
+      objects_.erase(it);
+      resp.add_codes(Code(ErrorCode::OK));
+    }
+  }
+  return resp;
+}
+
+rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest& req) {
+  rpc::GetReplicaListResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = now_();
+  for (const auto& key : req.keys()) {
+    ++counters_.get_replica_list;
+    rpc::GetReplicaListResult* result = resp.add_results();
+    auto it = objects_.find(key);
+    if (it == objects_.end() || !it->second.complete) {
+      ++counters_.get_miss;
+      result->set_code(Code(it == objects_.end() ? ErrorCode::OBJECT_NOT_FOUND
+                                                 : ErrorCode::REPLICA_IS_NOT_READY));
+      continue;
+    }
+    Object& obj = it->second;
+    obj.last_access = now;
+    obj.lease_until = std::max(obj.lease_until,
+                               now + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms));
+    result->set_code(Code(ErrorCode::OK));
+    result->set_size(obj.size);
+    result->set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
+    FillReplicasLocked(obj, true, result->mutable_replicas());
+  }
+  return resp;
+}
+
+rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
+  rpc::ExistResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& key : req.keys()) {
+    ++counters_.exist_key;
+    rpc::ExistResult* result = resp.add_results();
+    auto it = objects_.find(key);
+    if (it == objects_.end() || !it->second.complete) {
+      result->set_code(Code(ErrorCode::OBJECT_NOT_FOUND));
+    } else {
+      result->set_code(Code(ErrorCode::OK));
+      result->set_size(it->second.size);
+    }
+  }
+  return resp;
+}
+
+rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
+  rpc::CodesResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& key : req.keys()) {
+    ++counters_.remove;
+    auto it = objects_.find(key);
+    if (it == objects_.end()) {
+      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
+    } else if (!it->second.complete) {
+      resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
+    } else if (!req.force() && LeasedLocked(it->second)) {
+      resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
+    } else {
+      FreeObjectLocked(it->second);
+      objects_.erase(it);
+      resp.add_codes(Code(ErrorCode::OK));
+    }
+  }
+  return resp;
+}
+
+rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest& req) {
+  rpc::CountResponse resp;
+  std::regex re;
+  try {
+    re = std::regex(req.regex(), std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(std::string("invalid regular expression: ") + e.what());
+    return resp;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t count = 0;
+  for (auto it = objects_.begin(); it != objects_.end();) {
+    if (it->second.complete && (req.force() || !LeasedLocked(it->second)) &&
+        std::regex_search(it->first, re)) {
+      FreeObjectLocked(it->second);
+      it = objects_.erase(it);
+      ++count;
+    } else {
+      ++it;
+    }
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_count(count);
+  return resp;
+}
+
+rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
+  rpc::CountResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t count = 0;
+  for (auto it = objects_.begin(); it != objects_.end();) {
+    if (it->second.complete && (req.force() || !LeasedLocked(it->second))) {
+      FreeObjectLocked(it->second);
+      it = objects_.erase(it);
+      ++count;
+    } else {
+      ++it;
+    }
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_count(count);
+  return resp;
+}
+
+rpc::StatsResponse MasterService::GetStats() {
+  rpc::StatsResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  resp.set_capacity(CapacityLocked());
+  resp.set_allocated(AllocatedLocked());
+  resp.set_keys(objects_.size());
+  resp.set_segments(segments_.size());
+  resp.set_clients(clients_.size());
+  resp.set_evicted_objects(counters_.evicted_objects);
+  return resp;
+}
+
+void MasterService::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = now_();
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    if (it->second.last_ping + std::chrono::seconds(config_.client_ttl_s) > now) {
+      ++it;
+      continue;
+    }
+    LOG(WARNING) << "client " << it->first << " sent no heartbeat for " << config_.client_ttl_s
+                 << " s: unmounting its " << it->second.segments.size() << " segment(s)";
+    const std::set<uint64_t> segs = it->second.segments;
+    for (uint64_t id : segs) UnmountLocked(id);
+    it = clients_.erase(it);
+    ++counters_.expired_clients;
+  }
+  const auto discard = std::chrono::seconds(config_.put_start_discard_timeout_s);
+  for (auto it = objects_.begin(); it != objects_.end();) {
+    if (!it->second.complete && it->second.put_started + discard <= now) {
+      LOG(WARNING) << "discarding put of " << it->first << ": no PutEnd within "
+                   << config_.put_start_discard_timeout_s << " s";
+      FreeObjectLocked(it->second);
+      it = objects_.erase(it);
+      ++counters_.discarded_puts;
+    } else {
+      ++it;
+    }
+  }
+  const uint64_t capacity = CapacityLocked();
+  if (capacity > 0 && static_cast<double>(AllocatedLocked()) >
+                          config_.eviction_high_watermark_ratio * static_cast<double>(capacity)) {
+    EvictLocked(0);
+  }
+}
+
+std::string MasterService::MetricsText() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream out;
+  auto gauge = [&](const char* name, const char* help, uint64_t v) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+        << name << " " << v << "\n";
+  };
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
+        << name << " " << v << "\n";
+  };
+  gauge("master_total_capacity_bytes", "Bytes of all mounted segments", CapacityLocked());
+  gauge("master_allocated_bytes", "Bytes allocated to replicas", AllocatedLocked());
+  gauge("master_key_count", "Objects stored (complete or being written)", objects_.size());
+  gauge("master_segment_count", "Mounted segments", segments_.size());
+  gauge("master_client_count", "Clients with a live heartbeat", clients_.size());
+  counter("master_put_start_requests_total", "PutStart items", counters_.put_start);
+  counter("master_put_start_failures_total", "PutStart items refused", counters_.put_start_fail);
+  counter("master_put_end_requests_total", "PutEnd items", counters_.put_end);
+  counter("master_put_revoke_requests_total", "PutRevoke items", counters_.put_revoke);
+  counter("master_get_replica_list_requests_total", "GetReplicaList items",
+          counters_.get_replica_list);
+  counter("master_get_replica_list_misses_total", "GetReplicaList items not found",
+          counters_.get_miss);
+  counter("master_exist_key_requests_total", "ExistKey items", counters_.exist_key);
+  counter("master_remove_requests_total", "Remove items", counters_.remove);
+  counter("master_eviction_runs_total", "Eviction passes", counters_.eviction_runs);
+  counter("master_evicted_objects_total", "Objects evicted", counters_.evicted_objects);
+  counter("master_evicted_bytes_total", "Replica bytes evicted", counters_.evicted_bytes);
+  counter("master_expired_clients_total", "Clients dropped after client_ttl",
+          counters_.expired_clients);
+  counter("master_discarded_puts_total", "Puts discarded without PutEnd", counters_.discarded_puts);
+  counter("master_mount_segment_total", "Segments mounted", counters_.mounts);
+  counter("master_unmount_segment_total", "Segments unmounted", counters_.unmounts);
+  return out.str();
+}
+
+}  // namespace store
+}  // namespace mooncake

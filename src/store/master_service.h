@@ -1,0 +1,119 @@
+// MasterService: the Store master's state and rules, without the RPC layer (master_server.cc
+// serves it over gRPC; tests drive it directly with a fake clock).
+//
+// It holds placement and metadata only:
+// - segments: memory ranges clients contribute (MountSegment), each with an OffsetAllocator;
+// - objects: key -> size and replicas, each replica one contiguous range on a different
+//   segment where there are enough segments;
+// - clients: the last heartbeat (Ping) of each client that mounted a segment.
+//
+// Rules:
+// - Put is PutStart (replicas allocated, PROCESSING, invisible to readers) -> the client
+//   writes -> PutEnd (COMPLETE, visible) or PutRevoke (freed). A PutStart older than
+//   put_start_discard_timeout without PutEnd is discarded by Tick().
+// - GetReplicaList grants a lease of default_kv_lease_ttl: until it expires the object cannot
+//   be removed (OBJECT_HAS_LEASE) or evicted.
+// - Eviction, approximately LRU by last access, when an allocation fails or the allocated share
+//   passes eviction_high_watermark_ratio: frees complete, unleased, unpinned objects until
+//   usage is eviction_ratio below the watermark (and the allocation fits); soft-pinned objects
+//   go only when nothing else is left, hard-pinned and in-flight ones never.
+// - A client silent for client_ttl (Tick) loses its segments; replicas on them are dropped and
+//   objects left without replicas are removed.
+//
+// Thread safety: every method may be called from any thread (one mutex).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "master.pb.h"
+#include "store/offset_allocator.h"
+
+namespace mooncake {
+namespace store {
+
+struct MasterConfig {
+  uint64_t default_kv_lease_ttl_ms = 10000;
+  uint64_t default_kv_soft_pin_ttl_ms = 30 * 60 * 1000;
+  uint64_t client_ttl_s = 10;
+  double eviction_ratio = 0.05;
+  double eviction_high_watermark_ratio = 0.9;
+  uint64_t put_start_discard_timeout_s = 30;
+};
+
+// Counters and gauges for /metrics.
+struct MasterCounters {
+  uint64_t put_start = 0, put_start_fail = 0, put_end = 0, put_revoke = 0;
+  uint64_t get_replica_list = 0, get_miss = 0, exist_key = 0, remove = 0;
+  uint64_t evicted_objects = 0, evicted_bytes = 0, eviction_runs = 0;
+  uint64_t expired_clients = 0, discarded_puts = 0, mounts = 0, unmounts = 0;
+};
+
+class MasterService {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using NowFn = std::function<Clock::time_point()>;
+
+  explicit MasterService(MasterConfig config, NowFn now = &Clock::now);
+  ~MasterService();
+
+  rpc::MountSegmentResponse MountSegment(const rpc::MountSegmentRequest& req);
+  rpc::UnmountSegmentResponse UnmountSegment(const rpc::UnmountSegmentRequest& req);
+  rpc::PingResponse Ping(const rpc::PingRequest& req);
+  rpc::PutStartResponse PutStart(const rpc::PutStartRequest& req);
+  rpc::CodesResponse PutEnd(const rpc::KeysRequest& req);
+  rpc::CodesResponse PutRevoke(const rpc::KeysRequest& req);
+  rpc::GetReplicaListResponse GetReplicaList(const rpc::KeysRequest& req);
+  rpc::ExistResponse ExistKey(const rpc::KeysRequest& req);
+  rpc::CodesResponse Remove(const rpc::KeysRequest& req);
+  rpc::CountResponse RemoveByRegex(const rpc::RemoveByRegexRequest& req);
+  rpc::CountResponse RemoveAll(const rpc::KeysRequest& req);
+  rpc::StatsResponse GetStats();
+
+  // Housekeeping, called about once a second: expires silent clients, discards stale puts,
+  // evicts above the high watermark.
+  void Tick();
+
+  // The Prometheus text exposition of the counters and gauges.
+  std::string MetricsText();
+
+  const MasterConfig& config() const { return config_; }
+
+ private:
+  struct Segment;
+  struct Object;
+  struct Client;
+
+  bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
+                   Object* obj);
+  void FreeObjectLocked(const Object& obj);
+  // Evicts until `needed` more bytes would keep usage at (watermark - ratio); returns bytes freed.
+  uint64_t EvictLocked(uint64_t needed);
+  void UnmountLocked(uint64_t segment_id);
+  bool LeasedLocked(const Object& obj) const;
+  void FillReplicasLocked(const Object& obj, bool complete_only,
+                          google::protobuf::RepeatedPtrField<rpc::Replica>* out) const;
+  uint64_t CapacityLocked() const;
+  uint64_t AllocatedLocked() const;
+
+  const MasterConfig config_;
+  const NowFn now_;
+  mutable std::mutex mu_;
+  uint64_t next_segment_id_ = 1;
+  uint64_t view_version_ = 1;
+  size_t placement_cursor_ = 0;
+  std::map<uint64_t, std::unique_ptr<Segment>> segments_;
+  std::unordered_map<std::string, Client> clients_;
+  std::unordered_map<std::string, Object> objects_;
+  MasterCounters counters_;
+};
+
+}  // namespace store
+}  // namespace mooncake
