@@ -9,6 +9,9 @@ For each block size (4 KiB, 64 KiB, 1 MiB, 16 MiB), operation (read, write) and 
   - this engine through tools/transfer_engine_bench (T threads, T TCP streams per peer);
   - upstream's engine through the transfer_engine_bench its PyPI wheel ships (same flags,
     MC_TCP_LANES_PER_PEER=T), when the wheel can be installed.
+Then the Store (src/store): mooncake_master, a holder client contributing the pool and
+tools/store_bench putting / getting 4 KiB and 1 MiB objects in batches, beside the engine's own
+figure for the same block and batch (transfer_engine_bench, auto transport: same host -> shm).
 It reports each figure as the median of the runs with min and max, writes a Markdown table,
 a JSON file and a PNG plot under bench/results/<date>-<commit>/, and prints the table.
 
@@ -125,6 +128,95 @@ def run_engine(binary, segment, op, block, threads, duration, ours, env, protoco
         raise RuntimeError(f"upstream: no result line\n{out[-1500:]}")
     secs, batches, gbps = float(m.group(1)), int(m.group(2)), float(m.group(3))
     return {"gbps": gbps, "ops": batches * batch / secs, "p50": None, "p99": None}
+
+
+STORE_CASES = [(4 * KIB, 128), (1 * MIB, 16)]
+
+
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_store(build, runs, duration):
+    """Store put/get figures beside the engine's write/read for the same block and batch."""
+    master_bin = build / "src" / "store" / "mooncake_master"
+    bench_bin = build / "tools" / "store_bench"
+    engine_bin = build / "tools" / "transfer_engine_bench"
+    for b in (master_bin, bench_bin):
+        if not b.exists():
+            log(f"{b} is missing: store figures skipped")
+            return []
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    procs = [subprocess.Popen([str(master_bin), f"--rpc_port={port}",
+                               f"--metrics_port={free_port()}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    rows = []
+    target = None
+    try:
+        time.sleep(0.3)
+        holder = subprocess.Popen([str(bench_bin), "--role=holder", f"--master={addr}",
+                                   "--segment_size=1073741824"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        procs.append(holder)
+        line = holder.stdout.readline()
+        if "holder ready" not in line:
+            raise RuntimeError("store holder did not start")
+        env = dict(os.environ, MC_TCP_LANES_PER_PEER="1", MC_SHM_STREAMS_PER_PEER="1")
+        target = Target(str(engine_bin), env)
+        for block, batch in STORE_CASES:
+            for op, engine_op in (("put", "write"), ("get", "read")):
+                figures = []
+                for _ in range(runs):
+                    out = subprocess.run(
+                        [str(bench_bin), "--role=bench", f"--master={addr}", f"--op={op}",
+                         f"--block_size={block}", f"--batch_size={batch}",
+                         f"--duration={duration}", "--json"],
+                        capture_output=True, text=True, timeout=duration + 120)
+                    if out.returncode != 0:
+                        raise RuntimeError(f"store_bench {op} {block}: {out.stderr[-1500:]}")
+                    r = json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
+                    figures.append({"gbps": r["gbps"], "ops": r["ops_per_s"],
+                                    "p50": r["batch_p50_us"], "p99": r["batch_p99_us"]})
+                saved = BATCH[block]
+                BATCH[block] = batch
+                try:
+                    engine = summarize([run_engine(str(engine_bin), target.segment, engine_op,
+                                                   block, 1, duration, True, env, "auto")
+                                        for _ in range(runs)])
+                finally:
+                    BATCH[block] = saved
+                row = {"op": op, "block": block, "batch": batch, "store": summarize(figures),
+                       "engine": engine}
+                rows.append(row)
+                log(f"store {op} {human(block)}: {fmt(row['store'])} GB/s, "
+                    f"{row['store']['ops']:.0f} ops/s; engine {engine_op} {fmt(engine)} GB/s")
+    finally:
+        if target:
+            target.stop()
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return rows
+
+
+def store_table(rows):
+    out = ["| op | block | batch | store GB/s (min-max) | store ops/s | batch p50 / p99 us | "
+           "engine GB/s (same block, batch) | store / engine |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s, e = r["store"], r["engine"]
+        ratio = s["gbps"] / e["gbps"] if e["gbps"] else 0
+        out.append(f"| {r['op']} | {human(r['block'])} | {r['batch']} | {fmt(s)} | "
+                   f"{s['ops']:.0f} | {s['p50']:.0f} / {s['p99']:.0f} | {fmt(e)} | "
+                   f"{ratio * 100:.0f}% |")
+    return "\n".join(out)
 
 
 def run_baseline(binary, kind, block, threads, duration):
@@ -293,6 +385,7 @@ def main():
             ours_t.stop()
             if up_t:
                 up_t.stop()
+    store_rows = run_store(build, runs, max(duration, 0.5))
     elapsed = time.time() - started
 
     stamp = datetime.datetime.now().strftime("%Y-%m-%d")
@@ -310,13 +403,16 @@ def main():
               f"batch sizes {', '.join(f'{human(b)}: {n}' for b, n in BATCH.items())}.\n")
     md = (header + "\n## Engine vs raw baselines and upstream\n\n" + table(results, bool(up_bin)) +
           "\n\n## Raw baselines\n\n" + baseline_table(baselines) + "\n")
+    if store_rows:
+        md += ("\n## Store (mooncake_master + 2 clients, 1 thread, registered buffers)\n\n" +
+               store_table(store_rows) + "\n")
     has_plot = plot(results, out / "throughput.png")
     if has_plot:
         md += "\n![throughput](throughput.png)\n"
     (out / "results.md").write_text(md)
     (out / "results.json").write_text(json.dumps(
         {"machine": machine(), "commit": commit(), "date": stamp, "quick": args.quick,
-         "results": results,
+         "results": results, "store": store_rows,
          "baselines": [{"kind": k[0], "block": k[1], "threads": k[2], **v}
                        for k, v in baselines.items()]}, indent=1))
     print(md)

@@ -154,7 +154,11 @@ int StoreClient::Impl::Start(std::string* message) {
     engine = opt.engine;
   } else {
     engine = std::make_shared<TransferEngine>();
-    Status s = engine->Init(opt.metadata_server, opt.local_hostname, opt.protocol);
+    // As upstream's Python API: "tcp" (the default) and "rdma" do not restrict the engine;
+    // requests take the best transport both ends share (same host: shm). MC_FORCE_TCP=1
+    // forces TCP.
+    const bool any = opt.protocol.empty() || opt.protocol == "tcp" || opt.protocol == "rdma";
+    Status s = engine->Init(opt.metadata_server, opt.local_hostname, any ? "" : opt.protocol);
     if (!s.ok()) {
       return fail(ErrorCode::INTERNAL_ERROR, "transfer engine init failed: " + s.ToString());
     }
