@@ -24,6 +24,7 @@ namespace store {
 namespace {
 
 constexpr size_t kMaxStagingChunk = 4 << 20;
+constexpr uint64_t kMinLocalBuffer = 4096;
 
 std::string RandomClientId() {
   std::random_device rd;
@@ -133,8 +134,10 @@ int StoreClient::Impl::Start(std::string* message) {
   if (opt.local_hostname.empty()) {
     return fail(ErrorCode::INVALID_PARAMS, "local_hostname is empty");
   }
-  if (opt.local_buffer_size == 0) {
-    return fail(ErrorCode::INVALID_PARAMS, "local_buffer_size must be > 0 (it stages get/put)");
+  if (opt.local_buffer_size < kMinLocalBuffer) {
+    return fail(ErrorCode::INVALID_PARAMS,
+                "local_buffer_size must be at least " + std::to_string(kMinLocalBuffer) +
+                    " bytes (it stages puts and gets of unregistered memory)");
   }
   auto channel = grpc::CreateChannel(opt.master_server_addr, grpc::InsecureChannelCredentials());
   stub = rpc::MasterService::NewStub(channel);
@@ -329,7 +332,7 @@ void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>*
   std::vector<TransferRequest> direct;
   std::vector<size_t> direct_owner;
   std::vector<Staged> staged;
-  const size_t chunk = std::min<size_t>(kMaxStagingChunk, opt.local_buffer_size);
+  const size_t chunk = std::min<size_t>(kMaxStagingChunk, staging->capacity());
   for (const Job& job : jobs) {
     if ((*failed)[job.owner]) continue;
     if (*job.segment == seg_name) {  // a replica in our own segment: plain memory
@@ -623,7 +626,10 @@ std::string StoreClient::segment_name() const { return impl_->seg_name; }
 TransferEngine* StoreClient::engine() const { return impl_->engine.get(); }
 
 int StoreClient::HealthCheck() {
-  if (!impl_->stub || impl_->closed) return ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+  {
+    std::lock_guard<std::mutex> lock(impl_->hb_mu);
+    if (!impl_->stub || impl_->closed) return ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+  }
   rpc::PingRequest req;
   req.set_client_id(impl_->client_id);
   rpc::PingResponse resp;
