@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -145,6 +146,9 @@ int main(int argc, char** argv) {
   const std::string address = FLAGS_rpc_address + ":" + std::to_string(FLAGS_rpc_port);
   grpc::ServerBuilder builder;
   int bound_port = 0;
+  // gRPC sets SO_REUSEPORT by default: a second master on the same port would then start
+  // and share the clients with the first. Refuse a port in use instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&service);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
@@ -158,6 +162,11 @@ int main(int argc, char** argv) {
   std::thread metrics_thread;
   if (FLAGS_enable_metric_reporting) {
     metrics = std::make_unique<httplib::Server>();
+    // httplib's default socket options include SO_REUSEPORT: a port in use must be refused.
+    metrics->set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     metrics->Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
       res.set_content(master.MetricsText(), "text/plain; version=0.0.4");
     });
