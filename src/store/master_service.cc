@@ -292,8 +292,14 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
     obj.put_started = now;
     obj.last_access = now;
     if (!PlaceLocked(item.key(), item.size(), req.config(), &obj)) {
-      // Nothing fits: make room (approximately LRU) and try once more.
-      if (EvictLocked(item.size()) > 0) PlaceLocked(item.key(), item.size(), req.config(), &obj);
+      // Nothing fits: make room (approximately LRU) until the object fits, since the bytes
+      // freed need not be contiguous, or nothing evictable is left. An object larger than
+      // every segment can never fit: evicting for it would only lose data.
+      bool could_fit = false;
+      for (const auto& [id, seg] : segments_) could_fit |= seg->alloc.capacity() >= item.size();
+      while (could_fit && EvictLocked(item.size()) > 0 &&
+             !PlaceLocked(item.key(), item.size(), req.config(), &obj)) {
+      }
     }
     if (obj.replicas.empty()) {
       result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
