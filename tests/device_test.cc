@@ -6,6 +6,7 @@
 // Every byte is verified through host copies.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -27,6 +28,12 @@ platform::SimDeviceBackend* Sim() { return dynamic_cast<platform::SimDeviceBacke
     Status avail = Dev().Available();                                                \
     if (!avail.ok()) GTEST_SKIP() << "no usable GPU here: " << avail.ToString();     \
   } while (0)
+
+// mp_peer, where the build put it, or MC_TEST_MP_PEER (a relocated build: scripts/gpu_check.sh).
+std::string MpPeer() {
+  const char* e = std::getenv("MC_TEST_MP_PEER");
+  return e && *e ? e : MP_PEER_PATH;
+}
 
 uint8_t Pattern(uint64_t i, uint64_t seed) { return static_cast<uint8_t>(i * 131 + seed); }
 
@@ -181,6 +188,27 @@ TEST_F(TwoEngines, LocalSegmentCopiesBetweenDeviceAndHost) {
   EXPECT_EQ(h.Mismatch(9), -1);
 }
 
+TEST_F(TwoEngines, DeviceBufferRegisteredAfterOpenIsFoundInTheSameBatch) {
+  REQUIRE_DEVICE();
+  Buf la(-1, 1 << 20), lb(0, 1 << 20), rh(-1, 1 << 20), rd(0, 1 << 20);
+  ASSERT_TRUE(a_->RegisterLocalMemory(la.ptr(), la.size(), "*").ok());
+  ASSERT_TRUE(a_->RegisterLocalMemory(lb.ptr(), lb.size(), "*").ok());
+  ASSERT_TRUE(b_->RegisterLocalMemory(rh.ptr(), rh.size(), "*").ok());
+  SegmentID seg = OpenB();  // b's descriptor has the host buffer only
+  ASSERT_TRUE(b_->RegisterLocalMemory(rd.ptr(), rd.size(), "*").ok());
+  la.Fill(31);
+  lb.Fill(32);
+  // The second request's range is unknown until the descriptor is fetched again mid-submit;
+  // the first was already checked against the old one.
+  std::vector<TransferRequest> reqs{
+      {TransferRequest::WRITE, la.ptr(), seg, reinterpret_cast<uint64_t>(rh.ptr()), la.size()},
+      {TransferRequest::WRITE, lb.ptr(), seg, reinterpret_cast<uint64_t>(rd.ptr()), lb.size()}};
+  Status s = a_->TransferSync(reqs, std::chrono::seconds(30));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(rh.Mismatch(31), -1);
+  EXPECT_EQ(rd.Mismatch(32), -1);
+}
+
 TEST_F(TwoEngines, WrongDeviceInTheLocationIsRefused) {
   REQUIRE_DEVICE();
   if (Dev().DeviceCount() < 2) GTEST_SKIP() << "needs two devices";
@@ -234,7 +262,7 @@ class OtherProcess : public ::testing::Test {
   };
   static Target Start(int device, uint64_t size) {
     Target t;
-    std::vector<std::string> args{MP_PEER_PATH, "target", "--size", std::to_string(size)};
+    std::vector<std::string> args{MpPeer(), "target", "--size", std::to_string(size)};
     if (device >= 0) args.insert(args.end(), {"--device", std::to_string(device)});
     t.proc = std::make_unique<Child>(args);
     std::istringstream in(t.proc->ReadLine());

@@ -35,6 +35,9 @@ struct PeerRoute {
   Transport* transport = nullptr;       // the transport this route's slices go to
   Transport* host_transport = nullptr;  // first route of a peer: its pick for host memory
   bool refreshed = false;
+  // Superseded by a refreshed descriptor: takes no more requests, but keeps its own
+  // descriptor, into which its requests' remote_buffer pointers point.
+  bool stale = false;
 };
 
 void UnpinAll(std::vector<Prepared>& prepared) {
@@ -101,7 +104,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     // Routes are (peer, transport) pairs; the first route of a peer holds its descriptor.
     size_t first_route = SIZE_MAX;
     for (size_t k = 0; k < routes.size() && first_route == SIZE_MAX; ++k) {
-      if (routes[k].id == r.target_id) first_route = k;
+      if (routes[k].id == r.target_id && !routes[k].stale) first_route = k;
     }
     if (first_route == SIZE_MAX) {
       auto desc = segments.Get(r.target_id);
@@ -110,7 +113,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
         UnpinAll(prepared);
         return desc.status().WithContext(which.substr(0, which.size() - 2));
       }
-      routes.push_back({r.target_id, std::move(desc).value(), nullptr, nullptr, false});
+      routes.push_back({r.target_id, std::move(desc).value(), nullptr, nullptr, false, false});
       first_route = routes.size() - 1;
     }
     PeerRoute* route = &routes[first_route];
@@ -121,9 +124,11 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
       auto fresh = segments.Refresh(r.target_id);
       if (fresh.ok()) {
         for (auto& other : routes) {
-          if (other.id == r.target_id) other.desc = *fresh;
+          if (other.id == r.target_id) other.stale = true;
         }
-        route->host_transport = nullptr;
+        routes.push_back({r.target_id, std::move(fresh).value(), nullptr, nullptr, true, false});
+        first_route = routes.size() - 1;
+        route = &routes[first_route];
         buf = route->desc->FindBuffer(r.target_offset, r.length);
       }
     }
@@ -156,7 +161,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     p.remote_buffer = buf;
     p.route = SIZE_MAX;
     for (size_t k = first_route; k < routes.size(); ++k) {
-      if (routes[k].id == r.target_id &&
+      if (routes[k].id == r.target_id && !routes[k].stale &&
           (routes[k].transport == nullptr || routes[k].transport == transport)) {
         routes[k].transport = transport;
         p.route = k;
@@ -164,7 +169,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
       }
     }
     if (p.route == SIZE_MAX) {
-      routes.push_back({r.target_id, routes[first_route].desc, transport, nullptr, true});
+      routes.push_back({r.target_id, routes[first_route].desc, transport, nullptr, true, false});
       p.route = routes.size() - 1;
     }
     prepared.push_back(p);
@@ -181,6 +186,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
   thread_local std::vector<Slice> slices;
   for (size_t k = 0; k < routes.size(); ++k) {
     const PeerRoute& route = routes[k];
+    if (route.transport == nullptr) continue;  // superseded before it took a request
     const uint64_t slice_size = std::max<uint64_t>(route.transport->slice_size(), 4096);
     slices.clear();
     for (size_t i = 0; i < requests.size(); ++i) {
