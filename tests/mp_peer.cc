@@ -13,6 +13,9 @@
 //     K per batch; read: reads [A, A+N) and checks every byte against pattern(seed).
 //     T threads share the range. Prints "TRANSPORT <name>" (the transport used), then
 //     "RESULT ok <bytes>" or "RESULT fail <reason>".
+// --device D (both roles): the buffer is device memory of device D (platform::Devices():
+// CUDA, or simulated under MC_DEVICE_SIM=1), registered with location "*"; it is filled
+// and checked through host copies.
 // Policy flags (simulate a host where cross-process access is refused):
 //   --not-dumpable 1    this process may not be ptraced by processes lacking CAP_SYS_PTRACE
 //   --no-ptrace-cap 1   this process drops CAP_SYS_PTRACE
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "mooncake/transfer_engine.h"
+#include "platform/device.h"
 
 using namespace mooncake;
 
@@ -77,6 +81,46 @@ uint8_t* Alloc(size_t n) {
   return static_cast<uint8_t*>(p);
 }
 
+// The buffer under test: host memory, or device memory reached through host copies.
+struct Buffer {
+  uint8_t* ptr = nullptr;
+  int device = -1;
+
+  static Buffer Make(const std::map<std::string, std::string>& f, size_t n) {
+    Buffer b;
+    b.device = f.count("--device") ? std::stoi(f.at("--device")) : -1;
+    if (b.device < 0) {
+      b.ptr = Alloc(n);
+      return b;
+    }
+    auto p = platform::Devices().Malloc(b.device, n);
+    if (!p.ok()) {
+      std::printf("FAIL %s\n", p.status().ToString().c_str());
+      std::exit(3);
+    }
+    b.ptr = static_cast<uint8_t*>(*p);
+    return b;
+  }
+  const char* location() const { return device < 0 ? "cpu:0" : "*"; }
+  void FillRange(uint64_t off, uint64_t len, uint64_t seed) {
+    if (device < 0) return Fill(ptr, off, len, seed);
+    std::vector<uint8_t> host(len);
+    for (uint64_t i = 0; i < len; ++i) host[i] = Pattern(off + i, seed);
+    Status s = platform::Devices().Copy(ptr + off, host.data(), len);
+    if (!s.ok()) std::fprintf(stderr, "fill: %s\n", s.ToString().c_str());
+  }
+  uint64_t Mismatch(uint64_t off, uint64_t len, uint64_t seed) {
+    if (device < 0) return FirstMismatch(ptr, off, len, seed);
+    std::vector<uint8_t> host(len);
+    Status s = platform::Devices().Copy(host.data(), ptr + off, len);
+    if (!s.ok()) return off;
+    for (uint64_t i = 0; i < len; ++i) {
+      if (host[i] != Pattern(off + i, seed)) return off + i;
+    }
+    return UINT64_MAX;
+  }
+};
+
 void ApplyPolicy(const std::map<std::string, std::string>& f) {
   if (f.count("--not-dumpable")) ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (f.count("--no-ptrace-cap")) {
@@ -100,9 +144,10 @@ int Target(const std::map<std::string, std::string>& f) {
     std::printf("FAIL %s\n", s.ToString().c_str());
     return 1;
   }
-  uint8_t* buf = Alloc(size);
-  Fill(buf, 0, size, 7);
-  s = engine.RegisterLocalMemory(buf, size, "cpu:0");
+  Buffer mem = Buffer::Make(f, size);
+  uint8_t* buf = mem.ptr;
+  mem.FillRange(0, size, 7);
+  s = engine.RegisterLocalMemory(buf, size, mem.location());
   if (!s.ok()) {
     std::printf("FAIL %s\n", s.ToString().c_str());
     return 1;
@@ -119,14 +164,14 @@ int Target(const std::map<std::string, std::string>& f) {
     if (off > size || len > size - off) {
       std::printf("ERR range outside the buffer\n");
     } else if (cmd == "CHECK") {
-      uint64_t bad = FirstMismatch(buf, off, len, seed);
+      uint64_t bad = mem.Mismatch(off, len, seed);
       if (bad == UINT64_MAX) {
         std::printf("OK\n");
       } else {
         std::printf("BAD %lu\n", static_cast<unsigned long>(bad));
       }
     } else if (cmd == "FILL") {
-      Fill(buf, off, len, seed);
+      mem.FillRange(off, len, seed);
       std::printf("OK\n");
     } else if (cmd == "UNREGISTER") {
       Status u = engine.UnregisterLocalMemory(buf);
@@ -157,11 +202,10 @@ int Initiator(const std::map<std::string, std::string>& f) {
   TransferEngine engine;
   Status s = engine.Init("P2PHANDSHAKE", "127.0.0.1");
   if (!s.ok()) return fail(s.ToString());
-  uint8_t* buf = Alloc(size);
-  if (write) {
-    for (size_t i = 0; i < size; ++i) buf[i] = Pattern(i, seed);
-  }
-  s = engine.RegisterLocalMemory(buf, size, "cpu:0");
+  Buffer mem = Buffer::Make(f, size);
+  uint8_t* buf = mem.ptr;
+  if (write) mem.FillRange(0, size, seed);
+  s = engine.RegisterLocalMemory(buf, size, mem.location());
   if (!s.ok()) return fail(s.ToString());
   auto seg = engine.OpenSegment(seg_name);
   if (!seg.ok()) return fail(seg.status().ToString());
@@ -193,9 +237,8 @@ int Initiator(const std::map<std::string, std::string>& f) {
     if (!e.empty()) return fail(e);
   }
   if (!write) {
-    for (size_t i = 0; i < size; ++i) {
-      if (buf[i] != Pattern(i, seed)) return fail("byte " + std::to_string(i) + " differs");
-    }
+    uint64_t bad = mem.Mismatch(0, size, seed);
+    if (bad != UINT64_MAX) return fail("byte " + std::to_string(bad) + " differs");
   }
   std::printf("RESULT ok %lu\n", static_cast<unsigned long>(size));
   return 0;

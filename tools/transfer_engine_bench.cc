@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mooncake/transfer_engine.h"
+#include "platform/device.h"
 
 DEFINE_string(mode, "initiator", "target | initiator");
 DEFINE_string(local_server_name, "127.0.0.1", "this engine's host[:port]");
@@ -37,7 +38,7 @@ DEFINE_uint64(block_iteration, 0,
 DEFINE_int32(threads, 2, "initiator worker threads");
 DEFINE_double(duration, 10, "seconds of the timed loop (0: skip it)");
 DEFINE_uint64(buffer_size, 1ull << 30, "bytes of registered memory on each side");
-DEFINE_int32(gpu_id, -1, "GPU whose memory to use (-1: host memory)");
+DEFINE_int32(gpu_id, -1, "GPU whose memory holds the buffers, on either side (-1: host memory)");
 DEFINE_int32(device_logicid, -1, "alias of --gpu_id (the Ascend perf tool's name)");
 DEFINE_string(report_unit, "GB", "GB GiB Gb MB MiB Mb KB KiB Kb");
 DEFINE_int32(report_precision, 2, "decimals in the result line");
@@ -78,11 +79,39 @@ double UnitBytes(const std::string& unit) {
   return 1e9;
 }
 
+// The GPU holding the buffers (--gpu_id, or its alias --device_logicid), or -1.
+int GpuId() { return FLAGS_gpu_id >= 0 ? FLAGS_gpu_id : FLAGS_device_logicid; }
+std::string Location() { return GpuId() >= 0 ? "cuda:" + std::to_string(GpuId()) : "cpu:0"; }
+
 uint8_t* AllocBuffer(size_t size) {
+  if (GpuId() >= 0) {
+    auto p = mooncake::platform::Devices().Malloc(GpuId(), size);
+    if (!p.ok()) Die("cannot allocate " + std::to_string(size) + " bytes of GPU memory: " +
+                     p.status().ToString());
+    return static_cast<uint8_t*>(*p);
+  }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) Die("cannot allocate " + std::to_string(size) + " bytes");
   std::memset(p, 0, size);  // fault the pages in before timing
   return static_cast<uint8_t*>(p);
+}
+
+void FreeBuffer(uint8_t* p, size_t size) {
+  if (GpuId() >= 0) {
+    (void)mooncake::platform::Devices().Free(p);
+  } else {
+    ::munmap(p, size);
+  }
+}
+
+// Copies between a buffer from AllocBuffer and host memory.
+void CopyBuffer(void* dst, const void* src, size_t n) {
+  if (GpuId() < 0) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  Status s = mooncake::platform::Devices().Copy(dst, src, n);
+  if (!s.ok()) Die("copy to/from GPU memory: " + s.ToString());
 }
 
 void Check(const Status& s, const std::string& what) {
@@ -130,15 +159,15 @@ double MoveAll(TransferEngine& engine, TransferRequest::OpCode op, uint8_t* loca
 
 int RunTarget(TransferEngine& engine) {
   uint8_t* buf = AllocBuffer(FLAGS_buffer_size);
-  Check(engine.RegisterLocalMemory(buf, FLAGS_buffer_size, "cpu:0"), "register");
-  std::printf("Target segment name: %s (buffer 0x%lx, %lu bytes)\n",
+  Check(engine.RegisterLocalMemory(buf, FLAGS_buffer_size, Location()), "register");
+  std::printf("Target segment name: %s (buffer 0x%lx, %lu bytes, %s)\n",
               engine.GetLocalSegmentName().c_str(), reinterpret_cast<unsigned long>(buf),
-              static_cast<unsigned long>(FLAGS_buffer_size));
+              static_cast<unsigned long>(FLAGS_buffer_size), Location().c_str());
   std::fflush(stdout);
   while (!g_stop.load()) ::usleep(100000);
   LOG(INFO) << "target stopping";
   Check(engine.UnregisterLocalMemory(buf), "unregister");
-  ::munmap(buf, FLAGS_buffer_size);
+  FreeBuffer(buf, FLAGS_buffer_size);
   return 0;
 }
 
@@ -160,7 +189,7 @@ int RunBlockIterations(TransferEngine& engine, SegmentID seg, uint64_t remote_ba
     if (need > remote_len) Die("block iteration " + std::to_string(i) + " needs " +
                                std::to_string(need) + " bytes; raise --buffer_size");
     uint8_t* local = AllocBuffer(need);
-    Check(engine.RegisterLocalMemory(local, need, "cpu:0"), "register");
+    Check(engine.RegisterLocalMemory(local, need, Location()), "register");
     std::vector<TransferRequest> reqs;
     for (int j = 0; j < FLAGS_batch_size; ++j) {
       reqs.push_back({op, local + bs * 2 * j, seg, remote_base + bs * 2 * j, bs});
@@ -174,7 +203,7 @@ int RunBlockIterations(TransferEngine& engine, SegmentID seg, uint64_t remote_ba
               << "KB , throughput " << std::fixed << std::setprecision(FLAGS_report_precision)
               << rate << " " << FLAGS_report_unit << "/s";
     Check(engine.UnregisterLocalMemory(local), "unregister");
-    ::munmap(local, need);
+    FreeBuffer(local, need);
   }
   return 0;
 }
@@ -202,6 +231,7 @@ int RunInitiator(TransferEngine& engine) {
         std::to_string(FLAGS_buffer_size));
   }
   uint8_t* local = nullptr;
+  if (FLAGS_shared_buffer && GpuId() >= 0) Die("--shared_buffer is host memory; drop --gpu_id");
   if (FLAGS_shared_buffer) {
     auto shared = engine.AllocateSharedMemory(FLAGS_buffer_size);
     Check(shared.status(), "allocate shared memory");
@@ -209,22 +239,25 @@ int RunInitiator(TransferEngine& engine) {
     std::memset(local, 0, FLAGS_buffer_size);
   } else {
     local = AllocBuffer(FLAGS_buffer_size);
-    Check(engine.RegisterLocalMemory(local, FLAGS_buffer_size, "cpu:0"), "register");
+    Check(engine.RegisterLocalMemory(local, FLAGS_buffer_size, Location()), "register");
   }
   double unit = UnitBytes(FLAGS_report_unit);
 
   if (FLAGS_verify) {
     uint8_t* back = AllocBuffer(FLAGS_buffer_size);
-    Check(engine.RegisterLocalMemory(back, FLAGS_buffer_size, "cpu:0"), "register");
+    Check(engine.RegisterLocalMemory(back, FLAGS_buffer_size, Location()), "register");
+    std::vector<uint8_t> pattern(FLAGS_buffer_size), got(FLAGS_buffer_size);
     uint64_t x = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(::getpid());
     for (size_t i = 0; i < FLAGS_buffer_size; ++i) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      local[i] = static_cast<uint8_t>(x);
+      pattern[i] = static_cast<uint8_t>(x);
     }
+    CopyBuffer(local, pattern.data(), FLAGS_buffer_size);
     double tw = MoveAll(engine, TransferRequest::WRITE, local, *seg, remote, FLAGS_buffer_size);
     double tr = MoveAll(engine, TransferRequest::READ, back, *seg, remote, FLAGS_buffer_size);
+    CopyBuffer(got.data(), back, FLAGS_buffer_size);
     size_t matched = 0;
-    for (size_t i = 0; i < FLAGS_buffer_size; ++i) matched += local[i] == back[i];
+    for (size_t i = 0; i < FLAGS_buffer_size; ++i) matched += pattern[i] == got[i];
     std::printf("verify: wrote %lu bytes in %.3f s (%.2f %s/s), read back in %.3f s (%.2f %s/s)\n",
                 static_cast<unsigned long>(FLAGS_buffer_size), tw, FLAGS_buffer_size / tw / unit,
                 FLAGS_report_unit.c_str(), tr, FLAGS_buffer_size / tr / unit,
@@ -234,7 +267,7 @@ int RunInitiator(TransferEngine& engine) {
     std::fflush(stdout);
     if (matched != FLAGS_buffer_size) Die("verification failed: bytes differ");
     Check(engine.UnregisterLocalMemory(back), "unregister");
-    ::munmap(back, FLAGS_buffer_size);
+    FreeBuffer(back, FLAGS_buffer_size);
   }
   if (FLAGS_duration <= 0) return 0;
 
@@ -300,8 +333,9 @@ int main(int argc, char** argv) {
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
   ::signal(SIGPIPE, SIG_IGN);
-  if (FLAGS_gpu_id >= 0 || FLAGS_device_logicid >= 0) {
-    Die("--gpu_id/--device_logicid: GPU memory is not supported by this build yet");
+  if (GpuId() >= 0) {
+    Status gpu = mooncake::platform::Devices().Available();
+    if (!gpu.ok()) Die("--gpu_id/--device_logicid " + std::to_string(GpuId()) + ": " + gpu.ToString());
   }
   if (FLAGS_block_size == 0 || FLAGS_batch_size <= 0 || FLAGS_threads <= 0) {
     Die("--block_size, --batch_size and --threads must be positive");

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "docstrings.h"
+#include "platform/device.h"
 #include "py_engine.h"
 
 namespace py = pybind11;
@@ -25,6 +26,7 @@ namespace doc = mooncake::pyapi::doc;
 
 namespace {
 
+using mooncake::Status;
 using Release = py::call_guard<py::gil_scoped_release>;
 using Addrs = std::vector<uintptr_t>;
 using Lengths = std::vector<size_t>;
@@ -46,6 +48,16 @@ std::string LocalTopology() {
   return out + "}";
 }
 
+// memcpy, or a device copy where either end is GPU memory (a torch CUDA tensor's data_ptr()).
+Status CopyBytes(void* dst, const void* src, size_t length) {
+  auto& dev = mooncake::platform::Devices();
+  if (dev.Available().ok() && (dev.DeviceOf(dst) >= 0 || dev.DeviceOf(src) >= 0)) {
+    return dev.Copy(dst, src, length);
+  }
+  std::memcpy(dst, src, length);
+  return Status::OK();
+}
+
 int WriteBytes(PyTransferEngine&, uintptr_t dest, const py::bytes& src, size_t length) {
   char* data = nullptr;
   Py_ssize_t size = 0;
@@ -57,7 +69,11 @@ int WriteBytes(PyTransferEngine&, uintptr_t dest, const py::bytes& src, size_t l
     return -1;
   }
   py::gil_scoped_release release;  // src stays alive: the caller holds it
-  std::memcpy(reinterpret_cast<void*>(dest), data, length);
+  Status s = CopyBytes(reinterpret_cast<void*>(dest), data, length);
+  if (!s.ok()) {
+    LOG(WARNING) << "write_bytes_to_buffer: " << s.ToString();
+    return -1;
+  }
   return 0;
 }
 
@@ -70,7 +86,10 @@ py::bytes ReadBytes(PyTransferEngine&, uintptr_t source, size_t length) {
   if (obj == nullptr) throw py::error_already_set();
   {
     py::gil_scoped_release release;
-    if (length > 0) std::memcpy(PyBytes_AS_STRING(obj), reinterpret_cast<void*>(source), length);
+    Status s = length > 0 ? CopyBytes(PyBytes_AS_STRING(obj), reinterpret_cast<void*>(source),
+                                      length)
+                          : Status::OK();
+    if (!s.ok()) LOG(WARNING) << "read_bytes_from_buffer: " << s.ToString();
   }
   return py::reinterpret_steal<py::bytes>(obj);
 }
@@ -192,9 +211,12 @@ PYBIND11_MODULE(engine, m) {
   m.doc() = doc::kModule;
   m.attr("__version__") = MC_VERSION;
   for (const char* name : {"SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_MUSA",
-                           "SUPPORT_INTRA_NVLINK", "SUPPORT_CUDA"}) {
+                           "SUPPORT_INTRA_NVLINK"}) {
     m.attr(name) = false;
   }
+  // Every build can register CUDA memory: the runtime is loaded when first needed (never at
+  // import), and a host without one gets a clear error when it registers cuda:N memory.
+  m.attr("SUPPORT_CUDA") = true;
 
   py::enum_<Opcode> opcode(m, "TransferOpcode", py::arithmetic(), doc::kOpcode);
   opcode.value("Read", Opcode::kRead).value("Write", Opcode::kWrite).export_values();

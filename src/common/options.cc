@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/device_env.h"
 #include "mooncake/options.h"
 
 namespace mooncake {
@@ -80,6 +81,15 @@ EngineOptions EngineOptions::FromEnvironment() {
   if (EnvInt("MC_SHM_STREAMS_PER_PEER", 1, 16, &n)) o.shm_streams_per_peer = static_cast<int>(n);
   if (const char* v = Env("MC_HOST_ID")) o.host_id_override = v;
   return o;
+}
+
+DeviceEnvironment ReadDeviceEnvironment() {
+  DeviceEnvironment d;
+  d.simulate = EnvFlag("MC_DEVICE_SIM");
+  long n = 0;
+  if (EnvInt("MC_DEVICE_SIM_DEVICES", 1, 16, &n)) d.sim_devices = static_cast<int>(n);
+  if (EnvInt("MC_DEVICE_SIM_DELAY_US", 0, 1000000, &n)) d.sim_delay_us = static_cast<int>(n);
+  return d;
 }
 
 }  // namespace mooncake

@@ -19,6 +19,7 @@
 #include "common/net.h"
 #include "metadata/json_util.h"
 #include "metadata/stores/store_env.h"
+#include "platform/device.h"
 
 namespace mooncake {
 namespace {
@@ -217,7 +218,15 @@ std::string TransferEngine::Impl::EncodeLocalDesc() {
   std::lock_guard lock(desc_mu);
   local_desc.buffers.clear();
   for (const RegionInfo& r : registry.List()) {
-    if (r.remote_accessible) local_desc.buffers.push_back({local_name, r.addr, r.length});
+    if (!r.remote_accessible) continue;
+    BufferDesc b{local_name, r.addr, r.length};
+    if (r.device != platform::kHostMemory) {
+      b.location = "cuda:" + std::to_string(r.device);
+      b.device = r.device;
+      b.ipc_handle = r.ipc_handle;
+      b.ipc_offset = r.ipc_offset;
+    }
+    local_desc.buffers.push_back(std::move(b));
   }
   local_desc.timestamp = DescriptorTimestampNow();
   return EncodeSegmentDesc(local_desc);
@@ -269,7 +278,23 @@ Result<std::string> TransferEngine::Impl::HandleHandshake(const HandshakeFrame& 
   return Status::InvalidArgument("unknown handshake type");
 }
 
-Status TransferEngine::Impl::Register(const std::vector<RegionInfo>& regions) {
+Status TransferEngine::Impl::Register(const std::vector<RegionInfo>& given) {
+  std::vector<RegionInfo> regions = given;
+  for (RegionInfo& r : regions) {
+    MC_RETURN_IF_ERROR(platform::ResolveLocation(r.location, reinterpret_cast<void*>(r.addr),
+                                                 &r.device));
+    if (r.device == platform::kHostMemory || !r.remote_accessible) continue;
+    // Same-host peers open device memory through this handle (transport/cuda_ipc); without
+    // one they still reach it over TCP.
+    auto exported = platform::Devices().IpcExportRange(reinterpret_cast<void*>(r.addr));
+    if (exported.ok()) {
+      r.ipc_handle = platform::IpcHandleToHex(exported->handle);
+      r.ipc_offset = exported->offset;
+    } else {
+      LOG(WARNING) << "no IPC handle for device memory at 0x" << std::hex << r.addr << std::dec
+                   << " (same-host peers will use TCP): " << exported.status().ToString();
+    }
+  }
   MC_RETURN_IF_ERROR(registry.AddBatch(regions));
   (void)PublishLocalDesc();  // registration stands even if the store is down (logged)
   return Status::OK();
@@ -390,19 +415,24 @@ Result<SegmentID> TransferEngine::Impl::OpenSegment(const std::string& raw) {
   return segments.Open(name);
 }
 
-Transport* TransferEngine::Impl::PickTransport(const SegmentDesc& peer) {
+Transport* TransferEngine::Impl::PickTransport(const SegmentDesc& peer, const BufferDesc& remote,
+                                               int local_device) {
   Transport* pick = nullptr;
   for (const auto& t : transports) {
-    if (t->CanReach(peer)) {
+    if (t->CanMove(peer, remote, local_device) && t->CanReach(peer)) {
       pick = t.get();
       break;
     }
   }
+  std::string what = local_device < 0 && remote.device < 0
+                         ? std::string()
+                         : std::string(local_device < 0 ? " (host" : " (device") +
+                               (remote.device < 0 ? " to host memory)" : " to device memory)");
   std::lock_guard lock(chosen_mu);
-  auto& last = chosen[peer.name];
+  auto& last = chosen[peer.name + what];
   if (last != pick) {
     LOG(INFO) << "segment " << peer.name << ": using transport "
-              << (pick ? pick->name() : "(none reaches it)");
+              << (pick ? pick->name() : "(none reaches it)") << what;
     last = pick;
   }
   return pick;

@@ -45,7 +45,9 @@ class TransferEngine::Impl {
   Result<HostPort> ResolveRpc(const std::string& name);
   Result<SegmentCache::DescPtr> FetchDesc(const std::string& name);
   Result<SegmentID> OpenSegment(const std::string& name);
-  Transport* PickTransport(const SegmentDesc& peer);
+  // The first installed transport that reaches `peer` and moves bytes between local memory
+  // on `local_device` (-1: host) and the peer's buffer `remote`; nullptr if none does.
+  Transport* PickTransport(const SegmentDesc& peer, const BufferDesc& remote, int local_device);
 
   // Data path (transfer_submit.cc).
   Status Submit(BatchID id, const std::vector<TransferRequest>& requests);

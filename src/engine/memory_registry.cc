@@ -77,6 +77,9 @@ Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
     region->remote_accessible = r.remote_accessible;
     region->sequence = next_sequence_++;
     region->shared_fd = r.shared_fd;
+    region->device = r.device;
+    region->ipc_handle = r.ipc_handle;
+    region->ipc_offset = r.ipc_offset;
     InsertLocked(std::move(region));
   }
   version_.fetch_add(1, std::memory_order_acq_rel);
@@ -148,7 +151,8 @@ std::vector<RegionInfo> MemoryRegistry::List() const {
   std::vector<RegionInfo> out;
   out.reserve(order.size());
   for (const MemoryRegion* r : order) {
-    out.push_back({r->begin, r->length, r->location, r->remote_accessible, r->shared_fd});
+    out.push_back({r->begin, r->length, r->location, r->remote_accessible, r->shared_fd,
+                   r->device, r->ipc_handle, r->ipc_offset});
   }
   return out;
 }

@@ -26,6 +26,9 @@ struct MemoryRegion {
   std::string location;        // "cpu:0", "cuda:1", "*"...
   bool remote_accessible = true;
   int shared_fd = -1;     // memfd backing the range (AllocateSharedMemory), else -1
+  int device = -1;        // CUDA device holding the range, or -1 (host memory)
+  std::string ipc_handle; // device memory: exported IPC handle (hex), "" if none
+  uint64_t ipc_offset = 0;  // of `begin` inside the allocation the handle names
   uint64_t sequence = 0;  // registration order
   bool removing = false;  // being unregistered: Pin skips it, Add still sees it; GUARDED_BY(mu_)
   std::atomic<int64_t> users{0};
@@ -38,6 +41,9 @@ struct RegionInfo {
   std::string location;
   bool remote_accessible;
   int shared_fd = -1;  // memfd mapping the whole range at offset 0, or -1
+  int device = -1;     // CUDA device (platform::kHostMemory = -1 for host memory)
+  std::string ipc_handle = {};  // see MemoryRegion
+  uint64_t ipc_offset = 0;
 };
 
 class MemoryRegistry {

@@ -105,7 +105,9 @@ Result<SegmentInfo> TransferEngine::GetSegmentInfo(SegmentID id) {
   info.name = desc->name;
   info.protocol = desc->protocol;
   for (const auto& b : desc->buffers) info.buffers.push_back({b.addr, b.length});
-  if (Transport* t = impl_->PickTransport(*desc)) info.transport = t->name();
+  // The transport for host memory at both ends (device buffers may take another).
+  BufferDesc host_buffer;
+  if (Transport* t = impl_->PickTransport(*desc, host_buffer, -1)) info.transport = t->name();
   return info;
 }
 

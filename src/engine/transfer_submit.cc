@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/engine_impl.h"
+#include "platform/device.h"
 
 namespace mooncake {
 namespace {
@@ -25,13 +26,18 @@ struct Prepared {
   MemoryRegion* local = nullptr;           // pinned
   MemoryRegion* local_target = nullptr;    // pinned; LOCAL_SEGMENT_ID requests only
   size_t route = SIZE_MAX;                  // index into the routes of this submit
+  const BufferDesc* remote_buffer = nullptr;  // in routes[route].desc
 };
 
 struct PeerRoute {
   SegmentID id = INVALID_SEGMENT_ID;
   SegmentCache::DescPtr desc;
-  Transport* transport = nullptr;
+  Transport* transport = nullptr;       // the transport this route's slices go to
+  Transport* host_transport = nullptr;  // first route of a peer: its pick for host memory
   bool refreshed = false;
+  // Superseded by a refreshed descriptor: takes no more requests, but keeps its own
+  // descriptor, into which its requests' remote_buffer pointers point.
+  bool stale = false;
 };
 
 void UnpinAll(std::vector<Prepared>& prepared) {
@@ -95,31 +101,38 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
       prepared.push_back(p);
       continue;
     }
-    PeerRoute* route = nullptr;
-    for (size_t k = 0; k < routes.size(); ++k) {
-      if (routes[k].id == r.target_id) {
-        route = &routes[k];
-        p.route = k;
-      }
+    // Routes are (peer, transport) pairs; the first route of a peer holds its descriptor.
+    size_t first_route = SIZE_MAX;
+    for (size_t k = 0; k < routes.size() && first_route == SIZE_MAX; ++k) {
+      if (routes[k].id == r.target_id && !routes[k].stale) first_route = k;
     }
-    if (route == nullptr) {
+    if (first_route == SIZE_MAX) {
       auto desc = segments.Get(r.target_id);
       if (!desc.ok()) {
         MemoryRegistry::Unpin(p.local);
         UnpinAll(prepared);
         return desc.status().WithContext(which.substr(0, which.size() - 2));
       }
-      routes.push_back({r.target_id, std::move(desc).value(), nullptr, false});
-      route = &routes.back();
-      p.route = routes.size() - 1;
+      routes.push_back({r.target_id, std::move(desc).value(), nullptr, nullptr, false, false});
+      first_route = routes.size() - 1;
     }
-    if (route->desc->FindBuffer(r.target_offset, r.length) == nullptr && !route->refreshed) {
+    PeerRoute* route = &routes[first_route];
+    const BufferDesc* buf = route->desc->FindBuffer(r.target_offset, r.length);
+    if (buf == nullptr && !route->refreshed) {
       // The peer may have registered more memory since we fetched its descriptor.
       route->refreshed = true;
       auto fresh = segments.Refresh(r.target_id);
-      if (fresh.ok()) route->desc = std::move(fresh).value();
+      if (fresh.ok()) {
+        for (auto& other : routes) {
+          if (other.id == r.target_id) other.stale = true;
+        }
+        routes.push_back({r.target_id, std::move(fresh).value(), nullptr, nullptr, true, false});
+        first_route = routes.size() - 1;
+        route = &routes[first_route];
+        buf = route->desc->FindBuffer(r.target_offset, r.length);
+      }
     }
-    if (route->desc->FindBuffer(r.target_offset, r.length) == nullptr) {
+    if (buf == nullptr) {
       MemoryRegistry::Unpin(p.local);
       UnpinAll(prepared);
       return Status::InvalidArgument(which + "remote range " +
@@ -127,13 +140,37 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
                                      " is not inside any buffer registered by segment '" +
                                      route->desc->name + "'");
     }
-    if (route->transport == nullptr) route->transport = PickTransport(*route->desc);
-    if (route->transport == nullptr) {
+    Transport* transport;
+    if (p.local->device < 0 && buf->device < 0) {  // host memory at both ends: once per peer
+      if (route->host_transport == nullptr) {
+        route->host_transport = PickTransport(*route->desc, *buf, -1);
+      }
+      transport = route->host_transport;
+    } else {
+      transport = PickTransport(*route->desc, *buf, p.local->device);
+    }
+    if (transport == nullptr) {
       MemoryRegistry::Unpin(p.local);
       UnpinAll(prepared);
       return Status::Unavailable(which + "no installed transport reaches segment '" +
                                  route->desc->name + "' (protocol " + route->desc->protocol +
-                                 ")");
+                                 ") for " + (p.local->device < 0 ? "host" : "device") +
+                                 " memory here and " + (buf->device < 0 ? "host" : "device") +
+                                 " memory there");
+    }
+    p.remote_buffer = buf;
+    p.route = SIZE_MAX;
+    for (size_t k = first_route; k < routes.size(); ++k) {
+      if (routes[k].id == r.target_id && !routes[k].stale &&
+          (routes[k].transport == nullptr || routes[k].transport == transport)) {
+        routes[k].transport = transport;
+        p.route = k;
+        break;
+      }
+    }
+    if (p.route == SIZE_MAX) {
+      routes.push_back({r.target_id, routes[first_route].desc, transport, nullptr, true, false});
+      p.route = routes.size() - 1;
     }
     prepared.push_back(p);
   }
@@ -149,6 +186,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
   thread_local std::vector<Slice> slices;
   for (size_t k = 0; k < routes.size(); ++k) {
     const PeerRoute& route = routes[k];
+    if (route.transport == nullptr) continue;  // superseded before it took a request
     const uint64_t slice_size = std::max<uint64_t>(route.transport->slice_size(), 4096);
     slices.clear();
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -164,6 +202,8 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
         s.local = reinterpret_cast<uint64_t>(r.source) + off;
         s.remote = r.target_offset + off;
         s.length = std::min<uint64_t>(slice_size, r.length - off);
+        s.local_device = p.local->device;
+        s.remote_buffer = p.remote_buffer;
         slices.push_back(s);
       }
     }
@@ -180,14 +220,21 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     if (p.local_target == nullptr) continue;
     const TransferRequest& r = requests[i];
     auto* remote = reinterpret_cast<void*>(r.target_offset);
-    if (r.opcode == TransferRequest::WRITE) {
-      std::memmove(remote, r.source, r.length);
+    void* dst = r.opcode == TransferRequest::WRITE ? remote : r.source;
+    const void* src = r.opcode == TransferRequest::WRITE ? r.source : remote;
+    Status copied;
+    if (p.local->device < 0 && p.local_target->device < 0) {
+      std::memmove(dst, src, r.length);
     } else {
-      std::memmove(r.source, remote, r.length);
+      copied = platform::Devices().Copy(dst, src, r.length);
     }
     MemoryRegistry::Unpin(p.local_target);
     tasks[i].Start(1, r.length, p.local);
-    tasks[i].OnSliceDone(COMPLETED, r.length);
+    if (copied.ok()) {
+      tasks[i].OnSliceDone(COMPLETED, r.length);
+    } else {
+      tasks[i].OnSliceDone(FAILED, 0, copied.ToString().c_str());
+    }
   }
   prepared.clear();
   routes.clear();

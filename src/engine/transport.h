@@ -26,12 +26,40 @@
 
 namespace mooncake {
 
+struct Slice;
+
+// Intercepts a slice's completion (a transport staging device memory through host buffers
+// hands the inner transport slices with a hook, and reports to the task itself once the
+// bytes are in place). Called exactly once per hooked slice, from any thread.
+class SliceHook {
+ public:
+  virtual void OnSliceDone(const Slice& slice, TransferStatusEnum result, uint64_t bytes,
+                           const char* message) = 0;
+
+ protected:
+  ~SliceHook() = default;
+};
+
 struct Slice {
   TransferTask* task = nullptr;
   TransferRequest::OpCode opcode = TransferRequest::READ;
   uint64_t local = 0;   // local address
   uint64_t remote = 0;  // absolute address in the peer
   uint64_t length = 0;
+  int local_device = -1;   // CUDA device of the local memory, -1 for host memory
+  // The peer's buffer holding the remote range (valid while the peer's descriptor is held).
+  const BufferDesc* remote_buffer = nullptr;
+  SliceHook* hook = nullptr;  // when set, completion goes to it instead of the task
+  uint64_t hook_cookie = 0;   // the hook's own use
+
+  // Reports the slice (to the hook if any, else to its task).
+  void Done(TransferStatusEnum result, uint64_t bytes, const char* message = nullptr) const {
+    if (hook != nullptr) {
+      hook->OnSliceDone(*this, result, bytes, message);
+    } else {
+      task->OnSliceDone(result, bytes, message);
+    }
+  }
 };
 
 // What a transport gets from the engine at start.
@@ -57,6 +85,14 @@ class Transport {
   // Whether this transport can reach the peer described by `peer`. May contact the peer the
   // first time (and cache the answer); thread-safe.
   virtual bool CanReach(const SegmentDesc& peer) = 0;
+  // Whether this transport moves bytes between local memory on `local_device` (-1: host)
+  // and the peer's buffer `remote` (whose `device` says where it lives). The engine asks
+  // this per request when either end is device memory, per peer otherwise. Default: host
+  // memory at both ends only.
+  virtual bool CanMove(const SegmentDesc& peer, const BufferDesc& remote, int local_device) {
+    (void)peer;
+    return remote.device < 0 && local_device < 0;
+  }
   // Requests longer than this are cut into slices of this size.
   virtual uint64_t slice_size() const = 0;
 

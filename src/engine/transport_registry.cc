@@ -1,17 +1,21 @@
 // The one list of built-in transports. Adding a transport: one line here and its folder.
 #include "engine/transport.h"
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace mooncake {
 
-std::vector<std::string> BuiltinTransports() { return {"shm", "tcp"}; }
+// cuda_ipc first: it serves only requests whose remote end is device memory on this host,
+// and CanMove() sends everything else on to shm and tcp.
+std::vector<std::string> BuiltinTransports() { return {"cuda_ipc", "shm", "tcp"}; }
 
 Result<std::unique_ptr<Transport>> CreateTransport(const std::string& name) {
   if (name == "tcp") return std::unique_ptr<Transport>(new tcp::TcpTransport());
   if (name == "shm") return std::unique_ptr<Transport>(new shm::ShmTransport());
+  if (name == "cuda_ipc") return std::unique_ptr<Transport>(new cuda_ipc::CudaIpcTransport());
   return Status::Unimplemented("transport '" + name +
-                               "' is not built into this engine (built in: shm, tcp)");
+                               "' is not built into this engine (built in: cuda_ipc, shm, tcp)");
 }
 
 }  // namespace mooncake

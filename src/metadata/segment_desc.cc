@@ -13,6 +13,29 @@ namespace mooncake {
 
 using nlohmann::json;
 
+namespace {
+
+// mc_location "cuda:N" gives the device; an IPC handle must be 128 hex digits.
+Status DecodeDeviceFields(const json& b, BufferDesc* bd) {
+  if (bd->location.rfind("cuda:", 0) == 0) {
+    const std::string num = bd->location.substr(5);
+    if (num.empty() || num.size() > 4 ||
+        num.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::DataLoss("mc_location '" + bd->location + "' is not cuda:<device>");
+    }
+    bd->device = std::stoi(num);
+  }
+  MC_RETURN_IF_ERROR(GetString(b, "mc_ipc_handle", false, &bd->ipc_handle));
+  if (!bd->ipc_handle.empty() &&
+      (bd->ipc_handle.size() != 128 ||
+       bd->ipc_handle.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)) {
+    return Status::DataLoss("mc_ipc_handle is not 128 hex digits");
+  }
+  return GetUint(b, "mc_ipc_offset", UINT64_MAX, &bd->ipc_offset);
+}
+
+}  // namespace
+
 const BufferDesc* SegmentDesc::FindBuffer(uint64_t addr, uint64_t len) const {
   if (len == 0 || addr + len < addr) return nullptr;
   for (const auto& b : buffers) {
@@ -30,7 +53,10 @@ bool SegmentDesc::SameContent(const SegmentDesc& o) const {
   }
   for (size_t i = 0; i < buffers.size(); ++i) {
     const auto &a = buffers[i], &b = o.buffers[i];
-    if (a.name != b.name || a.addr != b.addr || a.length != b.length) return false;
+    if (a.name != b.name || a.addr != b.addr || a.length != b.length ||
+        a.location != b.location || a.ipc_handle != b.ipc_handle || a.ipc_offset != b.ipc_offset) {
+      return false;
+    }
   }
   return true;
 }
@@ -46,7 +72,13 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
   j["timestamp"] = d.timestamp;
   json bufs = json::array();
   for (const auto& b : d.buffers) {
-    bufs.push_back({{"name", b.name}, {"addr", b.addr}, {"length", b.length}});
+    json jb = {{"name", b.name}, {"addr", b.addr}, {"length", b.length}};
+    if (!b.location.empty()) jb["mc_location"] = b.location;
+    if (!b.ipc_handle.empty()) {
+      jb["mc_ipc_handle"] = b.ipc_handle;
+      jb["mc_ipc_offset"] = b.ipc_offset;
+    }
+    bufs.push_back(std::move(jb));
   }
   j["buffers"] = std::move(bufs);
   if (!d.mc_host_id.empty()) j["mc_host_id"] = d.mc_host_id;
@@ -102,6 +134,8 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
       if (bd.addr == 0 || bd.length == 0 || bd.addr + bd.length < bd.addr) {
         return Status::DataLoss(where + ": addr and length must be non-zero and not wrap");
       }
+      MC_RETURN_IF_ERROR(GetString(b, "mc_location", false, &bd.location).WithContext(where));
+      MC_RETURN_IF_ERROR(DecodeDeviceFields(b, &bd).WithContext(where));
       d.buffers.push_back(std::move(bd));
     }
   }

@@ -394,3 +394,49 @@ TEST(SegmentDescDecodeTest, CapturedUpstreamDescriptor) {
 
 }  // namespace
 }  // namespace mooncake
+
+namespace mooncake {
+namespace {
+
+TEST(SegmentDescDeviceTest, DeviceFieldsRoundTripAndHostBuffersStayUpstreamShaped) {
+  SegmentDesc d;
+  d.name = "127.0.0.1:1";
+  d.buffers.push_back({"127.0.0.1:1", 4096, 100});
+  BufferDesc dev{"127.0.0.1:1", 1 << 20, 4096};
+  dev.location = "cuda:3";
+  dev.ipc_handle = std::string(128, 'a');
+  dev.ipc_offset = 512;
+  d.buffers.push_back(dev);
+  std::string json = EncodeSegmentDesc(d);
+  // Host buffers carry upstream's three fields only.
+  EXPECT_NE(json.find(R"({"addr":4096,"length":100,"name":"127.0.0.1:1"})"), std::string::npos)
+      << json;
+  auto back = DecodeSegmentDesc(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->buffers.size(), 2u);
+  EXPECT_EQ(back->buffers[0].device, -1);
+  EXPECT_EQ(back->buffers[1].device, 3);
+  EXPECT_EQ(back->buffers[1].location, "cuda:3");
+  EXPECT_EQ(back->buffers[1].ipc_handle, dev.ipc_handle);
+  EXPECT_EQ(back->buffers[1].ipc_offset, 512u);
+  EXPECT_TRUE(back->SameContent(d));
+  SegmentDesc other = *back;
+  other.buffers[1].ipc_handle = std::string(128, 'b');
+  EXPECT_FALSE(other.SameContent(d)) << "a new handle is a changed descriptor";
+}
+
+TEST(SegmentDescDeviceTest, MalformedDeviceFieldsAreRejected) {
+  const std::string head = R"({"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":1,"length":2,)";
+  EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_location":"cuda:x"}]})").ok());
+  EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_location":"cuda:"}]})").ok());
+  EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_ipc_handle":"abc"}]})").ok());
+  EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_ipc_handle":")" + std::string(128, 'z') +
+                                 R"("}]})").ok());
+  EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_ipc_offset":-1}]})").ok());
+  auto ok = DecodeSegmentDesc(head + R"("mc_location":"cpu:0"}]})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->buffers[0].device, -1);
+}
+
+}  // namespace
+}  // namespace mooncake

@@ -11,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -21,19 +20,6 @@
 
 namespace mooncake::shm {
 namespace {
-
-std::string ReadFirstLine(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-std::string Link(const char* path) {
-  char buf[256];
-  ssize_t n = ::readlink(path, buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, n) : std::string();
-}
 
 // Copies one run of items with the same op in one call. Returns false if the call moved
 // fewer bytes than asked (then the caller retries item by item to find the culprit).
@@ -151,12 +137,6 @@ uint8_t* Translate(const std::vector<Mapped>& maps, uint64_t addr, uint64_t len)
 }
 
 }  // namespace
-
-std::string LocalHostId(const EngineOptions& options) {
-  if (!options.host_id_override.empty()) return options.host_id_override;
-  return ReadFirstLine("/proc/sys/kernel/random/boot_id") + "/" + Link("/proc/self/ns/pid") + "/" +
-         Link("/proc/self/ns/net");
-}
 
 ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry)
     : options_(options), registry_(registry) {}

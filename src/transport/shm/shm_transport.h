@@ -19,14 +19,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/host_id.h"
 #include "common/net.h"
 #include "engine/transport.h"
 
 namespace mooncake::shm {
 
-// "<boot id>/<pid ns>/<net ns>", or options.host_id_override. Two engines with equal ids
-// share a kernel, a pid namespace and a network namespace (the unix socket's scope).
-std::string LocalHostId(const EngineOptions& options);
+using mooncake::LocalHostId;  // common/host_id.h
 
 // The target side: accepts connections and serves copy requests.
 class ShmServer {

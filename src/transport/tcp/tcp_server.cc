@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/auth.h"
+#include "transport/tcp/tcp_staging.h"
 #include "transport/tcp/tcp_wire.h"
 
 namespace mooncake::tcp {
@@ -22,6 +23,9 @@ namespace {
 constexpr size_t kRxBufferSize = 256 << 10;
 // Payloads at least this long are received straight into the destination.
 constexpr size_t kDirectThreshold = 16 << 10;
+// Device memory is staged through this many pinned buffers of this size per connection.
+constexpr size_t kStagingBuffers = 4;
+constexpr size_t kStagingChunk = 512 << 10;
 
 // One accepted connection. Owns nothing but its buffers; the fd belongs to the server.
 class Session {
@@ -72,7 +76,11 @@ class Session {
         }
         return;
       }
-      if (h.op == kOpWrite) {
+      if (region->device >= 0) {
+        s = h.op == kOpWrite ? ApplyDeviceWrite(h, region->device)
+                             : ServeDeviceRead(h, region->device);
+        MemoryRegistry::Unpin(region);
+      } else if (h.op == kOpWrite) {
         s = ApplyWrite(h);
         MemoryRegistry::Unpin(region);
       } else {
@@ -108,6 +116,83 @@ class Session {
       queued_bytes_ += h.size;
     }
     return MaybeFlush();
+  }
+
+  Result<BounceRing*> Staging(int device) {
+    if (!staging_ || staging_->device() != device) {
+      staging_.reset();
+      auto ring = BounceRing::Create(device, kStagingBuffers, kStagingChunk);
+      if (!ring.ok()) return ring.status().WithContext("stage device memory");
+      staging_ = std::move(ring).value();
+    }
+    return staging_.get();
+  }
+
+  // A WRITE into device memory: chunks are received into pinned buffers, each copied to the
+  // device while the next is received. The status goes out once every copy has finished.
+  Status ApplyDeviceWrite(const Header& h, int device) {
+    if (!tx_pins_.empty()) MC_RETURN_IF_ERROR(FlushStatuses());
+    MC_ASSIGN_OR_RETURN(BounceRing * ring, Staging(device));
+    auto* dst = reinterpret_cast<uint8_t*>(h.addr);
+    std::vector<bool> busy(ring->count(), false);
+    Status copy_error;
+    size_t slot = 0;
+    for (uint64_t off = 0; off < h.size; off += ring->size(), slot = (slot + 1) % ring->count()) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(ring->size(), h.size - off));
+      if (busy[slot] && copy_error.ok()) copy_error = ring->Wait(slot);
+      uint8_t* buf = ring->buffer(slot);
+      size_t have = std::min(buffered(), n);
+      std::memcpy(buf, rx_.get() + rb_, have);
+      rb_ += have;
+      if (n > have) MC_RETURN_IF_ERROR(RecvDirect(buf + have, n - have));
+      if (copy_error.ok()) copy_error = ring->CopyAsync(slot, dst + off, buf, n);
+      busy[slot] = true;
+    }
+    for (size_t i = 0; i < ring->count(); ++i) {
+      Status w = busy[i] ? ring->Wait(i) : Status::OK();
+      if (copy_error.ok()) copy_error = w;
+    }
+    // The payload was consumed, but the bytes did not land: no v2 code says so, so the
+    // connection closes and the initiator fails what it has outstanding.
+    MC_RETURN_IF_ERROR(copy_error.WithContext("copy to device memory"));
+    if (h.v2) {
+      QueueStatus(kStatusOk);
+      queued_bytes_ += h.size;
+    }
+    return MaybeFlush();
+  }
+
+  // A READ of device memory: chunks are copied into pinned buffers ahead of the socket, and
+  // each is sent while the following ones copy.
+  Status ServeDeviceRead(const Header& h, int device) {
+    MC_ASSIGN_OR_RETURN(BounceRing * ring, Staging(device));
+    const auto* src = reinterpret_cast<const uint8_t*>(h.addr);
+    const size_t k = ring->count(), chunk = ring->size();
+    const uint64_t chunks = (h.size + chunk - 1) / chunk;
+    auto issue = [&](uint64_t c) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, h.size - c * chunk));
+      return ring->CopyAsync(c % k, ring->buffer(c % k), src + c * chunk, n);
+    };
+    for (uint64_t c = 0; c < chunks && c < k; ++c) {
+      MC_RETURN_IF_ERROR(issue(c).WithContext("copy from device memory"));
+    }
+    if (h.v2) QueueStatus(kStatusOk);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      Status copied = ring->Wait(c % k);
+      if (!copied.ok()) {
+        for (uint64_t d = c + 1; d < chunks && d < c + k; ++d) (void)ring->Wait(d % k);
+        return copied.WithContext("copy from device memory");
+      }
+      size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, h.size - c * chunk));
+      tx_iov_.push_back({ring->buffer(c % k), n});
+      Status sent = FlushStatuses();  // queued replies, then this chunk
+      if (sent.ok() && c + k < chunks) sent = issue(c + k).WithContext("copy from device memory");
+      if (!sent.ok()) {
+        for (uint64_t d = c + 1; d < chunks && d < c + k; ++d) (void)ring->Wait(d % k);
+        return sent;
+      }
+    }
+    return Status::OK();
   }
 
   // Queues the status and the payload; they go out with the other queued responses.
@@ -273,6 +358,7 @@ class Session {
   std::vector<iovec> tx_iov_;
   std::vector<MemoryRegion*> tx_pins_;
   uint64_t queued_bytes_ = 0;
+  std::unique_ptr<BounceRing> staging_;  // created at the first device-memory request
 };
 
 }  // namespace

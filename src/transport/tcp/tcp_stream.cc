@@ -57,7 +57,7 @@ void TcpStream::Enqueue(const Slice* slices, size_t count, uint64_t bytes) {
     if (stopping_) {
       for (size_t i = 0; i < count; ++i) {
         queued_bytes_.fetch_sub(slices[i].length, std::memory_order_relaxed);
-        slices[i].task->OnSliceDone(FAILED, 0, "the connection to the peer was closed (engine stopping or peer descriptor changed)");
+        slices[i].Done(FAILED, 0, "the connection to the peer was closed (engine stopping or peer descriptor changed)");
       }
       return;
     }
@@ -116,7 +116,7 @@ void TcpStream::ResetConnection() {
 void TcpStream::CompleteFront(TransferStatusEnum result, const char* message) {
   Entry& e = q_.front();
   queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);
-  e.slice.task->OnSliceDone(result, result == COMPLETED ? e.slice.length : 0, message);
+  e.slice.Done(result, result == COMPLETED ? e.slice.length : 0, message);
   q_.pop_front();
   if (send_idx_ > 0) {
     --send_idx_;
@@ -130,7 +130,7 @@ void TcpStream::FailAll(TransferStatusEnum result, const std::string& message) {
   for (Entry& e : q_) {
     if (e.completed) continue;
     queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);
-    e.slice.task->OnSliceDone(result, 0, msg.c_str());
+    e.slice.Done(result, 0, msg.c_str());
   }
   q_.clear();
   ResetConnection();
@@ -180,7 +180,7 @@ Status TcpStream::SendSome() {
         // v1 has no acknowledgement: a WRITE is done once its last byte is sent.
         e.completed = true;
         queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);
-        e.slice.task->OnSliceDone(COMPLETED, e.slice.length);
+        e.slice.Done(COMPLETED, e.slice.length);
       }
     }
     if (static_cast<uint64_t>(sent) < total) return Status::OK();  // socket buffer full

@@ -5,6 +5,12 @@
 #include <mutex>
 
 namespace mooncake::tcp {
+namespace {
+
+// Bounce buffers per device (each MC_TCP_SPLIT_SIZE bytes): slices staged at once.
+constexpr size_t kStagingBuffers = 8;
+
+}  // namespace
 
 TcpTransport::~TcpTransport() { Stop(); }
 
@@ -33,6 +39,10 @@ void TcpTransport::Stop() {
   }
   for (auto& [key, peer] : peers) {
     for (auto& s : peer->streams) s->Stop();
+  }
+  {
+    std::lock_guard lock(stager_mu_);
+    for (auto& [device, stager] : stagers_) stager->Stop();
   }
   if (server_) server_->Stop();
 }
@@ -74,8 +84,61 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
   return slot;
 }
 
+Result<DeviceStager*> TcpTransport::StagerFor(int device) {
+  std::lock_guard lock(stager_mu_);
+  auto& slot = stagers_[device];
+  if (!slot) {
+    {
+      std::shared_lock peers_lock(mu_);
+      if (stopped_) return Status::FailedPrecondition("TCP transport is stopped");
+    }
+    MC_ASSIGN_OR_RETURN(std::unique_ptr<BounceRing> ring,
+                        BounceRing::Create(device, kStagingBuffers, options_.tcp_split_size));
+    slot = std::make_unique<DeviceStager>(
+        std::move(ring), [this](const std::shared_ptr<const SegmentDesc>& peer,
+                                const Slice* slices, size_t count) {
+          Status s = SubmitHost(peer, slices, count);
+          if (!s.ok()) {
+            for (size_t i = 0; i < count; ++i) slices[i].Done(FAILED, 0, s.ToString().c_str());
+          }
+        });
+  }
+  return slot.get();
+}
+
 Status TcpTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
                             size_t count) {
+  size_t first_device = 0;
+  while (first_device < count && slices[first_device].local_device < 0) ++first_device;
+  if (first_device == count) return SubmitHost(desc, slices, count);
+  // Local device memory: those slices go through the device's stager, the rest as usual.
+  thread_local std::vector<Slice> host;
+  host.assign(slices, slices + first_device);
+  for (size_t i = first_device; i < count; ++i) {
+    const Slice& s = slices[i];
+    if (s.local_device < 0) {
+      host.push_back(s);
+      continue;
+    }
+    auto stager = StagerFor(s.local_device);
+    if (!stager.ok()) {
+      s.Done(FAILED, 0, ("stage device memory for TCP: " + stager.status().ToString()).c_str());
+      continue;
+    }
+    (*stager)->Submit(desc, &s, 1);
+  }
+  if (host.empty()) return Status::OK();
+  std::vector<Slice> mine;
+  mine.swap(host);  // SubmitHost may re-enter Submit's thread_local through a stager
+  Status st = SubmitHost(desc, mine.data(), mine.size());
+  if (!st.ok()) {
+    for (const Slice& s : mine) s.Done(FAILED, 0, st.ToString().c_str());
+  }
+  return Status::OK();
+}
+
+Status TcpTransport::SubmitHost(const std::shared_ptr<const SegmentDesc>& desc,
+                                const Slice* slices, size_t count) {
   if (desc->tcp_data_port == 0 || desc->host.empty()) {
     return Status::Unavailable("segment '" + desc->name + "' publishes no TCP data port");
   }

@@ -10,6 +10,7 @@
 
 #include "engine/transport.h"
 #include "transport/tcp/tcp_server.h"
+#include "transport/tcp/tcp_staging.h"
 #include "transport/tcp/tcp_stream.h"
 
 namespace mooncake::tcp {
@@ -23,6 +24,9 @@ class TcpTransport : public Transport {
   Status Start(const TransportContext& ctx, SegmentDesc* local_desc) override;
   void Stop() override;
   bool CanReach(const SegmentDesc& peer) override;
+  // Any memory at either end: device memory is staged through pinned host buffers
+  // (tcp_staging.h) on whichever side holds it.
+  bool CanMove(const SegmentDesc&, const BufferDesc&, int) override { return true; }
   uint64_t slice_size() const override { return options_.tcp_split_size; }
   Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
                 size_t count) override;
@@ -36,6 +40,11 @@ class TcpTransport : public Transport {
   };
   static std::string PeerKey(const SegmentDesc& peer);
   std::shared_ptr<Peer> GetOrCreatePeer(const SegmentDesc& peer);
+  // Host-memory slices to the peer's streams.
+  Status SubmitHost(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
+                    size_t count);
+  // The stager of `device`, created at first use.
+  Result<DeviceStager*> StagerFor(int device);
 
   EngineOptions options_;
   std::function<void(const std::string&)> on_peer_failure_;
@@ -44,6 +53,8 @@ class TcpTransport : public Transport {
   std::shared_mutex mu_;
   std::map<std::string, std::shared_ptr<Peer>> peers_;  // GUARDED_BY(mu_)
   bool stopped_ = false;                                // GUARDED_BY(mu_)
+  std::mutex stager_mu_;
+  std::map<int, std::unique_ptr<DeviceStager>> stagers_;  // by device; GUARDED_BY(stager_mu_)
 };
 
 }  // namespace mooncake::tcp

@@ -1,0 +1,363 @@
+// The simulated device backend (tests only; see device_backends.h).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "common/net.h"
+#include "platform/device_backends.h"
+
+namespace mooncake::platform {
+namespace {
+
+constexpr char kSimMagic[8] = {'M', 'C', 'S', 'I', 'M', 'I', 'P', 'C'};
+
+struct SimIpcHandle {  // laid out in IpcHandle::bytes
+  char magic[8];
+  uint32_t pid;
+  int32_t fd;
+  uint64_t length;
+  int32_t device;
+};
+static_assert(sizeof(SimIpcHandle) <= kIpcHandleSize, "sim handle must fit");
+
+}  // namespace
+
+struct SimDeviceBackend::Event {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0;  // generation of the last record; GUARDED_BY(mu)
+  uint64_t reached = 0;   // generation the stream has passed; GUARDED_BY(mu)
+  Status error;           // GUARDED_BY(mu)
+};
+
+struct SimDeviceBackend::Stream {
+  struct Op {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t length = 0;
+    Event* event = nullptr;  // set: an event record
+    uint64_t generation = 0;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Op> ops;  // GUARDED_BY(mu)
+  size_t busy = 0;     // ops taken but not finished; GUARDED_BY(mu)
+  bool stop = false;   // GUARDED_BY(mu)
+  Status error;        // first failed copy since the last event record; GUARDED_BY(mu)
+  std::thread worker;
+};
+
+SimDeviceBackend::SimDeviceBackend(int devices, int delay_us) : devices_(devices) {
+  async_delay_us.store(delay_us);
+}
+
+SimDeviceBackend::~SimDeviceBackend() = default;  // process lifetime; mappings stay
+
+const SimDeviceBackend::Alloc* SimDeviceBackend::FindLocked(uint64_t addr, uint64_t* base) const {
+  auto it = allocs_.upper_bound(addr);
+  if (it == allocs_.begin()) return nullptr;
+  --it;
+  if (addr >= it->first + it->second.length) return nullptr;
+  *base = it->first;
+  return &it->second;
+}
+
+int SimDeviceBackend::DeviceOf(const void* addr) {
+  std::lock_guard lock(mu_);
+  uint64_t base = 0;
+  const Alloc* a = FindLocked(reinterpret_cast<uint64_t>(addr), &base);
+  return a ? a->device : kHostMemory;
+}
+
+bool SimDeviceBackend::TouchesDevice(const void* dst, const void* src, size_t) {
+  return DeviceOf(dst) != kHostMemory || DeviceOf(src) != kHostMemory;
+}
+
+Result<uint8_t*> SimDeviceBackend::Translate(const void* addr, size_t length) {
+  std::lock_guard lock(mu_);
+  uint64_t base = 0;
+  auto a64 = reinterpret_cast<uint64_t>(addr);
+  const Alloc* a = FindLocked(a64, &base);
+  if (a == nullptr) return reinterpret_cast<uint8_t*>(const_cast<void*>(addr));
+  if (a64 + length > base + a->length) {
+    return Status::InvalidArgument("simulated device: copy range leaves its allocation");
+  }
+  return a->alias + (a64 - base);
+}
+
+Result<void*> SimDeviceBackend::Malloc(int device, size_t length) {
+  if (device < 0 || device >= devices_) {
+    return Status::InvalidArgument("simulated device " + std::to_string(device) +
+                                   " does not exist");
+  }
+  if (length == 0) return Status::InvalidArgument("simulated device: length 0");
+  int fd = ::memfd_create("mc-sim-device", MFD_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("memfd_create", errno);
+  if (::ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    Status s = ErrnoStatus("ftruncate", errno);
+    ::close(fd);
+    return s;
+  }
+  void* user = ::mmap(nullptr, length, PROT_NONE, MAP_SHARED, fd, 0);
+  void* alias = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (user == MAP_FAILED || alias == MAP_FAILED) {
+    Status s = ErrnoStatus("mmap simulated device memory", errno);
+    if (user != MAP_FAILED) ::munmap(user, length);
+    if (alias != MAP_FAILED) ::munmap(alias, length);
+    ::close(fd);
+    return s;
+  }
+  std::lock_guard lock(mu_);
+  allocs_[reinterpret_cast<uint64_t>(user)] =
+      Alloc{length, device, fd, static_cast<uint8_t*>(alias), false};
+  return user;
+}
+
+Status SimDeviceBackend::Free(void* ptr) {
+  Alloc a{};
+  {
+    std::lock_guard lock(mu_);
+    auto it = allocs_.find(reinterpret_cast<uint64_t>(ptr));
+    if (it == allocs_.end() || it->second.opened) {
+      return Status::InvalidArgument("simulated device: free of an address it did not allocate");
+    }
+    a = it->second;
+    allocs_.erase(it);
+  }
+  ::munmap(ptr, a.length);
+  ::munmap(a.alias, a.length);
+  ::close(a.fd);
+  return Status::OK();
+}
+
+Result<void*> SimDeviceBackend::MallocHost(size_t length) {
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return ErrnoStatus("mmap pinned host memory", errno);
+  std::lock_guard lock(mu_);
+  pinned_[reinterpret_cast<uint64_t>(p)] = length;
+  pinned_buffers.fetch_add(1);
+  return p;
+}
+
+Status SimDeviceBackend::FreeHost(void* ptr) {
+  size_t length = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pinned_.find(reinterpret_cast<uint64_t>(ptr));
+    if (it == pinned_.end()) {
+      return Status::InvalidArgument("simulated device: FreeHost of memory not from MallocHost");
+    }
+    length = it->second;
+    pinned_.erase(it);
+  }
+  pinned_buffers.fetch_sub(1);
+  ::munmap(ptr, length);
+  return Status::OK();
+}
+
+thread_local int SimDeviceBackend::current_device_ = 0;
+
+Status SimDeviceBackend::SetDevice(int device) {
+  if (device < 0 || device >= devices_) {
+    return Status::InvalidArgument("simulated device " + std::to_string(device) +
+                                   " does not exist");
+  }
+  current_device_ = device;
+  return Status::OK();
+}
+
+int SimDeviceBackend::CurrentDevice() { return current_device_; }
+
+Status SimDeviceBackend::CountCopy() {
+  int64_t left = fail_after_copies.load();
+  while (left >= 0) {
+    if (left == 0) return Status::Internal("simulated device: injected copy failure");
+    if (fail_after_copies.compare_exchange_weak(left, left - 1)) break;
+  }
+  return Status::OK();
+}
+
+Status SimDeviceBackend::DoCopy(void* dst, const void* src, size_t length) {
+  MC_RETURN_IF_ERROR(CountCopy());
+  MC_ASSIGN_OR_RETURN(uint8_t * d, Translate(dst, length));
+  MC_ASSIGN_OR_RETURN(uint8_t * s, Translate(src, length));
+  std::memmove(d, s, length);
+  copied_bytes.fetch_add(length);
+  return Status::OK();
+}
+
+Status SimDeviceBackend::Copy(void* dst, const void* src, size_t length) {
+  sync_copies.fetch_add(1);
+  return DoCopy(dst, src, length);
+}
+
+Result<StreamHandle> SimDeviceBackend::CreateStream() {
+  auto* s = new Stream;
+  s->worker = std::thread([this, s] {
+    std::unique_lock lock(s->mu);
+    for (;;) {
+      s->cv.wait(lock, [s] { return s->stop || !s->ops.empty(); });
+      if (s->ops.empty()) return;
+      Stream::Op op = s->ops.front();
+      s->ops.pop_front();
+      ++s->busy;
+      lock.unlock();
+      if (op.event != nullptr) {
+        lock.lock();
+        Status err = s->error;  // failures since the previous record surface here, once
+        s->error = Status::OK();
+        lock.unlock();
+        std::lock_guard elock(op.event->mu);
+        op.event->reached = std::max(op.event->reached, op.generation);
+        op.event->error = err;
+        op.event->cv.notify_all();
+      } else {
+        int delay = async_delay_us.load();
+        if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+        Status st = DoCopy(op.dst, op.src, op.length);
+        if (!st.ok()) {
+          std::lock_guard g(s->mu);
+          if (s->error.ok()) s->error = st;
+        }
+      }
+      lock.lock();
+      --s->busy;
+      s->cv.notify_all();
+    }
+  });
+  return static_cast<StreamHandle>(s);
+}
+
+void SimDeviceBackend::DestroyStream(StreamHandle h) {
+  auto* s = static_cast<Stream*>(h);
+  if (s == nullptr) return;
+  {
+    std::lock_guard lock(s->mu);
+    s->stop = true;
+  }
+  s->cv.notify_all();
+  s->worker.join();
+  delete s;
+}
+
+Status SimDeviceBackend::CopyAsync(void* dst, const void* src, size_t length, StreamHandle h) {
+  auto* s = static_cast<Stream*>(h);
+  async_copies.fetch_add(1);
+  std::lock_guard lock(s->mu);
+  s->ops.push_back({dst, src, length, nullptr, 0});
+  int depth = static_cast<int>(s->ops.size() + s->busy);
+  int seen = max_stream_depth.load();
+  while (depth > seen && !max_stream_depth.compare_exchange_weak(seen, depth)) {
+  }
+  s->cv.notify_all();
+  return Status::OK();
+}
+
+Status SimDeviceBackend::StreamSynchronize(StreamHandle h) {
+  auto* s = static_cast<Stream*>(h);
+  std::unique_lock lock(s->mu);
+  s->cv.wait(lock, [s] { return s->ops.empty() && s->busy == 0; });
+  Status err = s->error;
+  s->error = Status::OK();
+  return err;
+}
+
+Result<EventHandle> SimDeviceBackend::CreateEvent() { return static_cast<EventHandle>(new Event); }
+
+void SimDeviceBackend::DestroyEvent(EventHandle e) { delete static_cast<Event*>(e); }
+
+Status SimDeviceBackend::RecordEvent(EventHandle eh, StreamHandle sh) {
+  auto* e = static_cast<Event*>(eh);
+  auto* s = static_cast<Stream*>(sh);
+  uint64_t gen;
+  {
+    std::lock_guard elock(e->mu);
+    gen = ++e->recorded;
+  }
+  std::lock_guard lock(s->mu);
+  s->ops.push_back({nullptr, nullptr, 0, e, gen});
+  s->cv.notify_all();
+  return Status::OK();
+}
+
+Status SimDeviceBackend::EventSynchronize(EventHandle eh) {
+  auto* e = static_cast<Event*>(eh);
+  std::unique_lock lock(e->mu);
+  uint64_t want = e->recorded;
+  e->cv.wait(lock, [&] { return e->reached >= want; });
+  return e->error;
+}
+
+Result<IpcExport> SimDeviceBackend::IpcExportRange(void* addr) {
+  std::lock_guard lock(mu_);
+  uint64_t base = 0;
+  const Alloc* a = FindLocked(reinterpret_cast<uint64_t>(addr), &base);
+  if (a == nullptr || a->opened) {
+    return Status::InvalidArgument("IPC export: address is not simulated device memory");
+  }
+  SimIpcHandle h{};
+  std::memcpy(h.magic, kSimMagic, sizeof(kSimMagic));
+  h.pid = static_cast<uint32_t>(::getpid());
+  h.fd = a->fd;
+  h.length = a->length;
+  h.device = a->device;
+  IpcExport out;
+  std::memcpy(out.handle.bytes, &h, sizeof(h));
+  out.offset = reinterpret_cast<uint64_t>(addr) - base;
+  return out;
+}
+
+Result<void*> SimDeviceBackend::IpcOpen(const IpcHandle& handle, int) {
+  SimIpcHandle h;
+  std::memcpy(&h, handle.bytes, sizeof(h));
+  if (std::memcmp(h.magic, kSimMagic, sizeof(kSimMagic)) != 0) {
+    return Status::InvalidArgument("IPC open: not a simulated device handle");
+  }
+  if (h.pid == static_cast<uint32_t>(::getpid())) {
+    // As cudaIpcOpenMemHandle: a process cannot open its own handles.
+    return Status::InvalidArgument("IPC open: the handle belongs to this process");
+  }
+  std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("IPC open " + path, errno);
+  void* user = ::mmap(nullptr, h.length, PROT_NONE, MAP_SHARED, fd, 0);
+  void* alias = ::mmap(nullptr, h.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (user == MAP_FAILED || alias == MAP_FAILED) {
+    Status s = ErrnoStatus("IPC mmap " + path, errno);
+    if (user != MAP_FAILED) ::munmap(user, h.length);
+    if (alias != MAP_FAILED) ::munmap(alias, h.length);
+    ::close(fd);
+    return s;
+  }
+  std::lock_guard lock(mu_);
+  allocs_[reinterpret_cast<uint64_t>(user)] =
+      Alloc{h.length, h.device, fd, static_cast<uint8_t*>(alias), true};
+  open_ipc_mappings.fetch_add(1);
+  return user;
+}
+
+Status SimDeviceBackend::IpcClose(void* base) {
+  Alloc a{};
+  {
+    std::lock_guard lock(mu_);
+    auto it = allocs_.find(reinterpret_cast<uint64_t>(base));
+    if (it == allocs_.end() || !it->second.opened) {
+      return Status::InvalidArgument("IPC close: not an address IpcOpen returned");
+    }
+    a = it->second;
+    allocs_.erase(it);
+  }
+  open_ipc_mappings.fetch_sub(1);
+  ::munmap(base, a.length);
+  ::munmap(a.alias, a.length);
+  ::close(a.fd);
+  return Status::OK();
+}
+
+}  // namespace mooncake::platform
