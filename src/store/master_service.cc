@@ -448,29 +448,21 @@ rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest&
     resp.set_message(std::string("invalid regular expression: ") + e.what());
     return resp;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  int64_t count = 0;
-  for (auto it = objects_.begin(); it != objects_.end();) {
-    if (it->second.complete && (req.force() || !LeasedLocked(it->second)) &&
-        std::regex_search(it->first, re)) {
-      FreeObjectLocked(it->second);
-      it = objects_.erase(it);
-      ++count;
-    } else {
-      ++it;
-    }
-  }
-  resp.set_code(Code(ErrorCode::OK));
-  resp.set_count(count);
-  return resp;
+  return RemoveWhere(req.force(),
+                     [&](const std::string& key) { return std::regex_search(key, re); });
 }
 
 rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
+  return RemoveWhere(req.force(), [](const std::string&) { return true; });
+}
+
+rpc::CountResponse MasterService::RemoveWhere(bool force,
+                                              const std::function<bool(const std::string&)>& match) {
   rpc::CountResponse resp;
   std::lock_guard<std::mutex> lock(mu_);
   int64_t count = 0;
   for (auto it = objects_.begin(); it != objects_.end();) {
-    if (it->second.complete && (req.force() || !LeasedLocked(it->second))) {
+    if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
       FreeObjectLocked(it->second);
       it = objects_.erase(it);
       ++count;

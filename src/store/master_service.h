@@ -94,6 +94,8 @@ class MasterService {
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
   void FreeObjectLocked(const Object& obj);
+  // Removes the complete objects whose key matches (and that are not leased, unless `force`).
+  rpc::CountResponse RemoveWhere(bool force, const std::function<bool(const std::string&)>& match);
   // Evicts until `needed` more bytes would keep usage at (watermark - ratio); returns bytes freed.
   uint64_t EvictLocked(uint64_t needed);
   void UnmountLocked(uint64_t segment_id);
