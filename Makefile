@@ -2,11 +2,13 @@
 #   make demo   installs what is needed, builds, and runs the main job (target + initiator,
 #               two processes on 127.0.0.1 with P2PHANDSHAKE, 1 GiB moved and verified)
 #   make test   builds and runs every test (C++ unit and multi-process suites, Python suites)
+#   make store-demo  installs the Python package into build/py-venv and runs the Store example:
+#               mooncake_master + a writer client + a reader client (three processes)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test unit pytest pytest-python clean
+.PHONY: all deps build demo store-demo test unit pytest pytest-python clean
 
 all: build
 
@@ -21,6 +23,10 @@ build: $(BUILD)/build.ninja
 
 demo: deps build
 	scripts/demo.sh $(BUILD)
+
+store-demo: deps
+	MC_PY_INSTALL_ONLY=1 JOBS=$(JOBS) scripts/python_test.sh
+	PYTHON=build/py-venv/bin/python examples/python/run_store.sh
 
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -j 2

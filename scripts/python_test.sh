@@ -8,6 +8,7 @@
 #   4. runs `pytest -q tests/python` with that interpreter (extra arguments go to pytest).
 # Needs the system packages of scripts/install_deps.sh. Idempotent; safe on a fresh clone.
 #   PYTHON=python3.11 JOBS=2 scripts/python_test.sh -k transfer
+# MC_PY_INSTALL_ONLY=1 stops after step 3 (no torch, no tests): `make store-demo` uses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,8 +41,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   pip_install "${missing[@]}"
 fi
 
+install_only=${MC_PY_INSTALL_ONLY:-0}
 torch_required=1
-if ! "$py" -c 'import torch' 2>/dev/null; then
+if [ "$install_only" != 1 ] && ! "$py" -c 'import torch' 2>/dev/null; then
   echo "== python_test: installing torch 2.13.0 (CPU build)"
   # "+cpu" pins the CPU build: a plain "torch==2.13.0" may resolve to a CUDA build on PyPI.
   if ! pip_install "torch==2.13.0+cpu" &&
@@ -53,6 +55,8 @@ fi
 
 echo "== python_test: pip install . (build dir reused; CMAKE_BUILD_PARALLEL_LEVEL=$CMAKE_BUILD_PARALLEL_LEVEL)"
 pip_install --no-build-isolation .
+
+[ "$install_only" = 1 ] && exit 0
 
 echo "== python_test: pytest tests/python"
 MC_PYTEST_REQUIRE_PACKAGE=1 MC_PYTEST_REQUIRE_TORCH=$torch_required \
