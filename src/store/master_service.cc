@@ -118,8 +118,7 @@ void MasterService::UnmountLocked(uint64_t segment_id) {
       continue;
     }
     if (!obj->second.complete || reps.size() == 1) {
-      FreeObjectLocked(obj->second);
-      obj = objects_.erase(obj);
+      obj = EraseObjectLocked(obj);
       continue;
     }
     reps.erase(std::remove_if(reps.begin(), reps.end(),
@@ -168,6 +167,12 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
     resp.set_client_known(true);
   }
   return resp;
+}
+
+MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::iterator it) {
+  if (!it->second.complete) in_flight_.erase(it->first);
+  FreeObjectLocked(it->second);
+  return objects_.erase(it);
 }
 
 void MasterService::FreeObjectLocked(const Object& obj) {
@@ -241,8 +246,7 @@ uint64_t MasterService::EvictLocked(uint64_t needed) {
     auto it = objects_.find(*std::get<2>(cand));
     freed += it->second.size * it->second.replicas.size();
     ++counters_.evicted_objects;
-    FreeObjectLocked(it->second);
-    objects_.erase(it);
+    EraseObjectLocked(it);
   }
   counters_.evicted_bytes += freed;
   if (freed > 0) VLOG(1) << "evicted " << freed << " bytes";
@@ -280,8 +284,7 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
         ++counters_.put_start_fail;
         continue;
       }
-      FreeObjectLocked(existing->second);
-      objects_.erase(existing);
+      EraseObjectLocked(existing);
       ++counters_.discarded_puts;
     }
     Object obj;
@@ -312,6 +315,7 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
     }
     result->set_code(Code(ErrorCode::OK));
     FillReplicasLocked(obj, false, result->mutable_replicas());
+    in_flight_.insert(item.key());
     objects_.emplace(item.key(), std::move(obj));
   }
   return resp;
@@ -346,6 +350,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       resp.add_codes(Code(ErrorCode::ILLEGAL_CLIENT));
     } else {
       it->second.complete = true;
+      in_flight_.erase(key);
       it->second.last_access = now;
       resp.add_codes(Code(ErrorCode::OK));
     }
@@ -366,8 +371,7 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
     } else if (it->second.owner != req.client_id()) {
       resp.add_codes(Code(ErrorCode::ILLEGAL_CLIENT));
     } else {
-      FreeObjectLocked(it->second);
-      objects_.erase(it);
+      EraseObjectLocked(it);
       resp.add_codes(Code(ErrorCode::OK));
     }
   }
@@ -430,8 +434,7 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
     } else if (!req.force() && LeasedLocked(it->second)) {
       resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
     } else {
-      FreeObjectLocked(it->second);
-      objects_.erase(it);
+      EraseObjectLocked(it);
       resp.add_codes(Code(ErrorCode::OK));
     }
   }
@@ -463,8 +466,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force,
   int64_t count = 0;
   for (auto it = objects_.begin(); it != objects_.end();) {
     if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
-      FreeObjectLocked(it->second);
-      it = objects_.erase(it);
+      it = EraseObjectLocked(it);
       ++count;
     } else {
       ++it;
@@ -503,16 +505,16 @@ void MasterService::Tick() {
     ++counters_.expired_clients;
   }
   const auto discard = std::chrono::seconds(config_.put_start_discard_timeout_s);
-  for (auto it = objects_.begin(); it != objects_.end();) {
-    if (!it->second.complete && it->second.put_started + discard <= now) {
-      LOG(WARNING) << "discarding put of " << it->first << ": no PutEnd within "
-                   << config_.put_start_discard_timeout_s << " s";
-      FreeObjectLocked(it->second);
-      it = objects_.erase(it);
-      ++counters_.discarded_puts;
-    } else {
-      ++it;
-    }
+  // Only puts in flight are looked at: a tick costs nothing per stored object.
+  std::vector<std::string> stale;
+  for (const std::string& key : in_flight_) {
+    if (objects_.at(key).put_started + discard <= now) stale.push_back(key);
+  }
+  for (const std::string& key : stale) {
+    LOG(WARNING) << "discarding put of " << key << ": no PutEnd within "
+                 << config_.put_start_discard_timeout_s << " s";
+    EraseObjectLocked(objects_.find(key));
+    ++counters_.discarded_puts;
   }
   const uint64_t capacity = CapacityLocked();
   if (capacity > 0 && static_cast<double>(AllocatedLocked()) >

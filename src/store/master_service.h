@@ -31,6 +31,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "master.pb.h"
@@ -93,6 +94,9 @@ class MasterService {
 
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
+  using ObjectMap = std::unordered_map<std::string, Object>;
+  // Frees the object's replicas and forgets it; returns the next iterator.
+  ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
   void FreeObjectLocked(const Object& obj);
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
   rpc::CountResponse RemoveWhere(bool force, const std::function<bool(const std::string&)>& match);
@@ -113,7 +117,8 @@ class MasterService {
   size_t placement_cursor_ = 0;
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, Client> clients_;
-  std::unordered_map<std::string, Object> objects_;
+  ObjectMap objects_;
+  std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
   MasterCounters counters_;
 };
 
