@@ -78,7 +78,7 @@ TEST(SimBackend, AsyncCopiesRunInOrderAndEventsWaitForThem) {
   std::vector<uint8_t> back(1 << 20, 0);
   ASSERT_TRUE(sim.CopyAsync(back.data(), *d, 1 << 20, *s).ok());
   ASSERT_TRUE(sim.RecordEvent(*e, *s).ok());
-  EXPECT_EQ(back[0], 0) << "the copies are still queued (2 ms each)";
+  // (Not read here while queued: the stream's thread writes `back` meanwhile.)
   ASSERT_TRUE(sim.EventSynchronize(*e).ok());
   EXPECT_EQ(back[0], 0xab);
   EXPECT_EQ(back[(1 << 20) - 1], 0xab);
