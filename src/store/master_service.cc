@@ -335,25 +335,29 @@ void MasterService::FillReplicasLocked(
   }
 }
 
+ErrorCode MasterService::FindInFlightLocked(const std::string& key, const std::string& client,
+                                            ObjectMap::iterator* it) {
+  *it = objects_.find(key);
+  if (*it == objects_.end()) return ErrorCode::OBJECT_NOT_FOUND;  // discarded, or segment gone
+  if ((*it)->second.complete) return ErrorCode::INVALID_WRITE;
+  if ((*it)->second.owner != client) return ErrorCode::ILLEGAL_CLIENT;
+  return ErrorCode::OK;
+}
+
 rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
   rpc::CodesResponse resp;
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = now_();
   for (const auto& key : req.keys()) {
     ++counters_.put_end;
-    auto it = objects_.find(key);
-    if (it == objects_.end()) {
-      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));  // discarded or its segment went away
-    } else if (it->second.complete) {
-      resp.add_codes(Code(ErrorCode::INVALID_WRITE));
-    } else if (it->second.owner != req.client_id()) {
-      resp.add_codes(Code(ErrorCode::ILLEGAL_CLIENT));
-    } else {
+    ObjectMap::iterator it;
+    const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
+    if (code == ErrorCode::OK) {
       it->second.complete = true;
-      in_flight_.erase(key);
       it->second.last_access = now;
-      resp.add_codes(Code(ErrorCode::OK));
+      in_flight_.erase(key);
     }
+    resp.add_codes(Code(code));
   }
   return resp;
 }
@@ -363,17 +367,10 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& key : req.keys()) {
     ++counters_.put_revoke;
-    auto it = objects_.find(key);
-    if (it == objects_.end()) {
-      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
-    } else if (it->second.complete) {
-      resp.add_codes(Code(ErrorCode::INVALID_WRITE));
-    } else if (it->second.owner != req.client_id()) {
-      resp.add_codes(Code(ErrorCode::ILLEGAL_CLIENT));
-    } else {
-      EraseObjectLocked(it);
-      resp.add_codes(Code(ErrorCode::OK));
-    }
+    ObjectMap::iterator it;
+    const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
+    if (code == ErrorCode::OK) EraseObjectLocked(it);
+    resp.add_codes(Code(code));
   }
   return resp;
 }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "master.pb.h"
+#include "store/error_code.h"
 #include "store/offset_allocator.h"
 
 namespace mooncake {
@@ -97,6 +98,9 @@ class MasterService {
   using ObjectMap = std::unordered_map<std::string, Object>;
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
+  // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
+  ErrorCode FindInFlightLocked(const std::string& key, const std::string& client,
+                               ObjectMap::iterator* it);
   void FreeObjectLocked(const Object& obj);
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
   rpc::CountResponse RemoveWhere(bool force, const std::function<bool(const std::string&)>& match);
