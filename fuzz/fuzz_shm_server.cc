@@ -76,11 +76,7 @@
 #include "fuzz_common.h"
 #include "mooncake/options.h"
 #include "transport/shm/shm_wire.h"
-// The harness waits for the server's connection thread to finish before it checks memory.
-// Nothing but this file sees the members as public; the layout is unchanged.
-#define private public
 #include "transport/shm/shm_transport.h"
-#undef private
 
 using namespace mooncake;
 using fuzz::Arena;
@@ -559,22 +555,13 @@ bool ExchangeWithFds(int fd, const Input& in, std::string* out, int limit_ms,
   }
 }
 
-// Waits until the server has accepted our connection and its thread has finished.
-bool WaitServed(shm::ShmServer& server, int limit_ms) {
+// Waits until the server has accepted our connection and its thread has finished (the
+// harness checks memory only then).
+bool WaitServed(const shm::ShmServer& server, int limit_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
-  bool seen = false;
   while (std::chrono::steady_clock::now() < deadline) {
-    {
-      std::lock_guard lock(server.mu_);
-      if (server.conns_.empty()) {
-        if (seen) return true;  // reaped already
-      } else {
-        seen = true;
-        bool all = true;
-        for (const auto& c : server.conns_) all = all && c->done.load();
-        if (all) return true;
-      }
-    }
+    const ConnServer& conns = server.connections();
+    if (conns.accepted() > 0 && conns.active() == 0) return true;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   return false;

@@ -139,7 +139,9 @@ uint8_t* Translate(const std::vector<Mapped>& maps, uint64_t addr, uint64_t len)
 }  // namespace
 
 ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry)
-    : options_(options), registry_(registry) {}
+    : options_(options),
+      registry_(registry),
+      server_("ShmServer", kMaxConnections, [this](int fd) { Serve(fd); }) {}
 
 ShmServer::~ShmServer() { Stop(); }
 
@@ -158,88 +160,30 @@ Status ShmServer::Start(std::string* path) {
     return ErrnoStatus("bind unix socket @" + n, errno);
   }
   if (::listen(fd.get(), 256) != 0) return ErrnoStatus("listen @" + n, errno);
-  if (::pipe2(wake_fd_, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
-  listen_fd_ = std::move(fd);
-  acceptor_ = std::thread([this] { AcceptLoop(); });
+  MC_RETURN_IF_ERROR(server_.Start(std::move(fd)));
   *path = n;
   return Status::OK();
 }
 
-void ShmServer::Stop() {
-  if (stopping_.exchange(true)) return;
-  if (wake_fd_[1] >= 0) {
-    char c = 0;
-    (void)!::write(wake_fd_[1], &c, 1);
-  }
-  if (acceptor_.joinable()) acceptor_.join();
-  std::list<std::unique_ptr<Conn>> conns;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
-    conns.swap(conns_);
-  }
-  for (auto& c : conns) {
-    c->thread.join();
-    ::close(c->fd);
-  }
-  for (int& fd : wake_fd_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-  listen_fd_.Reset();
-}
+void ShmServer::Stop() { server_.Stop(); }
 
-void ShmServer::AcceptLoop() {
-  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
-  while (!stopping_.load()) {
-    int r = ::poll(fds, 2, 1000);
-    {
-      std::lock_guard lock(mu_);
-      for (auto it = conns_.begin(); it != conns_.end();) {
-        if ((*it)->done.load()) {
-          (*it)->thread.join();
-          ::close((*it)->fd);
-          it = conns_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    if (r < 0 && errno == EINTR) continue;
-    if (fds[1].revents) break;
-    if (r <= 0 || !(fds[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::lock_guard lock(mu_);
-    auto conn = std::make_unique<Conn>();
-    conn->fd = fd;
-    Conn* raw = conn.get();
-    conn->thread = std::thread([this, raw] { Serve(raw); });
-    conns_.push_back(std::move(conn));
-  }
-}
-
-void ShmServer::Serve(Conn* conn) {
-  const int fd = conn->fd;
+void ShmServer::Serve(int fd) {
   const int timeout = options_.slice_timeout_ms;
-  // Closing our end tells the initiator we touch none of its memory any more.
-  auto finish = [conn] {
-    ::shutdown(conn->fd, SHUT_RDWR);
-    conn->done.store(true);
-  };
+  // Returning closes our end (ConnServer shuts the socket down), which tells the initiator we
+  // touch none of its memory any more.
   ucred cred{};
   socklen_t clen = sizeof(cred);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return finish();
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return;
   const pid_t pid = cred.pid;
   Status auth = Authenticator(options_.auth_secret).Challenge(fd, "shm", timeout);
   if (!auth.ok()) {
     LOG(WARNING) << "ShmServer: refused a connection from pid " << pid << ": " << auth.ToString();
-    return finish();
+    return;
   }
 
   HelloRequest hello;
   if (!ReadFull(fd, &hello, sizeof(hello), timeout).ok() || hello.magic != kMagic) {
-    return finish();
+    return;
   }
   HelloReply reply;
   uint64_t seen = 0;
@@ -248,7 +192,7 @@ void ShmServer::Serve(Conn* conn) {
     reply.status = kRefused;
     reply.err = errno;
   }
-  if (!WriteFull(fd, &reply, sizeof(reply), timeout).ok() || reply.status != kOk) return finish();
+  if (!WriteFull(fd, &reply, sizeof(reply), timeout).ok() || reply.status != kOk) return;
 
   std::vector<Item> items;
   std::vector<uint32_t> statuses;
@@ -334,7 +278,6 @@ void ShmServer::Serve(Conn* conn) {
   }
   for (int f : fds) ::close(f);
   UnmapAll(&maps);
-  finish();
 }
 
 }  // namespace mooncake::shm

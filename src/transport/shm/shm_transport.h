@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/host_id.h"
+#include "common/conn_server.h"
 #include "common/net.h"
 #include "engine/transport.h"
 
@@ -36,23 +37,17 @@ class ShmServer {
   Status Start(std::string* path);
   void Stop();
 
+  // Initiator connections served at once; more are refused (closed at once).
+  static constexpr size_t kMaxConnections = 4096;
+  // Accepted / still-served connection counts (tests and fuzzers).
+  const ConnServer& connections() const { return server_; }
+
  private:
-  struct Conn {
-    int fd = -1;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-  void AcceptLoop();
-  void Serve(Conn* conn);
+  void Serve(int fd);
 
   const EngineOptions options_;
   MemoryRegistry* const registry_;
-  UniqueFd listen_fd_;
-  int wake_fd_[2] = {-1, -1};
-  std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::list<std::unique_ptr<Conn>> conns_;  // GUARDED_BY(mu_)
+  ConnServer server_;
 };
 
 // One initiator connection to a target, driven by its own thread; one request in flight.

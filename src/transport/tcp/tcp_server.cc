@@ -364,94 +364,25 @@ class Session {
 }  // namespace
 
 TcpServer::TcpServer(const EngineOptions& options, MemoryRegistry* registry)
-    : options_(options), registry_(registry) {}
+    : options_(options),
+      registry_(registry),
+      server_("TcpServer", kMaxConnections, [this](int fd) { ServeConnection(fd); },
+              [](int fd) { SetNoDelay(fd); }) {}
 
 TcpServer::~TcpServer() { Stop(); }
 
-Status TcpServer::Start(UniqueFd listen_fd) {
-  if (::pipe2(wake_fd_, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
-  listen_fd_ = std::move(listen_fd);
-  acceptor_ = std::thread([this] { AcceptLoop(); });
-  return Status::OK();
-}
+Status TcpServer::Start(UniqueFd listen_fd) { return server_.Start(std::move(listen_fd)); }
 
-void TcpServer::Stop() {
-  if (stopping_.exchange(true)) return;
-  if (wake_fd_[1] >= 0) {
-    char c = 0;
-    (void)!::write(wake_fd_[1], &c, 1);
-  }
-  if (acceptor_.joinable()) acceptor_.join();
-  std::list<std::unique_ptr<Conn>> conns;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
-    conns.swap(conns_);
-  }
-  for (auto& c : conns) {
-    c->thread.join();
-    ::close(c->fd);
-  }
-  for (int& fd : wake_fd_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-  listen_fd_.Reset();
-}
+void TcpServer::Stop() { server_.Stop(); }
 
-void TcpServer::ReapFinishedLocked() {
-  for (auto it = conns_.begin(); it != conns_.end();) {
-    if ((*it)->done.load()) {
-      (*it)->thread.join();
-      ::close((*it)->fd);
-      it = conns_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void TcpServer::AcceptLoop() {
-  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
-  while (!stopping_.load()) {
-    int r = ::poll(fds, 2, 1000);
-    {
-      std::lock_guard lock(mu_);
-      ReapFinishedLocked();
-    }
-    if (r < 0 && errno == EINTR) continue;
-    if (fds[1].revents) break;
-    if (r <= 0 || !(fds[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE) ::usleep(10000);
-      continue;
-    }
-    std::lock_guard lock(mu_);
-    if (conns_.size() >= kMaxConnections) {
-      LOG(WARNING) << "TcpServer: " << kMaxConnections << " connections open; refusing another";
-      ::close(fd);
-      continue;
-    }
-    SetNoDelay(fd);
-    auto conn = std::make_unique<Conn>();
-    conn->fd = fd;
-    Conn* raw = conn.get();
-    conn->thread = std::thread([this, raw] { ServeConnection(raw); });
-    conns_.push_back(std::move(conn));
-  }
-}
-
-void TcpServer::ServeConnection(Conn* conn) {
-  Status auth = Authenticator(options_.auth_secret)
-                    .Challenge(conn->fd, "tcp-data", options_.handshake_io_timeout_ms);
+void TcpServer::ServeConnection(int fd) {
+  Status auth =
+      Authenticator(options_.auth_secret).Challenge(fd, "tcp-data", options_.handshake_io_timeout_ms);
   if (auth.ok()) {
-    Session(conn->fd, registry_, options_.slice_timeout_ms).Run();
+    Session(fd, registry_, options_.slice_timeout_ms).Run();
   } else {
     LOG(WARNING) << "TcpServer: refused a connection: " << auth.ToString();
   }
-  ::shutdown(conn->fd, SHUT_RDWR);
-  conn->done.store(true);
 }
 
 }  // namespace mooncake::tcp

@@ -3,12 +3,7 @@
 // One thread per connection (blocking I/O; a connection carries one initiator stream).
 #pragma once
 
-#include <atomic>
-#include <list>
-#include <memory>
-#include <mutex>
-#include <thread>
-
+#include "common/conn_server.h"
 #include "common/net.h"
 #include "engine/memory_registry.h"
 #include "mooncake/options.h"
@@ -31,23 +26,11 @@ class TcpServer {
   static constexpr size_t kMaxConnections = 4096;
 
  private:
-  struct Conn {
-    int fd = -1;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-  void AcceptLoop();
-  void ServeConnection(Conn* conn);
-  void ReapFinishedLocked();
+  void ServeConnection(int fd);
 
   const EngineOptions options_;
   MemoryRegistry* const registry_;
-  UniqueFd listen_fd_;
-  int wake_fd_[2] = {-1, -1};
-  std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::list<std::unique_ptr<Conn>> conns_;  // GUARDED_BY(mu_)
+  ConnServer server_;
 };
 
 }  // namespace mooncake::tcp

@@ -1,0 +1,120 @@
+#include "common/conn_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace mooncake {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Listener {
+  UniqueFd fd;
+  uint16_t port = 0;
+};
+
+Listener Listen() {
+  Listener l;
+  auto fd = ListenTcpInRange(20000, 40000, 64, &l.port, "127.0.0.1");
+  EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+  l.fd = std::move(fd).value();
+  return l;
+}
+
+template <class Pred>
+bool WaitFor(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// The client reads until EOF; true if it came within 5 s.
+bool SeesEof(int fd) {
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char c;
+  for (;;) {
+    ssize_t n = ::recv(fd, &c, 1, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+TEST(ConnServer, ServesEachConnectionOnItsOwnThreadAndClosesItAfterwards) {
+  std::atomic<int> served{0};
+  ConnServer server("test", 16, [&](int fd) {
+    char c = 0;
+    if (::recv(fd, &c, 1, 0) == 1) (void)!::send(fd, &c, 1, MSG_NOSIGNAL);  // echo one byte
+    served.fetch_add(1);
+  });
+  Listener l = Listen();
+  ASSERT_TRUE(server.Start(std::move(l.fd)).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto c = ConnectTcp("127.0.0.1", l.port, 2000);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    char x = static_cast<char>('a' + i), y = 0;
+    ASSERT_EQ(::send(c->get(), &x, 1, MSG_NOSIGNAL), 1);
+    ASSERT_EQ(::recv(c->get(), &y, 1, 0), 1);
+    EXPECT_EQ(x, y);
+    EXPECT_TRUE(SeesEof(c->get())) << "the server shuts a served connection down";
+  }
+  EXPECT_TRUE(WaitFor([&] { return server.active() == 0; }));
+  EXPECT_EQ(server.accepted(), 3u);
+  EXPECT_EQ(served.load(), 3);
+  server.Stop();
+  server.Stop();  // idempotent
+}
+
+TEST(ConnServer, StopEndsConnectionsThatAreStillBeingServed) {
+  ConnServer server("test", 16, [](int fd) {
+    char c;
+    while (::recv(fd, &c, 1, 0) > 0) {
+    }  // until the server shuts the socket down
+  });
+  Listener l = Listen();
+  ASSERT_TRUE(server.Start(std::move(l.fd)).ok());
+  std::vector<UniqueFd> clients;
+  for (int i = 0; i < 4; ++i) {
+    auto c = ConnectTcp("127.0.0.1", l.port, 2000);
+    ASSERT_TRUE(c.ok());
+    clients.push_back(std::move(c).value());
+  }
+  ASSERT_TRUE(WaitFor([&] { return server.active() == 4; }));
+  server.Stop();  // must not hang: every serve thread returns and is joined
+  EXPECT_EQ(server.active(), 0u);
+  for (auto& c : clients) EXPECT_TRUE(SeesEof(c.get()));
+}
+
+TEST(ConnServer, RefusesConnectionsBeyondItsLimit) {
+  std::atomic<bool> release{false};
+  ConnServer server("test", 2, [&](int) {
+    while (!release.load()) std::this_thread::sleep_for(1ms);
+  });
+  Listener l = Listen();
+  ASSERT_TRUE(server.Start(std::move(l.fd)).ok());
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 2; ++i) {
+    auto c = ConnectTcp("127.0.0.1", l.port, 2000);
+    ASSERT_TRUE(c.ok());
+    held.push_back(std::move(c).value());
+  }
+  ASSERT_TRUE(WaitFor([&] { return server.active() == 2; }));
+  auto extra = ConnectTcp("127.0.0.1", l.port, 2000);
+  ASSERT_TRUE(extra.ok());  // the kernel accepts; the server closes it at once
+  EXPECT_TRUE(SeesEof(extra->get()));
+  EXPECT_EQ(server.accepted(), 2u);
+  release = true;
+  EXPECT_TRUE(WaitFor([&] { return server.active() == 0; }));
+}
+
+}  // namespace
+}  // namespace mooncake
