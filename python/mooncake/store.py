@@ -15,6 +15,7 @@ import struct as _struct
 from .engine import _store
 
 ReplicateConfig = _store.ReplicateConfig
+SoftPinAction = _store.SoftPinAction
 BufferHandle = _store.BufferHandle
 
 _TENSOR_MAGIC = b"MCT1"
@@ -72,4 +73,4 @@ class MooncakeDistributedStore(_store.MooncakeDistributedStore):
         return torch.frombuffer(body, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "BufferHandle"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle"]

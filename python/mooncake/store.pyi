@@ -2,9 +2,16 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 Buffer = Union[bytes, bytearray, memoryview, Any]
 
+class SoftPinAction:
+    PRESERVE: "SoftPinAction"
+    ENABLE: "SoftPinAction"
+    DISABLE: "SoftPinAction"
+
 class ReplicateConfig:
     replica_num: int
     with_soft_pin: bool
+    soft_pin_action: SoftPinAction
+    soft_pin_ttl_ms: Optional[int]
     with_hard_pin: bool
     preferred_segment: str
     preferred_segments: List[str]

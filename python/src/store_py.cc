@@ -71,11 +71,17 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
   return value << shift;
 }
 
+// upstream 0.3.13's SoftPinAction. PRESERVE keeps an existing object's pin (upsert); for a new
+// object it means no pin, as DISABLE.
+enum class SoftPinAction : int { PRESERVE = 0, ENABLE = 1, DISABLE = 2 };
+
 // Python-facing ReplicateConfig: upstream's fields (both the 0.3.13 and the older spelling of
 // the soft pin).
 struct PyReplicateConfig {
   size_t replica_num = 1;
-  bool with_soft_pin = false;
+  bool with_soft_pin = false;                            // older upstream
+  SoftPinAction soft_pin_action = SoftPinAction::PRESERVE;  // upstream 0.3.13
+  std::optional<uint64_t> soft_pin_ttl_ms;               // None: the master's default
   bool with_hard_pin = false;
   std::string preferred_segment;
   std::vector<std::string> preferred_segments;
@@ -84,7 +90,8 @@ struct PyReplicateConfig {
   ReplicateConfig ToCpp() const {
     ReplicateConfig c;
     c.replica_num = replica_num;
-    c.with_soft_pin = with_soft_pin;
+    c.with_soft_pin = with_soft_pin || soft_pin_action == SoftPinAction::ENABLE;
+    c.soft_pin_ttl_ms = soft_pin_ttl_ms.value_or(0);
     c.with_hard_pin = with_hard_pin;
     if (!preferred_segment.empty()) c.preferred_segments.push_back(preferred_segment);
     for (const auto& s : preferred_segments) c.preferred_segments.push_back(s);
@@ -94,8 +101,12 @@ struct PyReplicateConfig {
   std::string Str() const {
     std::string segs;
     for (const auto& s : preferred_segments) segs += (segs.empty() ? "" : ", ") + s;
+    static const char* kActions[] = {"PRESERVE", "ENABLE", "DISABLE"};
     return "ReplicateConfig: { replica_num: " + std::to_string(replica_num) +
            ", with_soft_pin: " + std::to_string(with_soft_pin) +
+           ", soft_pin_action: " + kActions[static_cast<int>(soft_pin_action)] +
+           ", soft_pin_ttl_ms: " +
+           (soft_pin_ttl_ms ? std::to_string(*soft_pin_ttl_ms) : std::string("default")) +
            ", with_hard_pin: " + std::to_string(with_hard_pin) + ", preferred_segment: " +
            preferred_segment + ", preferred_segments: [" + segs +
            "], prefer_alloc_in_same_node: " + std::to_string(prefer_alloc_in_same_node) + " }";
@@ -305,10 +316,17 @@ std::vector<int64_t> FetchMany(PyStore& s, const char* method,
 void BindStore(py::module_& m) {
   m.doc() = "Mooncake Store (upstream-compatible MooncakeDistributedStore); use mooncake.store.";
 
+  py::enum_<SoftPinAction>(m, "SoftPinAction")
+      .value("PRESERVE", SoftPinAction::PRESERVE)
+      .value("ENABLE", SoftPinAction::ENABLE)
+      .value("DISABLE", SoftPinAction::DISABLE);
+
   py::class_<PyReplicateConfig>(m, "ReplicateConfig")
       .def(py::init<>())
       .def_readwrite("replica_num", &PyReplicateConfig::replica_num)
       .def_readwrite("with_soft_pin", &PyReplicateConfig::with_soft_pin)
+      .def_readwrite("soft_pin_action", &PyReplicateConfig::soft_pin_action)
+      .def_readwrite("soft_pin_ttl_ms", &PyReplicateConfig::soft_pin_ttl_ms)
       .def_readwrite("with_hard_pin", &PyReplicateConfig::with_hard_pin)
       .def_readwrite("preferred_segment", &PyReplicateConfig::preferred_segment)
       .def_readwrite("preferred_segments", &PyReplicateConfig::preferred_segments)

@@ -31,6 +31,7 @@ struct MasterService::Object {
   std::vector<Placement> replicas;
   bool complete = false;
   bool soft_pin = false;
+  std::chrono::milliseconds soft_pin_ttl{0};  // how long after the last access the pin holds
   bool hard_pin = false;
   std::string owner;
   Clock::time_point put_started;
@@ -231,12 +232,11 @@ uint64_t MasterService::EvictLocked(uint64_t needed) {
   if (to_free == 0) return 0;
   ++counters_.eviction_runs;
   const auto now = now_();
-  const auto soft_ttl = std::chrono::milliseconds(config_.default_kv_soft_pin_ttl_ms);
   // (tier, last access, key): tier 0 plain objects, tier 1 soft-pinned ones.
   std::vector<std::tuple<int, Clock::time_point, const std::string*>> candidates;
   for (const auto& [key, obj] : objects_) {
     if (!obj.complete || obj.hard_pin || obj.lease_until > now) continue;
-    const int tier = (obj.soft_pin && obj.last_access + soft_ttl > now) ? 1 : 0;
+    const int tier = (obj.soft_pin && obj.last_access + obj.soft_pin_ttl > now) ? 1 : 0;
     candidates.emplace_back(tier, obj.last_access, &key);
   }
   std::sort(candidates.begin(), candidates.end());
@@ -291,6 +291,9 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
     obj.size = item.size();
     obj.owner = req.client_id();
     obj.soft_pin = req.config().with_soft_pin();
+    obj.soft_pin_ttl = std::chrono::milliseconds(req.config().soft_pin_ttl_ms() > 0
+                                                     ? req.config().soft_pin_ttl_ms()
+                                                     : config_.default_kv_soft_pin_ttl_ms);
     obj.hard_pin = req.config().with_hard_pin();
     obj.put_started = now;
     obj.last_access = now;

@@ -710,6 +710,26 @@ TEST_F(MasterEvictionTest, SoftPinExpiresAfterItsTtl) {
   EXPECT_TRUE(Gone(keys).empty());
 }
 
+TEST_F(MasterEvictionTest, APutsOwnSoftPinTtlOverridesTheDefault) {
+  MasterConfig c;
+  c.eviction_high_watermark_ratio = 1.0;
+  c.eviction_ratio = 0.0;
+  c.default_kv_soft_pin_ttl_ms = 60 * 60 * 1000;
+  Make(c);
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, kSeg), kOk);
+  auto short_pin = Config(1, {}, true, false);
+  short_pin.set_soft_pin_ttl_ms(5000);
+  ASSERT_EQ(Put("c1", "short", kObj, short_pin), kOk);       // pinned for 5 s
+  ASSERT_EQ(Put("c1", "long", kObj, Config(1, {}, true, false)), kOk);  // the default: 1 h
+  Advance(seconds(6));
+  auto keys = Fill("k", 8);  // the pool is full
+  ASSERT_EQ(Put("c1", "new", kObj), kOk);
+  // "short" lapsed and is the oldest unpinned object; "long" is still pinned.
+  EXPECT_EQ(Exist("short"), C(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(Exist("long"), kOk);
+  EXPECT_TRUE(Gone(keys).empty());
+}
+
 TEST_F(MasterEvictionTest, EvictionKeepsGoingUntilTheAllocationFits) {
   // The LRU victims are not adjacent: freeing their bytes is not enough for one range, so
   // eviction must continue until the object fits (MasterService's documented rule).

@@ -45,6 +45,7 @@ rpc::ReplicateConfig ToProto(const ReplicateConfig& c) {
   rpc::ReplicateConfig out;
   out.set_replica_num(static_cast<uint32_t>(std::max<size_t>(1, c.replica_num)));
   out.set_with_soft_pin(c.with_soft_pin);
+  out.set_soft_pin_ttl_ms(c.soft_pin_ttl_ms);
   out.set_with_hard_pin(c.with_hard_pin);
   for (const auto& s : c.preferred_segments) out.add_preferred_segments(s);
   out.set_prefer_alloc_in_same_node(c.prefer_alloc_in_same_node);

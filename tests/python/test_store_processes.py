@@ -187,6 +187,32 @@ def test_eviction_keeps_puts_succeeding(small_pool, pool_client):
             assert s.get(k) == data(i, MiB), k
 
 
+def test_soft_pinned_objects_outlive_eviction(small_pool, pool_client):
+    from mooncake.store import ReplicateConfig, SoftPinAction
+    s = pool_client
+    pin = ReplicateConfig()
+    pin.soft_pin_action = SoftPinAction.ENABLE        # upstream 0.3.13's spelling
+    assert "soft_pin_action: ENABLE" in str(pin)
+    old_pin = ReplicateConfig()
+    old_pin.with_soft_pin = True                      # the older spelling
+    assert s.put("pinned-a", data(7, MiB), pin) == 0  # the oldest objects of the pool
+    assert s.put("pinned-b", data(8, MiB), old_pin) == 0
+    for i in range(64):                               # 2x the pool of plain objects after them
+        assert s.put(f"plain{i}", data(100 + i, MiB)) == 0
+    assert s.batch_is_exist(["pinned-a", "pinned-b", "plain0", "plain63"]) == [1, 1, 0, 1]
+    assert s.get("pinned-a") == data(7, MiB) and s.get("pinned-b") == data(8, MiB)
+    # A pin with a short TTL of its own lapses: then it is evicted like the rest.
+    short = ReplicateConfig()
+    short.soft_pin_action = SoftPinAction.ENABLE
+    short.soft_pin_ttl_ms = 200
+    assert s.put("short-pin", data(9, MiB), short) == 0
+    time.sleep(0.4)
+    for i in range(40):
+        assert s.put(f"more{i}", data(300 + i, MiB)) == 0
+    assert s.is_exist("short-pin") == 0
+    assert s.batch_is_exist(["pinned-a", "pinned-b"]) == [1, 1]
+
+
 def fill_until_refused(s, prefix, config=None, read=False, limit=100):
     """Puts 1 MiB objects until a put fails; returns (number stored, the failing code)."""
     for i in range(limit):

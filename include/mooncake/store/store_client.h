@@ -31,6 +31,7 @@ namespace store {
 struct ReplicateConfig {
   size_t replica_num = 1;
   bool with_soft_pin = false;
+  uint64_t soft_pin_ttl_ms = 0;  // 0: the master's --default_kv_soft_pin_ttl
   bool with_hard_pin = false;
   std::vector<std::string> preferred_segments;  // transfer-engine segment names, tried first
   bool prefer_alloc_in_same_node = false;
