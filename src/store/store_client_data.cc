@@ -1,0 +1,314 @@
+// Moving objects: put (start, write every replica, end or revoke), get (replica list, read with
+// fallback to the next replica), and staging of unregistered memory through the local buffer.
+#include <algorithm>
+#include <cstring>
+
+#include "store/store_client_impl.h"
+
+namespace mooncake {
+namespace store {
+
+namespace {
+
+constexpr size_t kMaxStagingChunk = 4 << 20;
+
+size_t Total(const std::vector<Span>& parts) {
+  size_t n = 0;
+  for (const auto& p : parts) n += p.size;
+  return n;
+}
+
+rpc::ReplicateConfig ToProto(const ReplicateConfig& c) {
+  rpc::ReplicateConfig out;
+  out.set_replica_num(static_cast<uint32_t>(std::max<size_t>(1, c.replica_num)));
+  out.set_with_soft_pin(c.with_soft_pin);
+  out.set_soft_pin_ttl_ms(c.soft_pin_ttl_ms);
+  out.set_with_hard_pin(c.with_hard_pin);
+  for (const auto& s : c.preferred_segments) out.add_preferred_segments(s);
+  out.set_prefer_alloc_in_same_node(c.prefer_alloc_in_same_node);
+  return out;
+}
+
+}  // namespace
+
+void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>* failed) {
+  struct Staged {
+    const Job* job;
+    size_t offset;  // within the job
+    size_t len;
+  };
+  std::vector<TransferRequest> direct;
+  std::vector<size_t> direct_owner;
+  std::vector<Staged> staged;
+  const size_t chunk = std::min<size_t>(kMaxStagingChunk, staging->capacity());
+  for (const Job& job : jobs) {
+    if ((*failed)[job.owner]) continue;
+    if (*job.segment == seg_name) {  // a replica in our own segment: plain memory
+      void* remote = reinterpret_cast<void*>(job.remote);
+      if (job.op == TransferRequest::WRITE) {
+        std::memcpy(remote, job.local, job.len);
+      } else {
+        std::memcpy(job.local, remote, job.len);
+      }
+      continue;
+    }
+    auto target = Open(*job.segment);
+    if (!target.ok()) {
+      LOG(ERROR) << "store: cannot reach segment " << *job.segment << ": "
+                 << target.status().ToString();
+      (*failed)[job.owner] = 1;
+      continue;
+    }
+    if (IsRegistered(job.local, job.len)) {
+      direct.push_back({job.op, job.local, *target, job.remote, job.len});
+      direct_owner.push_back(job.owner);
+    } else {
+      for (size_t off = 0; off < job.len; off += chunk) {
+        staged.push_back({&job, off, std::min(chunk, job.len - off)});
+      }
+    }
+  }
+  size_t next_staged = 0;
+  bool first = true;
+  while (first || next_staged < staged.size()) {
+    std::vector<TransferRequest> reqs;
+    std::vector<size_t> owners;
+    std::vector<std::pair<const Staged*, char*>> round;
+    if (first) {
+      reqs = std::move(direct);
+      owners = std::move(direct_owner);
+      first = false;
+    }
+    while (next_staged < staged.size()) {
+      const Staged& s = staged[next_staged];
+      if ((*failed)[s.job->owner]) {
+        ++next_staged;
+        continue;
+      }
+      char* buf = static_cast<char*>(AllocStaging(s.len, reqs.empty()));
+      if (buf == nullptr) {
+        if (!reqs.empty()) break;  // submit what we have, then wait for room
+        LOG(ERROR) << "store: no staging space for " << s.len << " bytes within the timeout";
+        (*failed)[s.job->owner] = 1;
+        ++next_staged;
+        continue;
+      }
+      if (s.job->op == TransferRequest::WRITE) std::memcpy(buf, s.job->local + s.offset, s.len);
+      auto target = Open(*s.job->segment);  // cached by now
+      reqs.push_back({s.job->op, buf, *target, s.job->remote + s.offset, s.len});
+      owners.push_back(s.job->owner);
+      round.emplace_back(&s, buf);
+      ++next_staged;
+    }
+    if (reqs.empty()) break;
+    std::vector<char> req_failed(reqs.size(), 0);
+    auto batch = engine->AllocateBatchID(reqs.size());
+    if (!batch.ok()) {
+      LOG(ERROR) << "store: " << batch.status().ToString();
+      std::fill(req_failed.begin(), req_failed.end(), 1);
+    } else {
+      Status s = engine->SubmitTransfer(*batch, reqs);
+      if (!s.ok()) {
+        LOG(ERROR) << "store: transfer refused: " << s.ToString();
+        std::fill(req_failed.begin(), req_failed.end(), 1);
+      } else {
+        size_t bytes = 0;
+        for (const auto& r : reqs) bytes += r.length;
+        const auto timeout = opt.transfer_timeout + std::chrono::milliseconds(bytes >> 20);
+        // The engine ends every request (its slice timeout bounds a silent peer); staging
+        // memory must outlive the requests, so wait for the end even past our timeout.
+        auto st = engine->WaitBatch(*batch, timeout);
+        while (st.ok() && st->s == WAITING) {
+          LOG(WARNING) << "store: transfer of " << bytes << " bytes still running after "
+                       << timeout.count() << " ms";
+          st = engine->WaitBatch(*batch, std::chrono::seconds(5));
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          auto ts = engine->GetTransferStatus(*batch, i);
+          if (!ts.ok() || ts->s != COMPLETED) {
+            req_failed[i] = 1;
+            auto err = engine->GetTransferError(*batch, i);
+            LOG(ERROR) << "store: transfer " << (reqs[i].opcode == TransferRequest::WRITE ? "to" : "from")
+                       << " a replica failed: " << (err.ok() ? *err : err.status().ToString());
+          }
+        }
+      }
+      (void)engine->FreeBatchID(*batch);
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (req_failed[i]) (*failed)[owners[i]] = 1;
+    }
+    for (const auto& [s, buf] : round) {
+      if (s->job->op == TransferRequest::READ && !(*failed)[s->job->owner]) {
+        std::memcpy(s->job->local + s->offset, buf, s->len);
+      }
+      FreeStaging(buf);
+    }
+  }
+}
+
+// Lays `parts` (the object, in order) over one replica at `remote`.
+static void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
+                    const std::string* segment, uint64_t remote, size_t owner,
+                    std::vector<Job>* jobs) {
+  uint64_t off = 0;
+  for (const auto& p : parts) {
+    if (p.size == 0) continue;
+    jobs->push_back({op, static_cast<char*>(p.ptr), p.size, segment, remote + off, owner});
+    off += p.size;
+  }
+}
+
+std::vector<int> StoreClient::Impl::PutMany(const std::vector<std::string>& keys,
+                                            const std::vector<std::vector<Span>>& parts,
+                                            const ReplicateConfig& config) {
+  std::vector<int> codes(keys.size(), 0);
+  if (keys.size() != parts.size()) {
+    LOG(WARNING) << "put: " << keys.size() << " keys but " << parts.size() << " values";
+    std::fill(codes.begin(), codes.end(), ToInt(ErrorCode::INVALID_PARAMS));
+    return codes;
+  }
+  if (keys.empty()) return codes;
+  rpc::PutStartRequest req;
+  req.set_client_id(client_id);
+  *req.mutable_config() = ToProto(config);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto* item = req.add_items();
+    item->set_key(keys[i]);
+    item->set_size(Total(parts[i]));
+  }
+  rpc::PutStartResponse resp;
+  int rc = Call("PutStart", &rpc::MasterService::Stub::PutStart, req, &resp);
+  if (rc != 0 || resp.results_size() != static_cast<int>(keys.size())) {
+    std::fill(codes.begin(), codes.end(), ToInt(ErrorCode::RPC_FAIL));
+    return codes;
+  }
+  std::vector<Job> jobs;
+  std::vector<char> failed(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& r = resp.results(static_cast<int>(i));
+    codes[i] = r.code();
+    if (r.code() != 0) {
+      if (r.code() != ToInt(ErrorCode::OBJECT_ALREADY_EXISTS)) {
+        LOG(WARNING) << "put " << keys[i] << ": " << ErrorCodeName(r.code()) << ": " << r.message();
+      }
+      continue;
+    }
+    for (const auto& rep : r.replicas()) {
+      AddJobs(TransferRequest::WRITE, parts[i], &rep.buffer().segment_name(), rep.buffer().addr(),
+              i, &jobs);
+    }
+  }
+  RunJobs(jobs, &failed);
+  rpc::KeysRequest end, revoke;
+  end.set_client_id(client_id);
+  revoke.set_client_id(client_id);
+  std::vector<size_t> end_idx;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (codes[i] != 0) continue;
+    if (failed[i]) {
+      revoke.add_keys(keys[i]);
+      codes[i] = ToInt(ErrorCode::TRANSFER_FAIL);
+    } else {
+      end.add_keys(keys[i]);
+      end_idx.push_back(i);
+    }
+  }
+  if (revoke.keys_size() > 0) {
+    rpc::CodesResponse r;
+    (void)Call("PutRevoke", &rpc::MasterService::Stub::PutRevoke, revoke, &r);
+  }
+  if (end.keys_size() > 0) {
+    rpc::CodesResponse r;
+    if (Call("PutEnd", &rpc::MasterService::Stub::PutEnd, end, &r) != 0 ||
+        r.codes_size() != end.keys_size()) {
+      for (size_t i : end_idx) codes[i] = ToInt(ErrorCode::RPC_FAIL);
+    } else {
+      for (size_t j = 0; j < end_idx.size(); ++j) {
+        codes[end_idx[j]] = r.codes(static_cast<int>(j));
+        if (r.codes(static_cast<int>(j)) != 0) {
+          LOG(WARNING) << "put " << keys[end_idx[j]] << ": PutEnd: "
+                       << ErrorCodeName(r.codes(static_cast<int>(j)));
+        }
+      }
+    }
+  }
+  return codes;
+}
+
+std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& keys,
+                                                const StoreClient::PartsFor& parts_for) {
+  std::vector<int64_t> out(keys.size(), 0);
+  if (keys.empty()) return out;
+  std::vector<std::vector<Span>> parts(keys.size());
+  rpc::KeysRequest req;
+  req.set_client_id(client_id);
+  for (const auto& k : keys) req.add_keys(k);
+  rpc::GetReplicaListResponse resp;
+  int rc = Call("GetReplicaList", &rpc::MasterService::Stub::GetReplicaList, req, &resp);
+  if (rc != 0 || resp.results_size() != static_cast<int>(keys.size())) {
+    std::fill(out.begin(), out.end(), ToInt(ErrorCode::RPC_FAIL));
+    return out;
+  }
+  // Replica order per key: ours first (a memcpy), then the master's order.
+  std::vector<std::vector<const rpc::Replica*>> choices(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& r = resp.results(static_cast<int>(i));
+    if (r.code() != 0) {
+      out[i] = r.code();
+      continue;
+    }
+    parts[i] = parts_for(i, r.size());
+    if (r.size() > Total(parts[i])) {
+      LOG(WARNING) << "get " << keys[i] << ": the buffer holds " << Total(parts[i])
+                   << " bytes but the object has " << r.size();
+      out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+      continue;
+    }
+    out[i] = static_cast<int64_t>(r.size());
+    for (const auto& rep : r.replicas()) {
+      if (rep.buffer().segment_name() == seg_name) choices[i].insert(choices[i].begin(), &rep);
+      else choices[i].push_back(&rep);
+    }
+    if (choices[i].empty()) out[i] = ToInt(ErrorCode::INVALID_REPLICA);
+  }
+  // Try replica 0 of every key in one round; keys that failed try their next replica.
+  std::vector<size_t> attempt(keys.size(), 0);
+  std::vector<size_t> pending;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (out[i] > 0) pending.push_back(i);
+  }
+  while (!pending.empty()) {
+    std::vector<Job> jobs;
+    std::vector<char> failed(keys.size(), 0);
+    std::vector<std::vector<Span>> clipped(keys.size());
+    for (size_t i : pending) {
+      const rpc::Replica* rep = choices[i][attempt[i]];
+      // Only the object's bytes: clip the parts to its size.
+      size_t left = rep->buffer().size();
+      for (const auto& p : parts[i]) {
+        if (left == 0) break;
+        clipped[i].push_back({p.ptr, std::min(left, p.size)});
+        left -= clipped[i].back().size;
+      }
+      AddJobs(TransferRequest::READ, clipped[i], &rep->buffer().segment_name(),
+              rep->buffer().addr(), i, &jobs);
+    }
+    RunJobs(jobs, &failed);
+    std::vector<size_t> retry;
+    for (size_t i : pending) {
+      if (!failed[i]) continue;
+      if (++attempt[i] < choices[i].size()) {
+        LOG(WARNING) << "get " << keys[i] << ": replica failed, trying the next one";
+        retry.push_back(i);
+      } else {
+        out[i] = ToInt(ErrorCode::TRANSFER_FAIL);
+      }
+    }
+    pending.swap(retry);
+  }
+  return out;
+}
+
+}  // namespace store
+}  // namespace mooncake

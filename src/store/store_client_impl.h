@@ -1,0 +1,102 @@
+// StoreClient::Impl, shared by store_client.cc (setup, heartbeat, teardown, the calls that are
+// one master RPC) and store_client_data.cc (moving objects: put, get, staging).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <glog/logging.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "master.grpc.pb.h"
+#include "mooncake/store/store_client.h"
+#include "mooncake/transfer_engine.h"
+#include "store/error_code.h"
+#include "store/offset_allocator.h"
+
+namespace mooncake {
+namespace store {
+
+// One copy between local memory and a replica; `owner` says which key it belongs to.
+struct Job {
+  TransferRequest::OpCode op;
+  char* local;
+  size_t len;
+  const std::string* segment;
+  uint64_t remote;
+  size_t owner;
+};
+
+std::string RandomClientId();
+
+class StoreClient::Impl {
+ public:
+  explicit Impl(StoreClientOptions o) : opt(std::move(o)), client_id(RandomClientId()) {}
+  ~Impl() { Close(); }
+
+  int Start(std::string* message);
+  int Close();
+  int Mount();
+  void HeartbeatLoop();
+
+  template <class Req, class Resp>
+  int Call(const char* what,
+           grpc::Status (rpc::MasterService::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*),
+           const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + opt.rpc_timeout);
+    grpc::Status s = (stub.get()->*fn)(&ctx, req, resp);
+    if (!s.ok()) {
+      LOG(ERROR) << what << ": master " << opt.master_server_addr
+                 << " did not answer: " << s.error_message();
+      return ToInt(ErrorCode::RPC_FAIL);
+    }
+    return 0;
+  }
+
+  bool IsRegistered(const void* p, size_t n);
+  Result<SegmentID> Open(const std::string& name);
+  // Runs the copies; sets failed[owner] for every job that did not complete.
+  void RunJobs(const std::vector<Job>& jobs, std::vector<char>* failed);
+  void* AllocStaging(size_t size, bool wait);
+  void FreeStaging(void* p);
+
+  std::vector<int> PutMany(const std::vector<std::string>& keys,
+                           const std::vector<std::vector<Span>>& parts,
+                           const ReplicateConfig& config);
+  std::vector<int64_t> GetMany(const std::vector<std::string>& keys,
+                               const StoreClient::PartsFor& parts_for);
+
+  StoreClientOptions opt;
+  const std::string client_id;
+  std::shared_ptr<TransferEngine> engine;
+  std::string seg_name;
+  void* segment = nullptr;
+  void* local_buf = nullptr;
+  std::unique_ptr<rpc::MasterService::Stub> stub;
+
+  std::mutex staging_mu;
+  std::condition_variable staging_cv;
+  std::unique_ptr<OffsetAllocator> staging;
+
+  std::mutex reg_mu;
+  std::map<uintptr_t, size_t> registered;  // start -> length
+  std::mutex open_mu;
+  std::unordered_map<std::string, SegmentID> opened;
+
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  bool stopping = false;
+  bool closed = false;
+  std::thread heartbeat;
+};
+
+}  // namespace store
+}  // namespace mooncake
