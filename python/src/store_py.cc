@@ -311,6 +311,44 @@ std::vector<int64_t> FetchMany(PyStore& s, const char* method,
   return c->BatchGetWith(keys, make);
 }
 
+// Each key's object as bytes (b"" for a missing key or a failed read). Called with the GIL.
+std::vector<py::object> GetBytes(PyStore& s, const char* method,
+                                 const std::vector<std::string>& keys) {
+  std::vector<py::object> out(keys.size(), py::bytes());
+  auto rc = FetchMany(s, method, keys, [&](size_t i, uint64_t size) -> std::vector<Span> {
+    py::gil_scoped_acquire acquire;
+    PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+    if (b == nullptr) {
+      PyErr_Clear();
+      return {};  // the key reports INVALID_PARAMS
+    }
+    out[i] = py::reinterpret_steal<py::object>(b);
+    return {{PyBytes_AS_STRING(b), size}};
+  });
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (rc[i] < 0) out[i] = py::bytes();
+  }
+  return out;
+}
+
+// Each key's object in a BufferHandle (None for a missing key or a failed read).
+std::vector<py::object> GetBuffers(PyStore& s, const char* method,
+                                   const std::vector<std::string>& keys) {
+  std::vector<std::shared_ptr<BufferHandle>> hs(keys.size());
+  auto rc = FetchMany(s, method, keys, [&](size_t i, uint64_t size) -> std::vector<Span> {
+    hs[i] = std::make_shared<BufferHandle>();
+    hs[i]->data.reset(new (std::nothrow) char[size]);
+    hs[i]->length = size;
+    if (!hs[i]->data) return {};
+    return {{hs[i]->data.get(), size}};
+  });
+  std::vector<py::object> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out.push_back(rc[i] < 0 ? py::object(py::none()) : py::cast(hs[i]));
+  }
+  return out;
+}
+
 }  // namespace
 
 void BindStore(py::module_& m) {
@@ -415,79 +453,22 @@ void BindStore(py::module_& m) {
       py::arg("keys"), py::arg("values"), py::arg("config") = kDefault);
   c.def(
       "get",
-      [](PyStore& s, const std::string& key) {
-        py::object out = py::bytes();
-        auto rc = FetchMany(s, "get", {key}, [&](size_t, uint64_t size) -> std::vector<Span> {
-          py::gil_scoped_acquire acquire;
-          PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
-          if (b == nullptr) {
-            PyErr_Clear();
-            return {};
-          }
-          out = py::reinterpret_steal<py::object>(b);
-          return {{PyBytes_AS_STRING(b), size}};
-        });
-        return rc[0] < 0 ? py::object(py::bytes()) : out;
-      },
+      [](PyStore& s, const std::string& key) { return GetBytes(s, "get", {key})[0]; },
       py::arg("key"));
   c.def(
       "get_batch",
       [](PyStore& s, const std::vector<std::string>& keys) {
-        std::vector<py::object> out(keys.size(), py::bytes());
-        auto rc = FetchMany(s, "get_batch", keys, [&](size_t i, uint64_t size) -> std::vector<Span> {
-          py::gil_scoped_acquire acquire;
-          PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
-          if (b == nullptr) {
-            PyErr_Clear();
-            return {};
-          }
-          out[i] = py::reinterpret_steal<py::object>(b);
-          return {{PyBytes_AS_STRING(b), size}};
-        });
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (rc[i] < 0) out[i] = py::bytes();
-        }
-        return out;
+        return GetBytes(s, "get_batch", keys);
       },
       py::arg("keys"));
   c.def(
       "get_buffer",
-      [](PyStore& s, const std::string& key) -> py::object {
-        auto h = std::make_shared<BufferHandle>();
-        int64_t rc = kNotReady;
-        if (auto cl = s.Get("get_buffer")) {
-          py::gil_scoped_release release;
-          rc = cl->BatchGetWith({key}, [&](size_t, uint64_t size) -> std::vector<Span> {
-            h->data.reset(new (std::nothrow) char[size]);
-            h->length = size;
-            if (!h->data) return {};
-            return {{h->data.get(), size}};
-          })[0];
-        }
-        if (rc < 0) return py::none();
-        return py::cast(h);
-      },
+      [](PyStore& s, const std::string& key) { return GetBuffers(s, "get_buffer", {key})[0]; },
       py::arg("key"));
   c.def(
       "batch_get_buffer",
       [](PyStore& s, const std::vector<std::string>& keys) {
-        std::vector<std::shared_ptr<BufferHandle>> hs(keys.size());
-        std::vector<int64_t> rcs(keys.size(), kNotReady);
-        if (auto cl = s.Get("batch_get_buffer")) {
-          py::gil_scoped_release release;
-          rcs = cl->BatchGetWith(keys, [&](size_t i, uint64_t size) -> std::vector<Span> {
-            hs[i] = std::make_shared<BufferHandle>();
-            hs[i]->data.reset(new (std::nothrow) char[size]);
-            hs[i]->length = size;
-            if (!hs[i]->data) return {};
-            return {{hs[i]->data.get(), size}};
-          });
-        }
-        py::list out;
-        for (size_t i = 0; i < keys.size(); ++i) {
-          out.append(rcs[i] < 0 ? py::object(py::none()) : py::cast(hs[i]));
-        }
-        return out;
+        return GetBuffers(s, "batch_get_buffer", keys);
       },
       py::arg("keys"));
   c.def(
