@@ -261,9 +261,16 @@ Result<std::string> TransferEngine::Impl::HandleHandshake(const HandshakeFrame& 
       MC_RETURN_IF_ERROR(GetString(j, "notify_msg", false, &n.notify_msg));
       {
         std::lock_guard lock(notify_mu);
-        if (notifies.size() >= 65536) {
-          return Status::ResourceExhausted("notify queue full; the receiver is not draining it");
+        size_t bytes = n.name.size() + n.notify_msg.size();
+        if (notifies.size() >= kMaxQueuedNotifies ||
+            notify_bytes + bytes > kMaxQueuedNotifyBytes) {
+          return Status::ResourceExhausted(
+              "notify queue full (" + std::to_string(notifies.size()) + " messages, " +
+              std::to_string(notify_bytes) + " bytes queued; limits " +
+              std::to_string(kMaxQueuedNotifies) + " and " +
+              std::to_string(kMaxQueuedNotifyBytes) + "): the receiver is not draining it");
         }
+        notify_bytes += bytes;
         notifies.push_back(std::move(n));
       }
       return std::string(R"({"name":"","notify_msg":"success"})") + "\n";

@@ -90,8 +90,13 @@ class TransferEngine::Impl {
   std::mutex orphan_mu;
   std::vector<BatchID> orphans;  // GUARDED_BY(orphan_mu)
 
+  // Received notifies, until GetNotifies drains them. Bounded by count and by bytes, so a
+  // peer cannot grow this process without limit when the receiver does not drain.
+  static constexpr size_t kMaxQueuedNotifies = 65536;
+  static constexpr size_t kMaxQueuedNotifyBytes = 64u << 20;
   std::mutex notify_mu;
   std::vector<NotifyDesc> notifies;  // GUARDED_BY(notify_mu)
+  size_t notify_bytes = 0;           // name + message bytes in `notifies`; GUARDED_BY(notify_mu)
 };
 
 }  // namespace mooncake

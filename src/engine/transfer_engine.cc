@@ -177,6 +177,7 @@ std::vector<NotifyDesc> TransferEngine::GetNotifies() {
   std::lock_guard lock(impl_->notify_mu);
   std::vector<NotifyDesc> out;
   out.swap(impl_->notifies);
+  impl_->notify_bytes = 0;
   return out;
 }
 

@@ -210,6 +210,26 @@ TEST_F(EnginePair, NotifyRoundTrip) {
   EXPECT_TRUE(initiator_.Probe(target_.GetLocalSegmentName()).ok());
 }
 
+// A receiver that does not drain its notifies is bounded by bytes, not only by count: 1 MiB
+// notifies are refused once 64 MiB are queued (before, 65,536 of them were accepted), and
+// draining makes room again.
+TEST_F(EnginePair, NotifyQueueIsBoundedByBytes) {
+  const std::string big(1000 * 1000, 'n');
+  int accepted = 0;
+  Status refused;
+  for (int i = 0; i < 100 && refused.ok(); ++i) {
+    refused = initiator_.SendNotify(seg_, {"initiator", big});
+    if (refused.ok()) ++accepted;
+  }
+  EXPECT_FALSE(refused.ok()) << "100 MB of notifies were all queued";
+  EXPECT_GE(accepted, 60);
+  EXPECT_LE(static_cast<size_t>(accepted) * big.size(), 64u << 20);
+  auto got = target_.GetNotifies();
+  EXPECT_EQ(got.size(), static_cast<size_t>(accepted));
+  EXPECT_TRUE(initiator_.SendNotify(seg_, {"initiator", big}).ok()) << "drained: room again";
+  EXPECT_EQ(target_.GetNotifies().size(), 1u);
+}
+
 TEST_F(EnginePair, LocalSegmentIsAMemcpy) {
   std::vector<uint8_t> other(4096, 0);
   ASSERT_TRUE(initiator_.RegisterLocalMemory(other.data(), other.size()).ok());
