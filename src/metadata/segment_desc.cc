@@ -47,7 +47,7 @@ const BufferDesc* SegmentDesc::FindBuffer(uint64_t addr, uint64_t len) const {
 bool SegmentDesc::SameContent(const SegmentDesc& o) const {
   if (name != o.name || protocol != o.protocol || tcp_data_port != o.tcp_data_port ||
       tcp_data_host != o.tcp_data_host || mc_host_id != o.mc_host_id || mc_pid != o.mc_pid ||
-      mc_shm_path != o.mc_shm_path ||
+      mc_shm_path != o.mc_shm_path || mc_tcp_fence != o.mc_tcp_fence ||
       tcp_proto_version != o.tcp_proto_version || buffers.size() != o.buffers.size()) {
     return false;
   }
@@ -84,6 +84,7 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
   if (!d.mc_host_id.empty()) j["mc_host_id"] = d.mc_host_id;
   if (d.mc_pid != 0) j["mc_pid"] = d.mc_pid;
   if (!d.mc_shm_path.empty()) j["mc_shm_path"] = d.mc_shm_path;
+  if (d.mc_tcp_fence) j["mc_tcp_fence"] = 1;
   // Invalid UTF-8 (names are bytes from the user) is replaced, never thrown.
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -116,6 +117,9 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
   MC_RETURN_IF_ERROR(GetString(j, "mc_host_id", false, &d.mc_host_id));
   MC_RETURN_IF_ERROR(GetUint(j, "mc_pid", UINT32_MAX, &d.mc_pid));
   MC_RETURN_IF_ERROR(GetString(j, "mc_shm_path", false, &d.mc_shm_path));
+  uint64_t fence = 0;
+  MC_RETURN_IF_ERROR(GetUint(j, "mc_tcp_fence", UINT32_MAX, &fence));
+  d.mc_tcp_fence = fence == 1;
   if (j.contains("buffers")) {
     const json& bufs = j["buffers"];
     if (!bufs.is_array()) return Status::DataLoss("segment descriptor: 'buffers' is not an array");

@@ -45,6 +45,9 @@ struct SegmentDesc {
   std::string mc_host_id;   // boot id + namespaces: equal only within one kernel and pid ns
   uint64_t mc_pid = 0;      // the engine's process id
   std::string mc_shm_path;  // unix socket of the same-host transport
+  // The TCP data server applies HELLO/FENCE frames (src/transport/tcp/tcp_fence.h):
+  // "mc_tcp_fence": 1. Written only when set.
+  bool mc_tcp_fence = false;
   // Where to reach the peer: set by whoever fetched the descriptor (P2P: the host part of
   // the segment name). Not part of the JSON.
   std::string host;

@@ -307,7 +307,7 @@ TEST_F(FaultyLink, RefusedConnectionsFailFastThenRecover) {
 // initiator reported FAILED (seen under CPU load in CutInTheMiddleOfAWriteFrame, before its
 // recovery check moved to a range the cut request does not cover).
 // (shm: see SilentPeer.TimedOutReadNeverWritesLocalMemoryLater.)
-TEST_F(FaultyLink, DISABLED_KnownLimitation_TimedOutWriteIsNeverAppliedAfterALaterWrite) {
+TEST_F(FaultyLink, TimedOutWriteIsNeverAppliedAfterALaterWrite) {
   Start(InitiatorOptions(1, /*slice_timeout_ms=*/1000));
   WarmUp();
   data_->FreezeExisting();

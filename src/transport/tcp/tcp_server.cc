@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/auth.h"
+#include "transport/tcp/tcp_fence.h"
 #include "transport/tcp/tcp_staging.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -30,14 +31,21 @@ constexpr size_t kStagingChunk = 512 << 10;
 // One accepted connection. Owns nothing but its buffers; the fd belongs to the server.
 class Session {
  public:
-  Session(int fd, MemoryRegistry* registry, int timeout_ms)
-      : fd_(fd), registry_(registry), timeout_ms_(timeout_ms), rx_(new uint8_t[kRxBufferSize]) {
+  Session(int fd, MemoryRegistry* registry, FenceTable* fences, int timeout_ms)
+      : fd_(fd),
+        registry_(registry),
+        fences_(fences),
+        timeout_ms_(timeout_ms),
+        rx_(new uint8_t[kRxBufferSize]) {
     tx_iov_.reserve(kMaxQueuedIov);
     timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   }
-  ~Session() { ReleasePins(); }
+  ~Session() {
+    ReleasePins();
+    if (conn_) fences_->Unregister(*conn_);
+  }
 
   // Serves requests until EOF, a protocol error, a rejected range or a timeout; replies
   // still queued then go out before the connection closes.
@@ -56,7 +64,17 @@ class Session {
       }
       Header h;
       bool known = DecodeHeader(rx_.get() + rb_, &h);
+      uint8_t control = known ? 0 : ControlOpcode(rx_.get() + rb_);
       rb_ += kHeaderSize;
+      bool first = frames_++ == 0;
+      if (control != 0) {
+        s = HandleControl(control, h.size, first);
+        if (!s.ok()) {
+          LOG(WARNING) << "TcpServer: " << s.ToString() << "; closing connection";
+          return;
+        }
+        continue;
+      }
       if (!known) {
         LOG(WARNING) << "TcpServer: unknown opcode in request header; closing connection";
         return;
@@ -96,9 +114,50 @@ class Session {
 
   size_t buffered() const { return re_ - rb_; }
 
+  // HELLO (first frame only) and FENCE frames (tcp_fence.h). A fence returns once no
+  // connection it names can apply another byte, so what follows it here comes after.
+  Status HandleControl(uint8_t op, uint64_t len, bool first) {
+    if (len > kMaxControlBody) {
+      return Status::DataLoss("fence frame of " + std::to_string(len) + " bytes (at most " +
+                              std::to_string(kMaxControlBody) + ")");
+    }
+    MC_RETURN_IF_ERROR(FillAtLeast(static_cast<size_t>(len), false));
+    auto frame = DecodeControlBody(op, rx_.get() + rb_, static_cast<size_t>(len));
+    rb_ += static_cast<size_t>(len);
+    if (!frame.ok()) return frame.status();
+    if (op == kOpHello) {
+      if (!first) return Status::DataLoss("HELLO frame after the first frame of a connection");
+      auto conn = std::make_shared<FenceTable::Conn>();
+      conn->fd = fd_;
+      conn->session = frame->session;
+      conn->id = frame->conn_id;
+      MC_RETURN_IF_ERROR(fences_->Register(conn));
+      conn_ = std::move(conn);
+    } else if (!conn_ || frame->session != conn_->session) {
+      return Status::DataLoss("FENCE frame on a connection that did not say HELLO for its session");
+    }
+    // Replies queued so far go out first: they answer requests the fence does not concern.
+    MC_RETURN_IF_ERROR(FlushStatuses());
+    fences_->Fence(*frame, conn_.get());
+    return Status::OK();
+  }
+
+  // Held while a WRITE puts bytes into memory; fails once this connection was fenced.
+  Status LockForApply(std::unique_lock<std::mutex>* lock) {
+    if (!conn_) return Status::OK();
+    *lock = std::unique_lock<std::mutex>(conn_->apply_mu);
+    if (conn_->fenced) {
+      return Status::FailedPrecondition(
+          "connection fenced: the initiator gave up on it and a newer connection said so");
+    }
+    return Status::OK();
+  }
+
   Status ApplyWrite(const Header& h) {
     // A READ queued before this WRITE must return the memory as it was: send it first.
     if (!tx_pins_.empty()) MC_RETURN_IF_ERROR(FlushStatuses());
+    std::unique_lock<std::mutex> applying;
+    MC_RETURN_IF_ERROR(LockForApply(&applying));
     auto* dst = reinterpret_cast<uint8_t*>(h.addr);
     size_t have = std::min<uint64_t>(buffered(), h.size);
     std::memcpy(dst, rx_.get() + rb_, have);
@@ -132,6 +191,8 @@ class Session {
   // device while the next is received. The status goes out once every copy has finished.
   Status ApplyDeviceWrite(const Header& h, int device) {
     if (!tx_pins_.empty()) MC_RETURN_IF_ERROR(FlushStatuses());
+    std::unique_lock<std::mutex> applying;
+    MC_RETURN_IF_ERROR(LockForApply(&applying));
     MC_ASSIGN_OR_RETURN(BounceRing * ring, Staging(device));
     auto* dst = reinterpret_cast<uint8_t*>(h.addr);
     std::vector<bool> busy(ring->count(), false);
@@ -346,6 +407,9 @@ class Session {
 
   const int fd_;
   MemoryRegistry* const registry_;
+  FenceTable* const fences_;
+  std::shared_ptr<FenceTable::Conn> conn_;  // after a HELLO
+  uint64_t frames_ = 0;
   const int timeout_ms_;
   std::unique_ptr<uint8_t[]> rx_;
   size_t rb_ = 0, re_ = 0;
@@ -379,7 +443,7 @@ void TcpServer::ServeConnection(int fd) {
   Status auth =
       Authenticator(options_.auth_secret).Challenge(fd, "tcp-data", options_.handshake_io_timeout_ms);
   if (auth.ok()) {
-    Session(fd, registry_, options_.slice_timeout_ms).Run();
+    Session(fd, registry_, &fences_, options_.slice_timeout_ms).Run();
   } else {
     LOG(WARNING) << "TcpServer: refused a connection: " << auth.ToString();
   }

@@ -7,6 +7,7 @@
 #include "common/net.h"
 #include "engine/memory_registry.h"
 #include "mooncake/options.h"
+#include "transport/tcp/tcp_fence.h"
 
 namespace mooncake::tcp {
 
@@ -22,6 +23,9 @@ class TcpServer {
   // Closes the listener and every connection; joins all threads.
   void Stop();
 
+  // Connections fenced so far (tests).
+  uint64_t fenced_connections() const { return fences_.fenced_count(); }
+
   // Limits a connection may not exceed.
   static constexpr size_t kMaxConnections = 4096;
 
@@ -30,6 +34,7 @@ class TcpServer {
 
   const EngineOptions options_;
   MemoryRegistry* const registry_;
+  FenceTable fences_;  // before server_: connections unregister from it as they end
   ConnServer server_;
 };
 

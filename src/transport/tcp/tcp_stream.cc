@@ -23,13 +23,14 @@ constexpr uint64_t kMaxSendBytes = 16 << 20;
 }  // namespace
 
 TcpStream::TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
-                     std::function<void()> on_failure)
+                     std::function<void()> on_failure, std::shared_ptr<PeerFence> fence)
     : host_(std::move(host)),
       port_(port),
       v2_(v2),
       options_(options),
       where_(HostPort{host_, port_, true}.ToString()),
       on_failure_(std::move(on_failure)),
+      fence_(std::move(fence)),
       rx_(kRxBufferSize) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   thread_ = std::thread([this] { Run(); });
@@ -77,6 +78,12 @@ bool TcpStream::TakeIncoming() {
     batch.swap(incoming_);
   }
   if (q_.empty()) last_progress_ = Clock::now();
+  if (fence_ && fd_.valid() && fence_->epoch() != fence_epoch_) {
+    // A connection to this peer was given up on since this stream last fenced: what is taken
+    // now must not be applied before the target has stopped that connection.
+    Entry& e = q_.emplace_back();
+    e.control = EncodeControl(fence_->Snapshot(kOpFence, &fence_epoch_), v2_);
+  }
   for (const Slice& s : batch) {
     Entry& e = q_.emplace_back();
     e.slice = s;
@@ -96,6 +103,20 @@ Status TcpStream::Connect() {
   MC_RETURN_IF_ERROR(Authenticator(options_.auth_secret)
                          .Answer(fd->get(), "tcp-data", options_.handshake_io_timeout_ms)
                          .WithContext(where_));
+  if (fence_) {
+    // HELLO first, carrying the current fence: nothing sent on this connection is applied
+    // before the connections given up on so far have stopped.
+    uint64_t id = fence_->Connected();
+    ControlFrame hello = fence_->Snapshot(kOpHello, &fence_epoch_);
+    hello.conn_id = id;
+    std::string frame = EncodeControl(hello, v2_);
+    Status s = WriteFull(fd->get(), frame.data(), frame.size(), options_.handshake_io_timeout_ms);
+    if (!s.ok()) {
+      fence_->Abandoned(id);
+      return s.WithContext("hello to " + where_);
+    }
+    conn_id_ = id;
+  }
   fd_ = std::move(fd).value();
   SetNonBlocking(fd_.get(), true);
   // Socket buffers stay under kernel autotuning: fixed sizes measured slower on loopback.
@@ -104,6 +125,12 @@ Status TcpStream::Connect() {
 }
 
 void TcpStream::ResetConnection() {
+  if (fence_ && conn_id_ != 0) fence_->Abandoned(conn_id_);
+  conn_id_ = 0;
+  // Fences still queued were for that connection; the next one's HELLO carries a fresh one.
+  for (auto it = q_.begin(); it != q_.end();) {
+    it = it->control.empty() ? it + 1 : q_.erase(it);
+  }
   fd_.Reset();
   send_idx_ = 0;
   send_off_ = 0;
@@ -128,7 +155,7 @@ void TcpStream::CompleteFront(TransferStatusEnum result, const char* message) {
 void TcpStream::FailAll(TransferStatusEnum result, const std::string& message) {
   std::string msg = message;
   for (Entry& e : q_) {
-    if (e.completed) continue;
+    if (e.completed || !e.control.empty()) continue;
     queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);
     e.slice.Done(result, 0, msg.c_str());
   }
@@ -144,6 +171,11 @@ Status TcpStream::SendSome() {
     for (size_t i = send_idx_; i < q_.size() && n + 2 <= kMaxIov && total < kMaxSendBytes; ++i) {
       Entry& e = q_[i];
       uint64_t off = i == send_idx_ ? send_off_ : 0;
+      if (!e.control.empty()) {
+        iov[n++] = {e.control.data() + off, e.control.size() - off};
+        total += e.control.size() - off;
+        continue;
+      }
       if (off < kHeaderSize) {
         iov[n++] = {e.header + off, kHeaderSize - off};
         total += kHeaderSize - off;
@@ -176,7 +208,9 @@ Status TcpStream::SendSome() {
       left -= rest;
       send_off_ = 0;
       ++send_idx_;
-      if (!v2_ && e.slice.opcode == TransferRequest::WRITE) {
+      if (!e.control.empty()) {
+        e.completed = true;  // no reply to a FENCE
+      } else if (!v2_ && e.slice.opcode == TransferRequest::WRITE) {
         // v1 has no acknowledgement: a WRITE is done once its last byte is sent.
         e.completed = true;
         queued_bytes_.fetch_sub(e.slice.length, std::memory_order_relaxed);

@@ -10,6 +10,11 @@
 // - ADDR_REJECTED: that slice FAILED; the target closes the connection, so the slices behind
 //   it (never executed by the target) are resent on a fresh connection.
 // The next slices enqueued after a failure open a new connection.
+//
+// Fencing (tcp_fence.h), when the peer supports it: every connection starts with a HELLO;
+// a connection given up on is reported to the peer's PeerFence, and every stream of the peer
+// sends a FENCE before the requests it takes after that, so no byte of the abandoned
+// connection lands after a later request completes.
 #pragma once
 
 #include <atomic>
@@ -25,6 +30,7 @@
 #include "common/net.h"
 #include "engine/transport.h"
 #include "mooncake/options.h"
+#include "transport/tcp/tcp_fence.h"
 #include "transport/tcp/tcp_wire.h"
 
 namespace mooncake::tcp {
@@ -33,8 +39,9 @@ class TcpStream {
  public:
   // `on_failure` (may be empty) is called after a connect failure or a broken connection
   // that failed outstanding slices.
+  // `fence` (may be null: the peer does not fence) is shared by the peer's streams.
   TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
-            std::function<void()> on_failure = {});
+            std::function<void()> on_failure = {}, std::shared_ptr<PeerFence> fence = {});
   ~TcpStream();  // Stop()s
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
@@ -50,8 +57,10 @@ class TcpStream {
   struct Entry {
     Slice slice;
     uint8_t header[kHeaderSize];
-    bool completed = false;  // v1 WRITE: done once sent, no reply expected
+    bool completed = false;  // v1 WRITE or a FENCE: done once sent, no reply expected
+    std::string control;     // a FENCE frame (header included) instead of a slice
     uint64_t wire_size() const {
+      if (!control.empty()) return control.size();
       return kHeaderSize + (slice.opcode == TransferRequest::WRITE ? slice.length : 0);
     }
   };
@@ -77,6 +86,7 @@ class TcpStream {
   const EngineOptions options_;
   const std::string where_;  // "host:port" for messages
   const std::function<void()> on_failure_;
+  const std::shared_ptr<PeerFence> fence_;
 
   std::mutex mu_;
   std::vector<Slice> incoming_;  // GUARDED_BY(mu_)
@@ -88,6 +98,8 @@ class TcpStream {
 
   // Owned by the stream's thread.
   UniqueFd fd_;
+  uint64_t conn_id_ = 0;      // in the peer's fence session, while fd_ is open
+  uint64_t fence_epoch_ = 0;  // the peer's fence epoch this stream has fenced up to
   std::deque<Entry> q_;        // sent or to send, in wire order
   size_t send_idx_ = 0;        // first entry not fully sent
   uint64_t send_off_ = 0;      // bytes of q_[send_idx_] already sent

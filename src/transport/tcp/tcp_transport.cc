@@ -25,6 +25,7 @@ Status TcpTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   data_port_ = port;
   local_desc->tcp_data_port = port;
   local_desc->tcp_proto_version = 2;
+  local_desc->mc_tcp_fence = true;
   LOG(INFO) << "TcpTransport: listen on port " << port;
   return Status::OK();
 }
@@ -70,6 +71,12 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
   if (!slot) {
     auto peer = std::make_shared<Peer>();
     bool v2 = desc.tcp_proto_version >= 2 && !options_.tcp_force_v1;
+    std::shared_ptr<PeerFence> fence;
+    if (desc.mc_tcp_fence) {
+      auto& f = fences_[key];
+      if (!f) f = std::make_shared<PeerFence>();
+      fence = f;
+    }
     for (int i = 0; i < options_.tcp_streams_per_peer; ++i) {
       std::function<void()> on_failure;
       if (on_peer_failure_) {
@@ -77,7 +84,7 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
         on_failure = [cb = on_peer_failure_, name] { cb(name); };
       }
       peer->streams.push_back(std::make_unique<TcpStream>(desc.host, desc.tcp_data_port, v2,
-                                                          options_, on_failure));
+                                                          options_, on_failure, fence));
     }
     slot = std::move(peer);
   }

@@ -52,6 +52,9 @@ class TcpTransport : public Transport {
   std::unique_ptr<TcpServer> server_;
   std::shared_mutex mu_;
   std::map<std::string, std::shared_ptr<Peer>> peers_;  // GUARDED_BY(mu_)
+  // Fence sessions by peer key; kept when a peer is dropped, so that the connections it had
+  // are still fenced by the next ones (tcp_fence.h).
+  std::map<std::string, std::shared_ptr<PeerFence>> fences_;  // GUARDED_BY(mu_)
   bool stopped_ = false;                                // GUARDED_BY(mu_)
   std::mutex stager_mu_;
   std::map<int, std::unique_ptr<DeviceStager>> stagers_;  // by device; GUARDED_BY(stager_mu_)
