@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (rcv) ::setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &rcv, sizeof(rcv));
   }
   std::thread target([fd = sv[1]] {
-    tcp::Session(fd, g_registry, fuzz::kSliceTimeoutMs).Run();
+    tcp::FenceTable fences;  // one per input: HELLO/FENCE frames of this input only
+    tcp::Session(fd, g_registry, &fences, fuzz::kSliceTimeoutMs).Run();
     ::shutdown(fd, SHUT_RDWR);  // as TcpServer::ServeConnection does
   });
   ::fcntl(sv[0], F_SETFL, ::fcntl(sv[0], F_GETFL) | O_NONBLOCK);

@@ -96,6 +96,15 @@ def hdr(size, addr, op):
     return struct.pack("<QQB7x", size, addr, op)
 
 
+FENCE_MAGIC = 0x3156454E43464D4D
+
+
+def ctl(op, session, conn, floor, live):
+    body = struct.pack("<QQQII", session, conn, floor, len(live), 0) + b"".join(
+        struct.pack("<Q", x) for x in live)
+    return struct.pack("<QQB7x", len(body), FENCE_MAGIC, op) + body
+
+
 def tcp():
     payload = bytes((i * 7) & 0xFF for i in range(4096))
     raw = {
@@ -115,6 +124,14 @@ def tcp():
         "raw_v1_reject_before": hdr(16, REMOTE - 1, 0x00),
         "raw_unknown_op": hdr(16, REMOTE, 0x82),
         "raw_truncated_write": hdr(4096, REMOTE, 0x81) + payload[:1000],
+        # Fencing (wire_protocol.md 3.6): HELLO, a write, an in-band FENCE, a read.
+        "raw_hello_fence": ctl(0x90, 7, 3, 3, [3]) + hdr(4096, REMOTE, 0x81) + payload +
+                           ctl(0x91, 7, 0, 5, [3, 5]) + hdr(4096, REMOTE, 0x80),
+        # Refusals: FENCE without HELLO, HELLO after a request, a count that lies.
+        "raw_fence_first": ctl(0x91, 7, 0, 5, []) + hdr(16, REMOTE, 0x80),
+        "raw_hello_late": hdr(16, REMOTE, 0x80) + ctl(0x90, 7, 1, 1, [1]),
+        "raw_hello_bad_count": ctl(0x90, 7, 1, 1, [1])[:48] + struct.pack("<Q", 9) +
+                               struct.pack("<Q", 1),
     }
     for name, data in raw.items():
         write("fuzz_tcp_server", name, b"\x00" + data)

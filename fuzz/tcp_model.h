@@ -47,6 +47,9 @@ inline TcpExpectation ModelTcp(const std::string& in, const Arena& arena) {
   e.either.assign(size_limit, 0);
   e.alt.assign(size_limit, 0);
   size_t pos = 0;
+  int frames = 0;  // frames before this one
+  bool hello = false;
+  uint64_t hello_session = 0;
   for (;;) {
     if (in.size() - pos < 24) break;  // EOF (possibly inside a header)
     uint64_t size, addr;
@@ -58,6 +61,40 @@ inline TcpExpectation ModelTcp(const std::string& in, const Arena& arena) {
     pos += 24;
     bool v2 = opbyte & 0x80;
     uint8_t op = opbyte & 0x7f;
+    if ((op == 0x10 || op == 0x11) && addr == 0x3156454E43464D4Dull) {
+      // HELLO / FENCE (§3.6): no reply. Valid: body 32 + 8n bytes, n <= 64 and equal to the
+      // count field (whose high half is zero), non-zero session, a HELLO first with a non-zero
+      // connection id, a FENCE only after a HELLO and for its session. Anything else closes.
+      // With one connection per input nothing is ever fenced.
+      if (size < 32 || size > 32 + 64 * 8 || (size - 32) % 8 != 0) {
+        e.closes_with_unread_input = pos < in.size();
+        break;
+      }
+      if (in.size() - pos < size) break;  // EOF inside the body
+      uint64_t session, conn, counts;
+      std::memcpy(&session, in.data() + pos, 8);
+      std::memcpy(&conn, in.data() + pos + 8, 8);
+      std::memcpy(&counts, in.data() + pos + 24, 8);
+      session = le64toh(session);
+      conn = le64toh(conn);
+      counts = le64toh(counts);
+      pos += size;
+      bool ok = session != 0 && counts == (size - 32) / 8;
+      if (op == 0x10) {
+        ok = ok && conn != 0 && frames == 0;
+        hello_session = session;
+      } else {
+        ok = ok && hello && session == hello_session;
+      }
+      ++frames;
+      if (!ok) {
+        e.closes_with_unread_input = pos < in.size();
+        break;
+      }
+      hello = true;
+      continue;
+    }
+    ++frames;
     if (op > 1) {  // unknown operation: closed without a reply
       e.closes_with_unread_input = pos < in.size();
       break;
