@@ -35,8 +35,9 @@ void ConnMaps::UnmapAll() {
 
 Status ConnMaps::RecvHeader(int fd, RequestHeader* h, int timeout_ms) {
   CloseFds();
+  fds_refused_ = false;
   auto* p = reinterpret_cast<uint8_t*>(h);
-  size_t got = 0;
+  size_t got = 0, received = 0;
   // Room for the kernel's most per message (SCM_MAX_FD): more would be closed by the kernel
   // and reported as MSG_CTRUNC.
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
@@ -69,29 +70,29 @@ Status ConnMaps::RecvHeader(int fd, RequestHeader* h, int timeout_ms) {
         added += count;
       }
     }
-    size_t held = limits_->held_fds.fetch_add(added) + added;
+    limits_->held_fds.fetch_add(added);
+    received += added;
     got += static_cast<size_t>(n);
-    const char* why = nullptr;
-    if (msg.msg_flags & MSG_CTRUNC) {
-      why = "more descriptors than fit one message, or the target is out of descriptors";
-    } else if (fds_.size() > kMaxSharedRanges) {
-      why = "more descriptors than a map message may carry (250) before its header was complete";
-    } else if (added > 0 && held > limits_->max_held_fds) {
-      why = "the target holds its limit of descriptors of incomplete messages";
-    }
-    if (why) {
-      size_t n_fds = fds_.size();
+    if (received > kMaxSharedRanges) {
       CloseFds();
       limits_->dropped_for_fds.fetch_add(1);
-      return Status::ResourceExhausted(std::string(why) + " (" + std::to_string(n_fds) +
-                                       " received); closing the connection");
+      return Status::ResourceExhausted(
+          std::to_string(received) + " descriptors before a message header was complete (a "
+          "map message carries at most 250); closing the connection");
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) ||
+        (added > 0 && limits_->held_fds.load() > limits_->max_held_fds)) {
+      // Out of descriptors, or all connections together hold their budget: close these at
+      // once; the announcement is refused but the connection goes on (its copies then use
+      // process_vm_readv/writev).
+      CloseFds();
+      fds_refused_ = true;
     }
   }
-  if (!fds_.empty() && h->magic != kMapMagic) {
-    size_t n_fds = fds_.size();
+  if (received > 0 && h->magic != kMapMagic) {
     CloseFds();
     limits_->dropped_for_fds.fetch_add(1);
-    return Status::InvalidArgument(std::to_string(n_fds) +
+    return Status::InvalidArgument(std::to_string(received) +
                                    " descriptors attached to a message that is not a map "
                                    "announcement; closing the connection");
   }
@@ -117,7 +118,11 @@ Status ConnMaps::Map(int fd, uint32_t count, int timeout_ms, MapReply* reply,
     limits_->maps_refused.fetch_add(1);
   };
   uint64_t total = 0;
-  if (fds_.size() != count) {
+  if (fds_refused_) {
+    refuse(kMapBusy, 0,
+           "the target holds its limit of descriptors of incomplete messages (a quarter of "
+           "its RLIMIT_NOFILE); announce again later");
+  } else if (fds_.size() != count) {
     refuse(kMapBadDescriptors, 0,
            "it carries " + std::to_string(fds_.size()) + " descriptors (one per range)");
   }

@@ -35,8 +35,9 @@ class ConnMaps {
 
   // Reads one message header, taking the descriptors that come with it. Waits without a
   // deadline for the first byte, then up to `timeout_ms`. Fails (the caller closes the
-  // connection) on EOF, I/O errors, and descriptors over the limits or on a header that is
-  // not a map message's.
+  // connection) on EOF, I/O errors, more than kMaxSharedRanges descriptors before the header
+  // is complete, or descriptors on a header that is not a map message's. Descriptors over
+  // the server-wide budget are closed at once (the announcement is then refused).
   Status RecvHeader(int fd, RequestHeader* h, int timeout_ms);
   // After a map header: reads the `count` ranges and replaces the mapped set with them
   // (the old set goes in every case). *reply says what was mapped; *refusal the reason a
@@ -59,6 +60,7 @@ class ConnMaps {
   std::vector<int> fds_;
   std::vector<Mapped> maps_;
   uint64_t mapped_bytes_ = 0;
+  bool fds_refused_ = false;  // this header's descriptors were closed (budget, EMFILE)
 };
 
 }  // namespace mooncake::shm

@@ -119,10 +119,11 @@ Status ShmStream::SyncSharedRanges(int fd) {
     static const char* const kWhy[] = {
         "", "descriptor count mismatch", "a range is not a sealed memfd of its length",
         "over the target's mapping cap (MC_SHM_MAX_MAP_PER_CONN_GB / MC_SHM_MAX_MAP_TOTAL_GB)",
-        "mmap failed in the target"};
+        "mmap failed in the target",
+        "the target holds its limit of passed descriptors"};
     LOG(WARNING) << "ShmTransport @" << path_ << ": the target mapped " << rh.count << " of "
                  << h.count << " shared ranges ("
-                 << (rh.status < 5 ? kWhy[rh.status] : "unknown reason")
+                 << (rh.status < 6 ? kWhy[rh.status] : "unknown reason")
                  << "); the rest go through process_vm_readv/writev";
   }
   announced_version_ = version;

@@ -53,6 +53,7 @@ enum MapStatus : uint32_t {
   kMapBadRange = 2,        // not a memfd sealed against shrinking, or shorter than announced
   kMapOverCap = 3,         // over the per-connection or the target's total mapping cap
   kMapFailed = 4,          // mmap failed (detail: errno)
+  kMapBusy = 5,            // the target holds its limit of passed descriptors; retry later
 };
 
 struct HelloRequest {
