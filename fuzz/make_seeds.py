@@ -200,6 +200,24 @@ def shm():
     seeds["map_pipe"] = b"\x00" + map_msg([(0x40, b"")]) + b"\x00\x00" + item(0x20, 0, b"\x10")
     seeds["map_over_scratch"] = b"\x00" + map_msg([(0x21, struct.pack("<Q", SCRATCH))]) + b"\x00\x01" + \
         item(0x20, 0, b"\xff") + item(0x04, 100, struct.pack("<H", 8000))
+    # Descriptors of the wrong kind (range byte bit 7, then a kind byte k), over the mapping
+    # cap, too many, or on the wrong message or byte (see the top of fuzz_shm_server.cc).
+    req = b"\x00\x00" + item(0x20, 0, b"\x10")
+    seeds["map_unsealed"] = b"\x00" + map_msg([(0x80, b"\x00")]) + req
+    seeds["map_huge_64tib"] = b"\x00" + map_msg([(0x80, bytes([1 | (16 << 2)]))]) + req
+    seeds["map_sealed_then_huge"] = b"\x00" + map_msg([(0x00, b""), (0x80, b"\x01")]) + req
+    seeds["map_regular_file"] = b"\x00" + map_msg([(0x80, b"\x02")]) + req
+    seeds["map_eventfd"] = b"\x00" + map_msg([(0x80, b"\x03")]) + req
+    seeds["map_extra_fds"] = b"\x00" + bytes([0x18, 1, 0x02]) + b"\x00\x40" + req
+    seeds["map_fds_on_header_byte5"] = b"\x00" + bytes([0x28, 1, 0x04]) + b"\x00\x40" + \
+        b"\x00\x01" + item(0x60, 0, b"\xff", slot_ioff(0, 0))
+    seeds["map_fd_flood"] = b"\x00" + bytes([0x18, 0, 0x80]) + req
+    seeds["request_with_fds"] = b"\x00" + b"\x10\x00\x02" + item(0x20, 0, b"\x10")
+    seeds["request_fd_flood"] = b"\x00" + b"\x10\x00\x80" + item(0x20, 0, b"\x10")
+    # Hello variants: a malformed proof message, a v1 hello, a proof address from the input.
+    seeds["proof_bad_magic"] = b"\x03" + req
+    seeds["hello_v1"] = b"\x07" + struct.pack("<IIQQ", 0x4853434D, 1, 0, 0) + req
+    seeds["hello_raw_proof_addr"] = b"\x06" + struct.pack("<Q", SCRATCH) + req
     for name, data in seeds.items():
         write("fuzz_shm_server", name, data)
 

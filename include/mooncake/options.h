@@ -47,6 +47,12 @@ struct EngineOptions {
   size_t shm_split_size = 1 << 20;
   // Same-host connections per peer. MC_SHM_STREAMS_PER_PEER (1..16), 2.
   int shm_streams_per_peer = 2;
+  // Same-host target: the most bytes of a peer's shareable memory (memfds) it maps, per
+  // connection and in total over all connections; an announcement over either is refused
+  // (those copies use process_vm_readv/writev). MC_SHM_MAX_MAP_PER_CONN_GB (4096 = 4 TiB) /
+  // MC_SHM_MAX_MAP_TOTAL_GB (32768 = 32 TiB).
+  uint64_t shm_max_map_per_conn = uint64_t{4} << 40;
+  uint64_t shm_max_map_total = uint64_t{32} << 40;
   // Overrides the host identity (tests: simulate another host). MC_HOST_ID, unset.
   std::string host_id_override;
   // Metadata-store modes (etcd/redis/http). The RPC address published under rpc_meta is

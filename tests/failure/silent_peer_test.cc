@@ -292,6 +292,43 @@ TEST_P(SilentPeer, SliceTimeoutFromTheEnvironment) {
   ASSERT_TRUE(t_.Ping());
 }
 
+// A new request to a peer that is still stopped, after an earlier one timed out: the
+// stream reconnects, and the stopped peer's kernel accepts the connection but nothing
+// answers the hello. That setup is bounded by the slice timeout as well, not only by the
+// connect timeout (MC_HANDSHAKE_CONNECT_TIMEOUT, 5 s).
+// BUG (shm, fixed): ShmStream::Connect waited tcp_connect_timeout_ms for the hello, so the
+// second request ended TIMEOUT after 5 s with MC_SLICE_TIMEOUT=1.
+TEST_P(SilentPeer, NewRequestToAStoppedPeerEndsByTheSliceTimeout) {
+  ::setenv("MC_SLICE_TIMEOUT", "1", 1);
+  EngineOptions env = EngineOptions::FromEnvironment();
+  ::unsetenv("MC_SLICE_TIMEOUT");
+  ASSERT_EQ(env.slice_timeout_ms, 1000);
+  ASSERT_EQ(env.tcp_connect_timeout_ms, 5000);
+  TransferEngine e(env);
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.RegisterLocalMemory(local_->data(), kSize).ok());
+  auto seg = e.OpenSegment(t_.segment);
+  ASSERT_TRUE(seg.ok());
+  auto info = e.GetSegmentInfo(*seg);
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->transport, GetParam());
+  ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, local_->data(), *seg, t_.addr, kMiB}}).ok());
+  ASSERT_TRUE(t_.proc->Stop());
+  Status first = e.TransferSync({{TransferRequest::WRITE, local_->data(), *seg, t_.addr, kMiB}},
+                                milliseconds(20000));
+  EXPECT_EQ(first.code(), Status::Code::kDeadlineExceeded) << first.ToString();
+  auto t = Clock::now();
+  Status second = e.TransferSync({{TransferRequest::WRITE, local_->data(), *seg, t_.addr, kMiB}},
+                                 milliseconds(20000));
+  double took = SecondsSince(t);
+  std::printf("[silent peer %s] MC_SLICE_TIMEOUT=1, new request to the still stopped peer: %s "
+              "after %.0f ms\n", GetParam().c_str(), second.ToString().c_str(), took * 1000);
+  EXPECT_EQ(second.code(), Status::Code::kDeadlineExceeded) << second.ToString();
+  EXPECT_LE(took, 2 * 1.0 + kSlackS) << "the new request waited for the connect timeout";
+  t_.proc->Continue();
+  ASSERT_TRUE(t_.Ping());
+}
+
 // The slice timeout bounds silence, not work: "a connection with requests outstanding that
 // makes no progress (no byte sent or received) for this long" (options.h). A healthy peer
 // busy with a large batch must not be timed out.

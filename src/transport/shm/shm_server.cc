@@ -3,18 +3,21 @@
 #include <glog/logging.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
 #include <sstream>
 
 #include "common/auth.h"
+#include "transport/shm/shm_maps.h"
+#include "transport/shm/shm_peer.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/shm/shm_wire.h"
 
@@ -37,111 +40,15 @@ bool CopyRun(pid_t pid, uint32_t op, const std::vector<const Item*>& run) {
   return n >= 0 && static_cast<size_t>(n) == total;
 }
 
-// One of the initiator's shareable ranges, mapped here.
-struct Mapped {
-  uint64_t addr;
-  uint64_t length;
-  uint8_t* ptr;
-};
-
-void UnmapAll(std::vector<Mapped>* maps) {
-  for (const Mapped& m : *maps) ::munmap(m.ptr, m.length);
-  maps->clear();
-}
-
-// Reads exactly `len` bytes, collecting file descriptors passed with SCM_RIGHTS. Waits
-// without a deadline for the first byte when `idle`, else up to `timeout_ms`.
-Status RecvWithFds(int fd, void* buf, size_t len, std::vector<int>* fds, bool idle,
-                   int timeout_ms) {
-  auto* p = static_cast<uint8_t*>(buf);
-  size_t got = 0;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
-  while (got < len) {
-    pollfd pfd{fd, POLLIN, 0};
-    int r = ::poll(&pfd, 1, idle && got == 0 ? -1 : timeout_ms);
-    if (r == 0) return Status::DeadlineExceeded("no message from the initiator");
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("poll", errno);
-    }
-    iovec iov{p + got, len - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n == 0) return Status::Unavailable("connection closed by the initiator");
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return ErrnoStatus("recvmsg", errno);
-    }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
-        fds->insert(fds->end(), in, in + count);
-      }
-    }
-    got += static_cast<size_t>(n);
-  }
-  return Status::OK();
-}
-
-// Replaces `maps` with the ranges announced in a Map message; takes ownership of `fds`.
-Status MapRanges(int fd, uint32_t count, std::vector<int>& fds, std::vector<Mapped>* maps,
-                 int timeout_ms) {
-  std::vector<SharedRange> ranges(count);
-  Status s = count ? ReadFull(fd, ranges.data(), count * sizeof(SharedRange), timeout_ms)
-                   : Status::OK();
-  if (s.ok() && fds.size() != count) {
-    s = Status::DataLoss("map message announces " + std::to_string(count) + " ranges but carries " +
-                         std::to_string(fds.size()) + " descriptors");
-  }
-  UnmapAll(maps);
-  // A range longer than its memfd, or a memfd the peer could still shrink, would turn our
-  // memcpy into a SIGBUS: such a set is refused whole (copies then use process_vm_*).
-  for (uint32_t i = 0; s.ok() && i < count; ++i) {
-    struct stat st {};
-    int seals = ::fcntl(fds[i], F_GET_SEALS);
-    if (::fstat(fds[i], &st) != 0 || ranges[i].length == 0 ||
-        ranges[i].length > static_cast<uint64_t>(st.st_size) || seals < 0 ||
-        !(seals & F_SEAL_SHRINK)) {
-      s = Status::InvalidArgument("shared range " + std::to_string(i) +
-                                  " is longer than its memfd or the memfd is not sealed "
-                                  "against shrinking");
-    }
-  }
-  for (uint32_t i = 0; s.ok() && i < count; ++i) {
-    void* p = ::mmap(nullptr, ranges[i].length, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
-    if (p == MAP_FAILED) {
-      s = ErrnoStatus("mmap of the initiator's shared memory", errno);
-      break;
-    }
-    maps->push_back({ranges[i].addr, ranges[i].length, static_cast<uint8_t*>(p)});
-  }
-  for (int f : fds) ::close(f);
-  fds.clear();
-  if (!s.ok()) UnmapAll(maps);
-  return s;
-}
-
-// The local pointer for the initiator's [addr, addr+len), when it lies in a mapped range.
-uint8_t* Translate(const std::vector<Mapped>& maps, uint64_t addr, uint64_t len) {
-  for (const Mapped& m : maps) {
-    if (addr >= m.addr && len <= m.length && addr - m.addr <= m.length - len) {
-      return m.ptr + (addr - m.addr);
-    }
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry)
     : options_(options),
       registry_(registry),
-      server_("ShmServer", kMaxConnections, [this](int fd) { Serve(fd); }) {}
+      server_("ShmServer", kMaxConnections, [this](int fd) { Serve(fd); }) {
+  limits_.max_map_per_conn = options.shm_max_map_per_conn;
+  limits_.max_map_total = options.shm_max_map_total;
+}
 
 ShmServer::~ShmServer() { Stop(); }
 
@@ -160,6 +67,10 @@ Status ShmServer::Start(std::string* path) {
     return ErrnoStatus("bind unix socket @" + n, errno);
   }
   if (::listen(fd.get(), 256) != 0) return ErrnoStatus("listen @" + n, errno);
+  // Descriptors of incomplete messages, all connections together: a quarter of ours.
+  rlimit nofile{};
+  size_t quarter = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 ? nofile.rlim_cur / 4 : 1024;
+  limits_.max_held_fds = std::max<size_t>(kMaxSharedRanges, quarter);
   MC_RETURN_IF_ERROR(server_.Start(std::move(fd)));
   *path = n;
   return Status::OK();
@@ -186,33 +97,51 @@ void ShmServer::Serve(int fd) {
     return;
   }
   HelloReply reply;
-  uint64_t seen = 0;
-  iovec mine{&seen, sizeof(seen)}, theirs{reinterpret_cast<void*>(hello.probe_addr), 8};
-  if (::process_vm_readv(pid, &mine, 1, &theirs, 1, 0) != 8 || seen != hello.probe_value) {
-    reply.status = kRefused;
-    reply.err = errno;
+  if (hello.version != kVersion) {
+    LOG(WARNING) << "ShmServer: pid " << pid << " speaks same-host protocol v" << hello.version
+                 << ", this target v" << kVersion << "; refused (upgrade both ends)";
+    reply.status = kBadVersion;
+    (void)WriteFull(fd, &reply, sizeof(reply), timeout);
+    return;
   }
-  if (!WriteFull(fd, &reply, sizeof(reply), timeout).ok() || reply.status != kOk) return;
+  PeerProcess peer;
+  Status opened = peer.Open(fd);
+  if (!opened.ok()) {
+    LOG(WARNING) << "ShmServer: refused pid " << pid << ": " << opened.ToString();
+    reply.status = kRefused;
+    reply.err = ESRCH;
+    (void)WriteFull(fd, &reply, sizeof(reply), timeout);
+    return;
+  }
+  if (!peer.Prove(fd, hello.proof_addr, timeout, &reply).ok()) return;
+  if (!WriteFull(fd, &reply, sizeof(reply), timeout).ok() || reply.status != kOk) {
+    if (reply.status != kOk) {
+      LOG(WARNING) << "ShmServer: refused pid " << pid << ": " << ProofRefusalReason(reply.err)
+                   << " (" << std::strerror(reply.err) << ")";
+    }
+    return;
+  }
 
   std::vector<Item> items;
   std::vector<uint32_t> statuses;
   std::vector<MemoryRegion*> pins;
   std::vector<const Item*> run;
-  std::vector<int> fds;
-  std::vector<Mapped> maps;
+  std::vector<uint8_t> copied;
+  ConnMaps maps(&limits_);
   for (;;) {
     RequestHeader h;
-    for (int f : fds) ::close(f);
-    fds.clear();
-    if (!RecvWithFds(fd, &h, sizeof(h), &fds, /*idle=*/true, timeout).ok()) break;
+    Status rs = maps.RecvHeader(fd, &h, timeout);
+    if (!rs.ok()) {
+      if (!rs.IsUnavailable()) LOG(WARNING) << "ShmServer: pid " << pid << ": " << rs.ToString();
+      break;
+    }
     if (h.magic == kMapMagic && h.count <= kMaxSharedRanges) {
-      Status m = MapRanges(fd, h.count, fds, &maps, timeout);
-      if (!m.ok()) LOG(WARNING) << "ShmServer: pid " << pid << ": " << m.ToString();
-      ReplyHeader rh;
-      rh.magic = kMapMagic;
-      rh.count = static_cast<uint32_t>(maps.size());
-      rh.seq = h.seq;
-      if (!WriteFull(fd, &rh, sizeof(rh), timeout).ok()) break;
+      MapReply mr;
+      mr.seq = h.seq;
+      std::string refusal;
+      if (!maps.Map(fd, h.count, timeout, &mr, &refusal).ok()) break;
+      if (!refusal.empty()) LOG(WARNING) << "ShmServer: pid " << pid << ": " << refusal;
+      if (!WriteFull(fd, &mr, sizeof(mr), timeout).ok()) break;
       continue;
     }
     if (h.magic != kMagic || h.count == 0 || h.count > kMaxItems) {
@@ -230,22 +159,29 @@ void ShmServer::Serve(int fd) {
       if (pins[i] == nullptr) statuses[i] = kRejected;
     }
     // Items in the initiator's shared memory: a plain memcpy through our mapping.
-    std::vector<bool> copied(h.count, false);
-    for (uint32_t i = 0; i < h.count && !maps.empty(); ++i) {
+    copied.assign(h.count, 0);
+    bool need_vm = false;
+    for (uint32_t i = 0; i < h.count; ++i) {
       if (statuses[i] != kOk) continue;
       const Item& it = items[i];
-      uint8_t* theirs = Translate(maps, it.initiator_addr, it.length);
-      if (theirs == nullptr) continue;
+      uint8_t* theirs = maps.empty() ? nullptr : maps.Translate(it.initiator_addr, it.length);
+      if (theirs == nullptr) {
+        need_vm = true;
+        continue;
+      }
       auto* mine = reinterpret_cast<uint8_t*>(it.target_addr);
       if (it.op == TransferRequest::WRITE) {
         std::memcpy(mine, theirs, it.length);
       } else {
         std::memcpy(theirs, mine, it.length);
       }
-      copied[i] = true;
+      copied[i] = 1;
     }
-    // The rest: runs of consecutive items with the same op, one syscall per run.
-    for (uint32_t i = 0; i < h.count;) {
+    // The rest: runs of consecutive items with the same op, one syscall per run, only
+    // while the process that opened the connection lives (checked before and after: a
+    // copy that may have reached a process that took over its pid is reported failed).
+    bool exited = need_vm && !peer.Alive();
+    for (uint32_t i = 0; i < h.count && need_vm && !exited;) {
       if (statuses[i] != kOk || copied[i]) {
         ++i;
         continue;
@@ -262,6 +198,14 @@ void ShmServer::Serve(int fd) {
       }
       i = j;
     }
+    if (need_vm && !exited) exited = !peer.Alive();
+    if (exited) {
+      LOG(WARNING) << "ShmServer: pid " << pid << ", which opened this connection, has exited; "
+                   << "refusing its copies (the pid may name another process now) and closing";
+      for (uint32_t i = 0; i < h.count; ++i) {
+        if (statuses[i] != kRejected && !copied[i]) statuses[i] = kPeerExited;
+      }
+    }
     for (MemoryRegion* r : pins) {
       if (r) MemoryRegistry::Unpin(r);
     }
@@ -275,9 +219,8 @@ void ShmServer::Serve(int fd) {
     size_t want = sizeof(rh) + statuses.size() * sizeof(uint32_t);
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0 || static_cast<size_t>(n) != want) break;  // replies are tiny: one send
+    if (exited) break;
   }
-  for (int f : fds) ::close(f);
-  UnmapAll(&maps);
 }
 
 }  // namespace mooncake::shm

@@ -23,6 +23,7 @@
 #include "common/conn_server.h"
 #include "common/net.h"
 #include "engine/transport.h"
+#include "transport/shm/shm_maps.h"
 
 namespace mooncake::shm {
 
@@ -41,12 +42,15 @@ class ShmServer {
   static constexpr size_t kMaxConnections = 4096;
   // Accepted / still-served connection counts (tests and fuzzers).
   const ConnServer& connections() const { return server_; }
+  // Mapping and descriptor limits with their refusal counters (README.md in this folder).
+  const ShmLimits& limits() const { return limits_; }
 
  private:
   void Serve(int fd);
 
   const EngineOptions options_;
   MemoryRegistry* const registry_;
+  ShmLimits limits_;
   ConnServer server_;
 };
 

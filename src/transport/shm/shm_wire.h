@@ -1,15 +1,23 @@
 // Messages of the same-host transport, over a unix stream socket (abstract namespace).
 // Host byte order: both ends run on one kernel. See README.md in this folder.
 //
-// Hello (initiator -> target): HelloRequest. Reply: HelloReply; status kOk means the target
-// could read the initiator's probe word with process_vm_readv, i.e. it may copy for it.
+// Hello, binding the connection to the initiator's process (version 2):
+//   1. initiator -> target: HelloRequest (proof_addr: 16 bytes of the initiator's memory).
+//   2. target -> initiator: HelloReply with status kChallenge, then a 16-byte random nonce
+//      (or status kBadVersion with the target's version in `version`, then EOF).
+//   3. initiator: writes the nonce at proof_addr; -> target: HelloProof.
+//   4. target: reads proof_addr with process_vm_readv through the pid of the pidfd it took
+//      at accept, checks the nonce and that the pidfd's process is still alive; -> initiator:
+//      HelloReply kOk, or kRefused (err: the errno, EBADMSG for a wrong nonce) and EOF.
 // Then any number of messages, answered in order:
 //   Request: RequestHeader + count x Item;  Reply: ReplyHeader + count x uint32 status.
 //   Map (magic kMapMagic): RequestHeader + count x SharedRange, with `count` memfds attached
-//     (SCM_RIGHTS): the initiator's shareable memory. The target maps them and from then on
-//     copies to/from those ranges with memcpy; the set replaces the previous one. The
-//     initiator sends it before the first request after its registrations changed.
-//     Reply: ReplyHeader with count = number of ranges mapped.
+//     (SCM_RIGHTS) to the message's first byte: the initiator's shareable memory. The target
+//     maps them and from then on copies to/from those ranges with memcpy; the set replaces
+//     the previous one. The initiator sends it before the first request after its
+//     registrations changed. Reply: MapReply (count = ranges mapped, status why not).
+//   Descriptors on any other message, or more than kMaxSharedRanges before a header is
+//   complete, make the target close the connection.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +25,11 @@
 namespace mooncake::shm {
 
 constexpr uint32_t kMagic = 0x4853434D;  // "MCSH"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMapMagic = 0x504D434D;  // "MCMP"
 constexpr uint32_t kMaxItems = 1024;
 constexpr uint32_t kMaxSharedRanges = 250;  // fds in one SCM_RIGHTS message (kernel: 253)
+constexpr uint32_t kNonceSize = 16;
 
 struct SharedRange {
   uint64_t addr;    // where the range starts in the initiator
@@ -30,21 +39,39 @@ struct SharedRange {
 enum ItemStatus : uint32_t {
   kOk = 0,
   kRejected = 1,    // range not inside memory registered for remote access
-  kCopyFailed = 2,  // process_vm_readv/writev failed (errno in the low byte of `detail`)
-  kRefused = 3,     // hello: the target may not access the initiator (ptrace policy)
+  kCopyFailed = 2,  // process_vm_readv/writev failed
+  kRefused = 3,     // hello: the target may not access the initiator (ptrace policy, proof)
+  kPeerExited = 4,  // the process that opened the connection has exited: nothing copied
+                    // (its pid may name another process now); the target closes
+  kBadVersion = 5,  // hello: another protocol version (HelloReply.version: the target's)
+  kChallenge = 6,   // hello: a nonce follows
+};
+
+enum MapStatus : uint32_t {
+  kMapOk = 0,
+  kMapBadDescriptors = 1,  // not `count` descriptors attached
+  kMapBadRange = 2,        // not a memfd sealed against shrinking, or shorter than announced
+  kMapOverCap = 3,         // over the per-connection or the target's total mapping cap
+  kMapFailed = 4,          // mmap failed (detail: errno)
+  kMapBusy = 5,            // the target holds its limit of passed descriptors; retry later
 };
 
 struct HelloRequest {
   uint32_t magic = kMagic;
   uint32_t version = kVersion;
-  uint64_t probe_addr = 0;  // an 8-byte word in the initiator, holding probe_value
-  uint64_t probe_value = 0;
+  uint64_t proof_addr = 0;  // kNonceSize bytes in the initiator, written in step 3
+  uint64_t pad = 0;         // 0 (v1's probe value)
 };
 
 struct HelloReply {
   uint32_t magic = kMagic;
   uint32_t status = kOk;
-  int32_t err = 0;  // errno of a refused probe
+  int32_t err = 0;  // errno of a refused proof
+  uint32_t version = kVersion;
+};
+
+struct HelloProof {
+  uint32_t magic = kMagic;
   uint32_t pad = 0;
 };
 
@@ -68,7 +95,17 @@ struct ReplyHeader {
   uint64_t seq = 0;
 };
 
+struct MapReply {
+  uint32_t magic = kMapMagic;
+  uint32_t count = 0;  // ranges mapped
+  uint64_t seq = 0;
+  uint32_t status = kMapOk;
+  uint32_t detail = 0;  // kMapBadRange: the range's index; kMapFailed: errno
+};
+
 static_assert(sizeof(Item) == 32, "wire layout");
 static_assert(sizeof(RequestHeader) == 16 && sizeof(ReplyHeader) == 16, "wire layout");
+static_assert(sizeof(HelloRequest) == 24 && sizeof(HelloReply) == 16, "wire layout");
+static_assert(sizeof(MapReply) == 24 && sizeof(HelloProof) == 8, "wire layout");
 
 }  // namespace mooncake::shm

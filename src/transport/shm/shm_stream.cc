@@ -1,0 +1,299 @@
+// Initiator side of the same-host transport: ShmStream, one connection to a target driven by
+// its own thread (shm_wire.h, README.md in this folder).
+#include <glog/logging.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/shm/shm_transport.h"
+#include "transport/shm/shm_wire.h"
+
+namespace mooncake::shm {
+
+ShmStream::ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
+                     std::function<void()> on_failure, Hold hold)
+    : path_(std::move(path)),
+      options_(options),
+      on_failure_(std::move(on_failure)),
+      hold_(std::move(hold)),
+      registry_(registry) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+ShmStream::~ShmStream() { Stop(); }
+
+void ShmStream::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  int fd = fd_.load();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  if (thread_.joinable()) thread_.join();
+}
+
+void ShmStream::Enqueue(const Slice* slices, size_t count, uint64_t bytes) {
+  queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      queue_.insert(queue_.end(), slices, slices + count);
+      cv_.notify_one();
+      return;
+    }
+  }
+  std::vector<Slice> dropped(slices, slices + count);
+  Fail(dropped, FAILED, "the same-host connection was closed (engine stopping)");
+}
+
+void ShmStream::Fail(std::vector<Slice>& slices, TransferStatusEnum result,
+                     const std::string& why) {
+  for (const Slice& s : slices) {
+    queued_bytes_.fetch_sub(s.length, std::memory_order_relaxed);
+    s.task->OnSliceDone(result, 0, why.c_str());
+  }
+  slices.clear();
+}
+
+Status ShmStream::Connect() {
+  // Bounded by the request's own deadline too: a stopped target's kernel still accepts the
+  // connection, and its hello must not hold the request past the slice timeout.
+  const int timeout = std::min(options_.tcp_connect_timeout_ms, options_.slice_timeout_ms);
+  auto fd = ConnectAndHello(path_, timeout, options_.auth_secret);
+  if (!fd.ok()) return fd.status();
+  fd_.store(fd->Release());
+  announced_version_ = UINT64_MAX;  // a new connection knows nothing yet
+  return Status::OK();
+}
+
+Status ShmStream::SyncSharedRanges(int fd) {
+  uint64_t version = registry_->version();
+  if (version == announced_version_) return Status::OK();
+  std::vector<SharedRange> ranges;
+  std::vector<int> fds;
+  for (const RegionInfo& r : registry_->List()) {
+    if (r.shared_fd < 0 || ranges.size() == kMaxSharedRanges) continue;
+    ranges.push_back({r.addr, r.length});
+    fds.push_back(r.shared_fd);
+  }
+  if (ranges.empty() && announced_version_ == UINT64_MAX) {
+    announced_version_ = version;  // nothing shared, nothing mapped there yet
+    return Status::OK();
+  }
+  RequestHeader h;
+  h.magic = kMapMagic;
+  h.count = static_cast<uint32_t>(ranges.size());
+  h.seq = ++seq_;
+  iovec iov[2] = {{&h, sizeof(h)}, {ranges.data(), ranges.size() * sizeof(SharedRange)}};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSharedRanges)];
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = ranges.empty() ? 1 : 2;
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  size_t want = sizeof(h) + ranges.size() * sizeof(SharedRange);
+  ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  if (n < 0) return ErrnoStatus("send shared ranges", errno);
+  if (static_cast<size_t>(n) < want) {
+    const char* rest = reinterpret_cast<const char*>(ranges.data()) + (n - sizeof(h));
+    MC_RETURN_IF_ERROR(WriteFull(fd, rest, want - n, options_.slice_timeout_ms));
+  }
+  MapReply rh;
+  MC_RETURN_IF_ERROR(ReadFull(fd, &rh, sizeof(rh), options_.slice_timeout_ms));
+  if (rh.magic != kMapMagic || rh.seq != h.seq) {
+    return Status::DataLoss("malformed reply to the shared-range announcement");
+  }
+  if (rh.count != h.count) {
+    static const char* const kWhy[] = {
+        "", "descriptor count mismatch", "a range is not a sealed memfd of its length",
+        "over the target's mapping cap (MC_SHM_MAX_MAP_PER_CONN_GB / MC_SHM_MAX_MAP_TOTAL_GB)",
+        "mmap failed in the target",
+        "the target holds its limit of passed descriptors"};
+    LOG(WARNING) << "ShmTransport @" << path_ << ": the target mapped " << rh.count << " of "
+                 << h.count << " shared ranges ("
+                 << (rh.status < 6 ? kWhy[rh.status] : "unknown reason")
+                 << "); the rest go through process_vm_readv/writev";
+  }
+  announced_version_ = version;
+  return Status::OK();
+}
+
+Status ShmStream::SendRequest(int fd, const std::vector<Slice>& batch, uint64_t seq) {
+  thread_local std::vector<Item> items;
+  items.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    items[i] = {batch[i].local, batch[i].remote, batch[i].length,
+                static_cast<uint32_t>(batch[i].opcode), 0};
+  }
+  RequestHeader h;
+  h.count = static_cast<uint32_t>(batch.size());
+  h.seq = seq;
+  MC_RETURN_IF_ERROR(WriteFull(fd, &h, sizeof(h), options_.slice_timeout_ms));
+  return WriteFull(fd, items.data(), items.size() * sizeof(Item), options_.slice_timeout_ms);
+}
+
+Status ShmStream::ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq) {
+  thread_local std::vector<uint32_t> statuses;
+  ReplyHeader rh;
+  MC_RETURN_IF_ERROR(ReadFull(fd, &rh, sizeof(rh), options_.slice_timeout_ms));
+  if (rh.magic != kMagic || rh.seq != seq || rh.count != batch.size()) {
+    return Status::DataLoss("malformed reply from the same-host target");
+  }
+  statuses.resize(batch.size());
+  MC_RETURN_IF_ERROR(ReadFull(fd, statuses.data(), statuses.size() * sizeof(uint32_t),
+                              options_.slice_timeout_ms));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Slice& sl = batch[i];
+    queued_bytes_.fetch_sub(sl.length, std::memory_order_relaxed);
+    if (statuses[i] == kOk) {
+      sl.task->OnSliceDone(COMPLETED, sl.length);
+    } else {
+      const char* why =
+          statuses[i] == kRejected
+              ? "the target rejected the range: not within memory it registered for remote "
+                "access"
+          : statuses[i] == kPeerExited
+              ? "the target refused the copy: the process that opened this same-host "
+                "connection has exited (a connection serves only the process that opened it)"
+              : "the target's process_vm_readv/writev failed (bad local address?)";
+      sl.task->OnSliceDone(FAILED, 0, why);
+    }
+  }
+  batch.clear();
+  return Status::OK();
+}
+
+void ShmStream::Run() {
+  // Up to kPipeline requests in flight, so the target finds the next one waiting when it
+  // finishes a copy.
+  constexpr size_t kPipeline = 2;
+  constexpr uint64_t kMaxBytesPerRequest = 32 << 20;
+  struct InFlight {
+    std::vector<Slice> batch;
+    uint64_t seq;
+  };
+  std::deque<InFlight> inflight;
+  auto broken = [&](const Status& s, std::vector<Slice>* also) {
+    LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
+    const bool timeout = s.IsDeadlineExceeded();
+    TransferStatusEnum result = timeout ? TIMEOUT : FAILED;
+    int fd = fd_.exchange(-1);
+    if (fd >= 0 && timeout && !inflight.empty() && hold_) {
+      // A silent target may still copy into our memory when it resumes: keep the local
+      // regions of the requests it holds pinned until it has closed the connection (it
+      // does so once it has finished them, or when it dies). Unregistering them waits or
+      // reports them in use meanwhile.
+      std::vector<MemoryRegion*> pins;
+      for (auto& f : inflight) {
+        for (const Slice& sl : f.batch) {
+          if (MemoryRegion* r = sl.task->local_region()) {
+            r->users.fetch_add(1, std::memory_order_acq_rel);
+            pins.push_back(r);
+          }
+        }
+      }
+      ::shutdown(fd, SHUT_WR);
+      hold_(fd, std::move(pins));
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+    // Drop the cached descriptor before anyone sees the failure, so a retry refetches it
+    // (not on a timeout: a stopped peer's descriptor is not stale, and refetching it would
+    // block the next submitter).
+    if (!timeout && on_failure_) on_failure_();
+    for (auto& f : inflight) Fail(f.batch, result, "same-host peer: " + s.ToString());
+    inflight.clear();
+    if (also) Fail(*also, result, "same-host peer: " + s.ToString());
+    // What is queued behind ends now too, not one connect timeout later.
+    std::vector<Slice> queued;
+    {
+      std::lock_guard lock(mu_);
+      queued.assign(queue_.begin(), queue_.end());
+      queue_.clear();
+    }
+    Fail(queued, result, "same-host peer: " + s.ToString());
+  };
+  for (;;) {
+    std::vector<Slice> batch;
+    {
+      std::unique_lock lock(mu_);
+      if (inflight.empty()) cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      if (inflight.size() < kPipeline && !queue_.empty()) {
+        // Bounded requests: the reply deadline (slice timeout) then measures progress, not
+        // the size of what was queued.
+        size_t n = 0;
+        uint64_t bytes = 0;
+        while (n < queue_.size() && n < kMaxItems && (n == 0 || bytes < kMaxBytesPerRequest)) {
+          bytes += queue_[n].length;
+          ++n;
+        }
+        batch.assign(queue_.begin(), queue_.begin() + n);
+        queue_.erase(queue_.begin(), queue_.begin() + n);
+      }
+    }
+    if (!batch.empty()) {
+      if (fd_.load() < 0) {  // inflight is empty whenever the connection is down
+        Status s = Connect();
+        if (!s.ok()) {
+          broken(s, &batch);
+          continue;
+        }
+      }
+      const int fd = fd_.load();
+      if (registry_->version() != announced_version_) {
+        // Announce shared ranges with nothing in flight, so replies stay in order.
+        Status s;
+        while (s.ok() && !inflight.empty()) {
+          s = ReceiveReply(fd, inflight.front().batch, inflight.front().seq);
+          if (s.ok()) inflight.pop_front();
+        }
+        if (s.ok()) s = SyncSharedRanges(fd);
+        if (!s.ok()) {
+          broken(s, &batch);
+          continue;
+        }
+      }
+      uint64_t seq = ++seq_;
+      Status s = SendRequest(fd, batch, seq);
+      if (!s.ok()) {
+        broken(s, &batch);
+        continue;
+      }
+      inflight.push_back({std::move(batch), seq});
+      if (inflight.size() < kPipeline) continue;  // send another before waiting
+    }
+    if (!inflight.empty()) {
+      Status s = ReceiveReply(fd_.load(), inflight.front().batch, inflight.front().seq);
+      if (!s.ok()) {
+        broken(s, nullptr);
+        continue;
+      }
+      inflight.pop_front();
+    }
+  }
+  for (auto& f : inflight) Fail(f.batch, FAILED, "the same-host connection was closed (engine stopping)");
+  std::vector<Slice> rest;
+  {
+    std::lock_guard lock(mu_);
+    rest.assign(queue_.begin(), queue_.end());
+    queue_.clear();
+  }
+  Fail(rest, FAILED, "the same-host connection was closed (engine stopping)");
+  int fd = fd_.exchange(-1);
+  if (fd >= 0) ::close(fd);
+}
+
+}  // namespace mooncake::shm
