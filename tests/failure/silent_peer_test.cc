@@ -432,6 +432,59 @@ TEST_P(SilentPeer, TimedOutReadNeverWritesLocalMemoryLater) {
   EXPECT_EQ(changed, 0u) << "the engine wrote into local memory after it was unregistered";
 }
 
+// Issue 14 point 9, with a stopped target: a WRITE that ended TIMEOUT (its bytes, or for
+// same-host its request, held by the stopped target) must not land after a later write to the
+// same range has completed. The later write is submitted while the target is still stopped,
+// over two streams; the source of the timed-out write is reused (new content) meanwhile, as a
+// caller would. When the target resumes, whatever it does with the old connection must come
+// before the later write is applied: the range ends holding the later write.
+TEST_P(SilentPeer, TimedOutWriteNeverLandsAfterALaterWriteCompleted) {
+  EngineOptions o = Options();
+  o.slice_timeout_ms = 1000;
+  o.tcp_streams_per_peer = 2;
+  o.shm_streams_per_peer = 2;
+  Buffer mine(2 * kMiB);
+  ASSERT_TRUE(mine.data());
+  TransferEngine e(o);
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.RegisterLocalMemory(mine.data(), mine.size()).ok());
+  auto seg = e.OpenSegment(t_.segment);
+  ASSERT_TRUE(seg.ok());
+  // Warm up both streams.
+  ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, mine.data(), *seg, t_.addr, 4096},
+                              {TransferRequest::WRITE, mine.data(), *seg, t_.addr + 4096, 4096}})
+                  .ok());
+  ASSERT_TRUE(t_.proc->Stop());
+  FillPattern(mine.data(), kMiB, 60, 0);  // A
+  Status a = e.TransferSync({{TransferRequest::WRITE, mine.data(), *seg, t_.addr, kMiB}},
+                            milliseconds(10000));
+  EXPECT_EQ(a.code(), Status::Code::kDeadlineExceeded) << a.ToString();
+  FillPattern(mine.data(), kMiB, 62, 0);           // A's source reused
+  FillPattern(mine.data() + kMiB, kMiB, 61, 0);    // B, newer
+  auto id = e.AllocateBatchID(1);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(e.SubmitTransfer(*id, {{TransferRequest::WRITE, mine.data() + kMiB, *seg, t_.addr,
+                                      kMiB}})
+                  .ok());
+  std::this_thread::sleep_for(milliseconds(300));
+  t_.proc->Continue();
+  auto st = e.WaitBatch(*id, milliseconds(20000));
+  ASSERT_TRUE(st.ok());
+  if (st->s != COMPLETED) {
+    // The later write may itself time out (it waited on the stopped peer); then retry it,
+    // as a caller would, now that the peer is back.
+    ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, mine.data() + kMiB, *seg, t_.addr,
+                                 kMiB}})
+                    .ok());
+  }
+  EXPECT_TRUE(e.FreeBatchID(*id).ok());
+  std::this_thread::sleep_for(milliseconds(500));  // anything late would have landed by now
+  std::string held = t_.Check(0, kMiB, 61);
+  std::printf("[silent peer %s] after the target resumed: the later write %s\n",
+              GetParam().c_str(), held == "OK" ? "holds" : "was overwritten");
+  EXPECT_EQ(held, "OK") << "a write reported TIMEOUT was applied after a later write completed";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, SilentPeer, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return info.param; });
 

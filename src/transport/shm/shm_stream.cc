@@ -14,11 +14,12 @@
 namespace mooncake::shm {
 
 ShmStream::ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
-                     std::function<void()> on_failure, Hold hold)
+                     std::function<void()> on_failure, Hold hold, Fence fence)
     : path_(std::move(path)),
       options_(options),
       on_failure_(std::move(on_failure)),
       hold_(std::move(hold)),
+      fence_(std::move(fence)),
       registry_(registry) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -190,11 +191,12 @@ void ShmStream::Run() {
     const bool timeout = s.IsDeadlineExceeded();
     TransferStatusEnum result = timeout ? TIMEOUT : FAILED;
     int fd = fd_.exchange(-1);
-    if (fd >= 0 && timeout && !inflight.empty() && hold_) {
-      // A silent target may still copy into our memory when it resumes: keep the local
-      // regions of the requests it holds pinned until it has closed the connection (it
-      // does so once it has finished them, or when it dies). Unregistering them waits or
-      // reports them in use meanwhile.
+    if (fd >= 0 && !inflight.empty() && hold_) {
+      // A silent (or confused) target may still copy what it has received when it resumes:
+      // keep the local regions of the requests it holds pinned until it has closed the
+      // connection (it does so once it has finished them, or when it dies); unregistering
+      // them waits or reports them in use meanwhile. Until then new requests to this peer
+      // wait (fence_), so none of these copies can land after a later request completed.
       std::vector<MemoryRegion*> pins;
       for (auto& f : inflight) {
         for (const Slice& sl : f.batch) {
@@ -263,6 +265,14 @@ void ShmStream::Run() {
         if (s.ok()) s = SyncSharedRanges(fd);
         if (!s.ok()) {
           broken(s, &batch);
+          continue;
+        }
+      }
+      if (fence_) {
+        Status fenced = fence_(options_.slice_timeout_ms);
+        if (!fenced.ok()) {
+          // The connection itself is fine; only this batch waited too long.
+          Fail(batch, TIMEOUT, "same-host peer: " + fenced.ToString());
           continue;
         }
       }

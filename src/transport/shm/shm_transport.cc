@@ -3,6 +3,8 @@
 #include "transport/shm/shm_transport.h"
 
 #include <glog/logging.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -74,37 +76,74 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
 
 ShmTransport::~ShmTransport() { Stop(); }
 
-void ShmTransport::Hold(int fd, std::vector<MemoryRegion*> pins) {
+void ShmTransport::Hold(const std::string& path, int fd, std::vector<MemoryRegion*> pins) {
   std::lock_guard lock(zombie_mu_);
-  if (reaper_stop_) {
+  if (reaper_stop_ || reaper_wake_ < 0) {
     for (MemoryRegion* r : pins) MemoryRegistry::Unpin(r);
     ::close(fd);
     return;
   }
-  zombies_.push_back({fd, std::move(pins)});
+  zombies_.push_back({path, fd, std::move(pins)});
+  zombie_count_.store(zombies_.size());
   if (!reaper_.joinable()) reaper_ = std::thread([this] { ReapLoop(); });
-  zombie_cv_.notify_all();
+  uint64_t one = 1;
+  (void)!::write(reaper_wake_, &one, sizeof(one));
+}
+
+Status ShmTransport::WaitForZombies(const std::string& path, int timeout_ms) {
+  if (zombie_count_.load() == 0) return Status::OK();
+  auto mine = [&] {
+    for (const Zombie& z : zombies_) {
+      if (z.path == path) return true;
+    }
+    return false;
+  };
+  std::unique_lock lock(zombie_mu_);
+  if (zombie_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                          [&] { return reaper_stop_ || !mine(); })) {
+    return Status::OK();
+  }
+  return Status::DeadlineExceeded(
+      "a connection to this peer given up on earlier is still open at the peer after " +
+      std::to_string(timeout_ms) + " ms (MC_SLICE_TIMEOUT): the peer may still apply what it "
+      "holds, so nothing newer is sent before it has closed it (is the peer stopped?)");
 }
 
 void ShmTransport::ReapLoop() {
-  std::unique_lock lock(zombie_mu_);
-  while (!reaper_stop_) {
-    for (size_t i = 0; i < zombies_.size();) {
-      char sink[4096];
-      ssize_t n;
-      do {
-        n = ::recv(zombies_[i].fd, sink, sizeof(sink), MSG_DONTWAIT);
-      } while (n > 0);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        for (MemoryRegion* r : zombies_[i].pins) MemoryRegistry::Unpin(r);
-        ::close(zombies_[i].fd);
-        zombies_[i] = std::move(zombies_.back());
-        zombies_.pop_back();
-      } else {
-        ++i;
+  // Only this thread closes zombies (and Stop, after joining it), so it may poll their fds
+  // without the lock.
+  std::vector<pollfd> fds;
+  for (;;) {
+    {
+      std::lock_guard lock(zombie_mu_);
+      if (reaper_stop_) return;
+      bool reaped = false;
+      for (size_t i = 0; i < zombies_.size();) {
+        char sink[4096];
+        ssize_t n;
+        do {
+          n = ::recv(zombies_[i].fd, sink, sizeof(sink), MSG_DONTWAIT);
+        } while (n > 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          for (MemoryRegion* r : zombies_[i].pins) MemoryRegistry::Unpin(r);
+          ::close(zombies_[i].fd);
+          zombies_[i] = std::move(zombies_.back());
+          zombies_.pop_back();
+          reaped = true;
+        } else {
+          ++i;
+        }
       }
+      zombie_count_.store(zombies_.size());
+      if (reaped) zombie_cv_.notify_all();
+      fds.assign(1, pollfd{reaper_wake_, POLLIN, 0});
+      for (const Zombie& z : zombies_) fds.push_back(pollfd{z.fd, POLLIN, 0});
     }
-    zombie_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    // Wakes when a target closes (or answers) a zombie, or a new one arrives.
+    if (::poll(fds.data(), fds.size(), 1000) > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t v;
+      (void)!::read(reaper_wake_, &v, sizeof(v));
+    }
   }
 }
 
@@ -116,6 +155,8 @@ Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   // Let same-host peers read and write our registered memory where Yama restricts ptrace.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   host_id_ = LocalHostId(options_);
+  reaper_wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (reaper_wake_ < 0) return ErrnoStatus("eventfd", errno);
   server_ = std::make_unique<ShmServer>(options_, ctx.registry);
   std::string path;
   MC_RETURN_IF_ERROR(server_->Start(&path));
@@ -142,6 +183,10 @@ void ShmTransport::Stop() {
     std::lock_guard lock(zombie_mu_);
     reaper_stop_ = true;
     zombie_cv_.notify_all();
+    if (reaper_wake_ >= 0) {
+      uint64_t one = 1;
+      (void)!::write(reaper_wake_, &one, sizeof(one));
+    }
   }
   if (reaper_.joinable()) reaper_.join();
   for (Zombie& z : zombies_) {
@@ -149,6 +194,9 @@ void ShmTransport::Stop() {
     ::close(z.fd);
   }
   zombies_.clear();
+  zombie_count_.store(0);
+  if (reaper_wake_ >= 0) ::close(reaper_wake_);
+  reaper_wake_ = -1;
 }
 
 bool ShmTransport::CanReach(const SegmentDesc& peer) {
@@ -189,9 +237,13 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
           std::string n = desc->name;
           on_failure = [cb = on_peer_failure_, n] { cb(n); };
         }
+        const std::string& path = desc->mc_shm_path;
         slot->streams.push_back(std::make_unique<ShmStream>(
-            desc->mc_shm_path, options_, registry_, on_failure,
-            [this](int fd, std::vector<MemoryRegion*> pins) { Hold(fd, std::move(pins)); }));
+            path, options_, registry_, on_failure,
+            [this, path](int fd, std::vector<MemoryRegion*> pins) {
+              Hold(path, fd, std::move(pins));
+            },
+            [this, path](int timeout_ms) { return WaitForZombies(path, timeout_ms); }));
       }
     }
     peer = slot;

@@ -58,12 +58,17 @@ class ShmServer {
 class ShmStream {
  public:
   // `registry` (outlives the stream): its shareable ranges are announced to the target.
-  // `hold(fd, pins)`: called after a timeout with the half-closed connection and one extra
-  // pin on each local region the target may still copy into; the callee unpins and closes
-  // once the target has closed its end (it finished every copy or died).
+  // `hold(fd, pins)`: called when a connection with requests in flight is given up on
+  // (timeout or error), with the half-closed connection and one extra pin on each local
+  // region the target may still copy into; the callee unpins and closes once the target has
+  // closed its end (it finished every copy or died).
+  // `fence(timeout_ms)`: called before each request is sent; returns once no connection to
+  // this peer given up on is still open at the target (so nothing of it can land after this
+  // request), DeadlineExceeded after timeout_ms.
   using Hold = std::function<void(int fd, std::vector<MemoryRegion*> pins)>;
+  using Fence = std::function<Status(int timeout_ms)>;
   ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
-            std::function<void()> on_failure, Hold hold);
+            std::function<void()> on_failure, Hold hold, Fence fence);
   ~ShmStream();
   void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
@@ -83,6 +88,7 @@ class ShmStream {
   const EngineOptions options_;
   const std::function<void()> on_failure_;
   const Hold hold_;
+  const Fence fence_;
   MemoryRegistry* const registry_;
   uint64_t announced_version_ = UINT64_MAX;  // thread-owned
   std::mutex mu_;
@@ -116,11 +122,16 @@ class ShmTransport : public Transport {
   struct Peer {
     std::vector<std::unique_ptr<ShmStream>> streams;
   };
+  // A connection given up on with requests in flight, half-closed, until the target closes
+  // its end: it may still copy what it had received, so its local regions stay pinned and
+  // new requests to the same peer wait (WaitForZombies) until it is gone.
   struct Zombie {
+    std::string path;
     int fd;
     std::vector<MemoryRegion*> pins;
   };
-  void Hold(int fd, std::vector<MemoryRegion*> pins);
+  void Hold(const std::string& path, int fd, std::vector<MemoryRegion*> pins);
+  Status WaitForZombies(const std::string& path, int timeout_ms);
   void ReapLoop();
 
   EngineOptions options_;
@@ -136,7 +147,9 @@ class ShmTransport : public Transport {
   std::mutex zombie_mu_;
   std::condition_variable zombie_cv_;
   std::vector<Zombie> zombies_;  // GUARDED_BY(zombie_mu_)
+  std::atomic<size_t> zombie_count_{0};  // zombies_.size(), read without the lock
   bool reaper_stop_ = false;     // GUARDED_BY(zombie_mu_)
+  int reaper_wake_ = -1;         // eventfd: a new zombie, or stop
   std::thread reaper_;
 };
 
