@@ -24,8 +24,20 @@ struct EngineOptions {
   size_t handshake_max_length = 1 << 20;
   // listen() backlog of the handshake server. MC_HANDSHAKE_LISTEN_BACKLOG, 128.
   int handshake_backlog = 128;
-  // Threads serving handshake connections (upstream serves one at a time). 4.
-  int handshake_threads = 4;
+  // Connections are served one thread each. A connection to any server (handshake, TCP
+  // data, same-host) that has not authenticated and sent its first complete frame within
+  // this time is closed; so is the oldest such one when a cap below is reached.
+  // MC_FIRST_FRAME_TIMEOUT_MS, 3000 ms (100 .. 600000).
+  int first_frame_timeout_ms = 3000;
+  // Handshake connections served at once, and from one remote address.
+  // MC_HANDSHAKE_MAX_CONNECTIONS (1 .. 65536), 512; MC_HANDSHAKE_MAX_PER_ADDRESS, 128.
+  size_t handshake_max_connections = 512;
+  size_t handshake_max_per_address = 128;
+  // TCP data connections open at once, and from one remote address. Established connections
+  // are never closed for idling; past a cap new ones are refused.
+  // MC_DATA_MAX_CONNECTIONS (1 .. 65536), 4096; MC_DATA_MAX_PER_ADDRESS, 1024.
+  size_t data_max_connections = 4096;
+  size_t data_max_per_address = 1024;
 
   // Only TCP is offered, even when a faster transport exists. MC_FORCE_TCP, off.
   bool force_tcp = false;

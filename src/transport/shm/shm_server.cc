@@ -138,9 +138,11 @@ uint8_t* Translate(const std::vector<Mapped>& maps, uint64_t addr, uint64_t len)
 
 }  // namespace
 
-ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry)
+ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry,
+                     std::string segment_name)
     : options_(options),
       registry_(registry),
+      segment_name_(std::move(segment_name)),
       server_("ShmServer", kMaxConnections, [this](int fd) { Serve(fd); }) {}
 
 ShmServer::~ShmServer() { Stop(); }
@@ -175,7 +177,7 @@ void ShmServer::Serve(int fd) {
   socklen_t clen = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return;
   const pid_t pid = cred.pid;
-  Status auth = Authenticator(options_.auth_secret).Challenge(fd, "shm", timeout);
+  Status auth = Authenticator(options_.auth_secret).Challenge(fd, "shm", {segment_name_}, timeout);
   if (!auth.ok()) {
     LOG(WARNING) << "ShmServer: refused a connection from pid " << pid << ": " << auth.ToString();
     return;

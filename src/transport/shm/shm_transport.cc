@@ -18,7 +18,7 @@
 namespace mooncake::shm {
 
 Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
-                                 const std::string& auth_secret) {
+                                 const std::string& auth_secret, const std::string& segment) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus("unix socket", errno);
   sockaddr_un addr{};
@@ -29,7 +29,7 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     return ErrnoStatus("connect @" + path, errno);
   }
-  MC_RETURN_IF_ERROR(Authenticator(auth_secret).Answer(fd.get(), "shm", timeout_ms));
+  MC_RETURN_IF_ERROR(Authenticator(auth_secret).Answer(fd.get(), "shm", segment, timeout_ms));
   // The target proves it may access our memory by reading this word.
   std::random_device rd;
   volatile uint64_t probe = (static_cast<uint64_t>(rd()) << 32) | rd() | 1;
@@ -49,8 +49,9 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
 }
 
 ShmStream::ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
-                     std::function<void()> on_failure, Hold hold)
+                     std::function<void()> on_failure, Hold hold, std::string segment)
     : path_(std::move(path)),
+      segment_(std::move(segment)),
       options_(options),
       on_failure_(std::move(on_failure)),
       hold_(std::move(hold)),
@@ -96,7 +97,7 @@ void ShmStream::Fail(std::vector<Slice>& slices, TransferStatusEnum result,
 }
 
 Status ShmStream::Connect() {
-  auto fd = ConnectAndHello(path_, options_.tcp_connect_timeout_ms, options_.auth_secret);
+  auto fd = ConnectAndHello(path_, options_.tcp_connect_timeout_ms, options_.auth_secret, segment_);
   if (!fd.ok()) return fd.status();
   fd_.store(fd->Release());
   announced_version_ = UINT64_MAX;  // a new connection knows nothing yet
@@ -361,7 +362,7 @@ Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   // Let same-host peers read and write our registered memory where Yama restricts ptrace.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   host_id_ = LocalHostId(options_);
-  server_ = std::make_unique<ShmServer>(options_, ctx.registry);
+  server_ = std::make_unique<ShmServer>(options_, ctx.registry, local_desc->name);
   std::string path;
   MC_RETURN_IF_ERROR(server_->Start(&path));
   local_desc->mc_host_id = host_id_;
@@ -403,7 +404,8 @@ bool ShmTransport::CanReach(const SegmentDesc& peer) {
     auto it = reachable_.find(peer.mc_shm_path);
     if (it != reachable_.end()) return it->second;
   }
-  auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms, options_.auth_secret);
+  auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms, options_.auth_secret,
+                            peer.lookup_name.empty() ? peer.name : peer.lookup_name);
   if (!fd.ok()) {
     LOG(WARNING) << "same-host transport to " << peer.name << " unavailable ("
                  << fd.status().ToString() << "); using TCP";
@@ -436,7 +438,8 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
         }
         slot->streams.push_back(std::make_unique<ShmStream>(
             desc->mc_shm_path, options_, registry_, on_failure,
-            [this](int fd, std::vector<MemoryRegion*> pins) { Hold(fd, std::move(pins)); }));
+            [this](int fd, std::vector<MemoryRegion*> pins) { Hold(fd, std::move(pins)); },
+            desc->lookup_name.empty() ? desc->name : desc->lookup_name));
       }
     }
     peer = slot;

@@ -23,12 +23,13 @@ constexpr uint64_t kMaxSendBytes = 16 << 20;
 }  // namespace
 
 TcpStream::TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
-                     std::function<void()> on_failure)
+                     std::function<void()> on_failure, std::string segment)
     : host_(std::move(host)),
       port_(port),
       v2_(v2),
       options_(options),
       where_(HostPort{host_, port_, true}.ToString()),
+      segment_(std::move(segment)),
       on_failure_(std::move(on_failure)),
       rx_(kRxBufferSize) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -94,7 +95,7 @@ Status TcpStream::Connect() {
   auto fd = ConnectTcp(host_, port_, options_.tcp_connect_timeout_ms);
   if (!fd.ok()) return fd.status();
   MC_RETURN_IF_ERROR(Authenticator(options_.auth_secret)
-                         .Answer(fd->get(), "tcp-data", options_.handshake_io_timeout_ms)
+                         .Answer(fd->get(), "tcp-data", segment_, options_.handshake_io_timeout_ms)
                          .WithContext(where_));
   fd_ = std::move(fd).value();
   SetNonBlocking(fd_.get(), true);

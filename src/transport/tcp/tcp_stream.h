@@ -32,9 +32,10 @@ namespace mooncake::tcp {
 class TcpStream {
  public:
   // `on_failure` (may be empty) is called after a connect failure or a broken connection
-  // that failed outstanding slices.
+  // that failed outstanding slices. `segment`: the segment name the connection is meant to
+  // reach (the authentication checks it, common/auth.h).
   TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
-            std::function<void()> on_failure = {});
+            std::function<void()> on_failure = {}, std::string segment = {});
   ~TcpStream();  // Stop()s
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
@@ -76,6 +77,7 @@ class TcpStream {
   const bool v2_;
   const EngineOptions options_;
   const std::string where_;  // "host:port" for messages
+  const std::string segment_;
   const std::function<void()> on_failure_;
 
   std::mutex mu_;
