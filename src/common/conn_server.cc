@@ -188,9 +188,8 @@ void ConnServer::Admit(int fd) {
   std::string address = RemoteAddress(fd);
   std::lock_guard lock(mu_);
   ReapFinishedLocked();
-  const size_t per_address = limits_.max_per_address ? limits_.max_per_address
-                                                     : limits_.max_connections;
-  if (LiveLocked(&address) >= per_address && !EvictOneLocked(&address)) {
+  const size_t per_address = limits_.max_per_address;
+  if (per_address > 0 && LiveLocked(&address) >= per_address && !EvictOneLocked(&address)) {
     ++counters_.refused_address;
     NoteRefusal(("address " + address + " holds " + std::to_string(per_address) +
                  " connections").c_str());

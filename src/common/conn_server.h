@@ -36,7 +36,7 @@ namespace mooncake {
 
 struct ConnLimits {
   size_t max_connections = 4096;
-  size_t max_per_address = 0;      // 0: max_connections
+  size_t max_per_address = 0;      // 0: no per-address cap
   int first_frame_timeout_ms = 0;  // 0: no deadline and no eviction
 };
 
