@@ -67,10 +67,14 @@ bool ConnServer::WaitForBytes(int fd, size_t n, int timeout_ms) {
                     end - std::chrono::steady_clock::now())
                     .count();
     if (left <= 0) return false;
-    // A partial frame leaves the socket readable: wait in short steps, not a busy loop.
-    pollfd p{fd, POLLIN, 0};
+    // A partial frame leaves the socket readable: then wait for the peer's EOF (which ends
+    // it) in short steps for more, not in a busy loop.
+    pollfd p{fd, static_cast<short>(got > 0 ? POLLRDHUP : POLLIN), 0};
     int r = ::poll(&p, 1, got > 0 ? static_cast<int>(std::min<long>(left, 10)) : static_cast<int>(left));
     if (r < 0 && errno != EINTR) return false;
+    if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      return ::recv(fd, peek.data(), n, MSG_PEEK | MSG_DONTWAIT) >= static_cast<ssize_t>(n);
+    }
   }
 }
 

@@ -216,6 +216,12 @@ TEST(ConnServer, WaitForBytesNeedsTheWholeFrame) {
   EXPECT_TRUE(ConnServer::WaitForBytes(b.get(), 4, 100));
   char buf[4];
   EXPECT_EQ(::recv(b.get(), buf, 4, 0), 4) << "the bytes are still there";
+  // A partial frame and then EOF: false at once, not at the deadline.
+  ASSERT_EQ(::send(a.get(), "ab", 2, 0), 2);
+  ::shutdown(a.get(), SHUT_WR);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(ConnServer::WaitForBytes(b.get(), 4, 3000));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
 }
 
 }  // namespace
