@@ -69,9 +69,10 @@ struct EngineOptions {
   bool legacy_rpc_port_binding = false;
   // Key prefix mooncake/<id>/ instead of mooncake/. MC_METADATA_CLUSTER_ID, unset.
   std::string metadata_cluster_id;
-  // Shared secret: when set, every connection (handshake, data) must prove it knows it
-  // before anything is read (docs/wire_protocol.md §5). Peers without it, upstream engines
-  // included, are refused. MC_AUTH_SECRET, unset (off).
+  // Shared secret: when set, every connection (handshake, data, same-host) runs the mutual
+  // MCAUTHv2 exchange, bound to the segment name the client means to reach, before anything
+  // is read (docs/wire_protocol.md §5). Peers without it, upstream engines included, are
+  // refused. Not encryption. MC_AUTH_SECRET, unset (off).
   std::string auth_secret;
   // Connect timeout of TCP data connections. MC_HANDSHAKE_CONNECT_TIMEOUT, 5 s.
   int tcp_connect_timeout_ms = 5000;
