@@ -160,6 +160,7 @@ bool ConnServer::EvictOneLocked(const std::string* address) {
   ::shutdown(oldest->fd, SHUT_RDWR);  // its serve function sees EOF and returns
   oldest->evicted = true;
   ++counters_.evicted;
+  NoteRefusal("evicted one that had sent no first frame, to make room");
   return true;
 }
 
@@ -172,6 +173,7 @@ void ConnServer::EnforceDeadlinesLocked() {
     ::shutdown(c->fd, SHUT_RDWR);
     c->evicted = true;
     ++counters_.deadline_closed;
+    NoteRefusal("closed one that sent no first frame in time");
   }
 }
 
@@ -179,7 +181,7 @@ void ConnServer::NoteRefusal(const char* why) {
   ++unlogged_;
   auto now = std::chrono::steady_clock::now();
   if (now - last_log_ < std::chrono::seconds(10)) return;
-  LOG(WARNING) << name_ << ": refused " << unlogged_ << " connection(s) since the last report ("
+  LOG(WARNING) << name_ << ": turned away " << unlogged_ << " connection(s) since the last report (last: "
                << why << "; totals: " << counters_.refused_full << " full, "
                << counters_.refused_address << " per-address cap, " << counters_.thread_failures
                << " without a thread, " << counters_.evicted << " evicted, "

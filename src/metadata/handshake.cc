@@ -134,7 +134,8 @@ void HandshakeServer::Serve(int fd) {
   Status auth = Authenticator(limits_.auth_secret)
                     .Challenge(fd, "handshake", own_names_, limits_.first_frame_timeout_ms);
   if (!auth.ok()) {
-    LOG(WARNING) << "handshake: refused a connection: " << auth.ToString();
+    // At most one line per 10 s: a flood of bad peers must not flood the log.
+    LOG_EVERY_T(WARNING, 10) << "handshake: refused a connection: " << auth.ToString();
     return;
   }
   int left = limits_.first_frame_timeout_ms -

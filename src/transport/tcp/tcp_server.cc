@@ -383,7 +383,7 @@ void TcpServer::ServeConnection(int fd) {
   Status auth = Authenticator(options_.auth_secret)
                     .Challenge(fd, "tcp-data", {segment_name_}, options_.first_frame_timeout_ms);
   if (!auth.ok()) {
-    LOG(WARNING) << "TcpServer: refused a connection: " << auth.ToString();
+    LOG_EVERY_T(WARNING, 10) << "TcpServer: refused a connection: " << auth.ToString();
     return;
   }
   // A connection counts as established at its first complete request header (initiators
