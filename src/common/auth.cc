@@ -42,7 +42,8 @@ const char* VerdictText(uint8_t v) {
   switch (v) {
     case Authenticator::kWrongSecret: return "it has a different shared secret (MC_AUTH_SECRET)";
     case Authenticator::kNotThisSegment:
-      return "it is not the segment we asked for (a relay, or a stale segment name)";
+      return "it is not the segment we asked for (a relay, a stale segment name, or another "
+             "name of that engine: open a segment by the name its engine reports)";
     case Authenticator::kMalformed: return "it could not parse our MCAUTHv2 answer";
   }
   return "unknown verdict";
