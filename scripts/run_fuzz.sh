@@ -28,7 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FUZZ_BUILD:-$ROOT/build-fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
 OUT="${FUZZ_OUT:-$BUILD/out}"
-ALL_TARGETS="fuzz_handshake_frame fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server"
+ALL_TARGETS="fuzz_handshake_frame fuzz_auth_exchange fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 
 # libFuzzer flags per target: -max_len bounds the input size; -timeout (seconds) turns a
@@ -36,6 +36,7 @@ TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 target_flags() {
   case "$1" in
     fuzz_handshake_frame) echo "-max_len=8192 -timeout=10" ;;
+    fuzz_auth_exchange) echo "-max_len=2048 -timeout=10" ;;
     fuzz_segment_desc) echo "-max_len=8192 -timeout=10" ;;
     fuzz_tcp_session|fuzz_tcp_server) echo "-max_len=40000 -timeout=20" ;;
     fuzz_shm_server) echo "-max_len=4096 -timeout=20" ;;

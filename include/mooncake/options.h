@@ -24,8 +24,20 @@ struct EngineOptions {
   size_t handshake_max_length = 1 << 20;
   // listen() backlog of the handshake server. MC_HANDSHAKE_LISTEN_BACKLOG, 128.
   int handshake_backlog = 128;
-  // Threads serving handshake connections (upstream serves one at a time). 4.
-  int handshake_threads = 4;
+  // Connections are served one thread each. A connection to any server (handshake, TCP
+  // data, same-host) that has not authenticated and sent its first complete frame within
+  // this time is closed; so is the oldest such one when a cap below is reached.
+  // MC_FIRST_FRAME_TIMEOUT_MS, 3000 ms (100 .. 600000).
+  int first_frame_timeout_ms = 3000;
+  // Handshake connections served at once, and from one remote address.
+  // MC_HANDSHAKE_MAX_CONNECTIONS (1 .. 65536), 512; MC_HANDSHAKE_MAX_PER_ADDRESS, 128.
+  size_t handshake_max_connections = 512;
+  size_t handshake_max_per_address = 128;
+  // TCP data connections open at once, and from one remote address. Established connections
+  // are never closed for idling; past a cap new ones are refused.
+  // MC_DATA_MAX_CONNECTIONS (1 .. 65536), 4096; MC_DATA_MAX_PER_ADDRESS, 1024.
+  size_t data_max_connections = 4096;
+  size_t data_max_per_address = 1024;
 
   // Only TCP is offered, even when a faster transport exists. MC_FORCE_TCP, off.
   bool force_tcp = false;
@@ -63,9 +75,10 @@ struct EngineOptions {
   bool legacy_rpc_port_binding = false;
   // Key prefix mooncake/<id>/ instead of mooncake/. MC_METADATA_CLUSTER_ID, unset.
   std::string metadata_cluster_id;
-  // Shared secret: when set, every connection (handshake, data) must prove it knows it
-  // before anything is read (docs/wire_protocol.md §5). Peers without it, upstream engines
-  // included, are refused. MC_AUTH_SECRET, unset (off).
+  // Shared secret: when set, every connection (handshake, data, same-host) runs the mutual
+  // MCAUTHv2 exchange, bound to the segment name the client means to reach, before anything
+  // is read (docs/wire_protocol.md §5). Peers without it, upstream engines included, are
+  // refused. Not encryption. MC_AUTH_SECRET, unset (off).
   std::string auth_secret;
   // Connect timeout of TCP data connections. MC_HANDSHAKE_CONNECT_TIMEOUT, 5 s.
   int tcp_connect_timeout_ms = 5000;

@@ -1,15 +1,24 @@
 // Optional shared-secret authentication of connections (beyond upstream; off by default).
 //
-// When a secret is set (EngineOptions::auth_secret, MC_AUTH_SECRET), every accepted
-// connection — handshake, TCP data, same-host — starts with a challenge from the server:
-//   "MCAUTHv1" (8 bytes) + 32 random bytes (nonce)
-// and the client must answer with HMAC-SHA256(secret, purpose || nonce) (32 bytes), purpose
-// being "handshake", "tcp-data" or "shm". The server verifies it before reading anything
-// else, so a peer without the secret never gets a request parsed, let alone memory touched.
-// Peers without a secret (upstream engines) cannot talk to an engine that has one.
+// When a secret is set (EngineOptions::auth_secret, MC_AUTH_SECRET), every connection —
+// handshake, TCP data, same-host — starts with a mutual exchange (docs/wire_protocol.md §5):
+//   server -> client  "MCAUTHv2" + Ns (32 random bytes)
+//   client -> server  "MCAUTHv2" + Nc (32 random bytes) + u16 LE n + segment name (n bytes)
+//                     + HMAC-SHA256(secret, "MCAUTHv2 client" 0 purpose 0 n name Ns Nc)
+//   server -> client  u8 verdict (0 ok; 1 wrong secret; 2 not this segment; 3 malformed)
+//                     and, when 0, HMAC-SHA256(secret, "MCAUTHv2 server" 0 purpose 0 n name Ns Nc)
+// `purpose` is "handshake", "tcp-data" or "shm"; the segment name is the one the client means
+// to reach, which the server checks is its own. Each side proves it knows the secret over
+// both nonces, so neither a replayed nor a relayed exchange passes: a man in the middle who
+// forwards the challenge gets an answer bound to *its* segment name, which the real server
+// refuses, and cannot forge the server's proof. No frame is parsed before the exchange ends.
+// Not encryption and no per-frame integrity (see the threat model in docs/wire_protocol.md).
+// Peers without a secret (upstream engines) and MCAUTHv1 peers get a one-line error.
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "mooncake/status.h"
 
@@ -17,17 +26,41 @@ namespace mooncake {
 
 class Authenticator {
  public:
+  static constexpr size_t kNonce = 32;
+  static constexpr size_t kMac = 32;
+  static constexpr size_t kMaxName = 1024;  // longest segment name in a client hello
+  enum Verdict : uint8_t { kOk = 0, kWrongSecret = 1, kNotThisSegment = 2, kMalformed = 3 };
+
   explicit Authenticator(std::string secret) : secret_(std::move(secret)) {}
   bool enabled() const { return !secret_.empty(); }
 
-  // Server side, right after accept. PermissionDenied when the answer is missing or wrong.
+  // Server side, right after accept: the whole exchange within `timeout_ms`. `own_names`
+  // are the segment names this server answers to. PermissionDenied when the client is
+  // refused (it is told why in one byte). No-op when disabled.
+  Status Challenge(int fd, const char* purpose, const std::vector<std::string>& own_names,
+                   int timeout_ms) const;
+  // Client side, right after connect: `segment` is the segment name it means to reach.
+  // PermissionDenied when the server refuses us or does not prove it knows the secret.
   // No-op when disabled.
-  Status Challenge(int fd, const char* purpose, int timeout_ms) const;
-  // Client side, right after connect. No-op when disabled.
-  Status Answer(int fd, const char* purpose, int timeout_ms) const;
+  Status Answer(int fd, const char* purpose, const std::string& segment, int timeout_ms) const;
+
+  // The MAC of one direction ("client" / "server"), exposed for tests and the fuzzer.
+  std::string Mac(std::string_view direction, std::string_view purpose, std::string_view name,
+                  const unsigned char* server_nonce, const unsigned char* client_nonce) const;
+
+  // A client hello (after its 8-byte magic) parsed from bytes, for tests and the fuzzer.
+  struct Hello {
+    std::string client_nonce;  // kNonce bytes
+    std::string name;
+    std::string mac;  // kMac bytes
+  };
+  // DataLoss for a truncated hello or a name longer than kMaxName.
+  static Result<Hello> ParseHello(std::string_view bytes);
+  // Checks a parsed hello against the server nonce and own names: the verdict to send.
+  Verdict Check(const Hello& hello, const char* purpose, const unsigned char* server_nonce,
+                const std::vector<std::string>& own_names) const;
 
  private:
-  std::string Mac(const char* purpose, const unsigned char* nonce) const;
   const std::string secret_;
 };
 

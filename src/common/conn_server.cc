@@ -1,28 +1,91 @@
 #include "common/conn_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <glog/logging.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <system_error>
 
 namespace mooncake {
+namespace {
 
-ConnServer::ConnServer(std::string name, size_t max_connections, ServeFn serve,
-                       AcceptFn on_accept)
+thread_local std::atomic<bool>* tls_established = nullptr;
+
+// The remote "address" a per-address cap counts: the IP for TCP, the uid for unix sockets.
+std::string RemoteAddress(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
+    return buf;
+  }
+  if (ss.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
+    return buf;
+  }
+  if (ss.ss_family == AF_UNIX) {
+    ucred cred{};
+    socklen_t clen = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
+      return "uid " + std::to_string(cred.uid);
+    }
+  }
+  return "?";
+}
+
+}  // namespace
+
+ConnServer::ConnServer(std::string name, ConnLimits limits, ServeFn serve, AcceptFn on_accept)
     : name_(std::move(name)),
-      max_connections_(max_connections),
+      limits_(limits),
       serve_(std::move(serve)),
       on_accept_(std::move(on_accept)) {}
 
 ConnServer::~ConnServer() { Stop(); }
 
+void ConnServer::MarkEstablished() {
+  if (tls_established != nullptr) tls_established->store(true);
+}
+
+bool ConnServer::WaitForBytes(int fd, size_t n, int timeout_ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string peek(n, '\0');
+  for (;;) {
+    ssize_t got = ::recv(fd, peek.data(), n, MSG_PEEK | MSG_DONTWAIT);
+    if (got >= static_cast<ssize_t>(n)) return true;
+    if (got == 0) return false;  // EOF
+    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    end - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) return false;
+    // A partial frame leaves the socket readable: then wait for the peer's EOF (which ends
+    // it) in short steps for more, not in a busy loop.
+    pollfd p{fd, static_cast<short>(got > 0 ? POLLRDHUP : POLLIN), 0};
+    int r = ::poll(&p, 1, got > 0 ? static_cast<int>(std::min<long>(left, 10)) : static_cast<int>(left));
+    if (r < 0 && errno != EINTR) return false;
+    if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      return ::recv(fd, peek.data(), n, MSG_PEEK | MSG_DONTWAIT) >= static_cast<ssize_t>(n);
+    }
+  }
+}
+
 Status ConnServer::Start(UniqueFd listen_fd) {
   if (::pipe2(wake_fd_, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
   listen_fd_ = std::move(listen_fd);
-  acceptor_ = std::thread([this] { AcceptLoop(); });
+  try {
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+  } catch (const std::system_error& e) {
+    return Status::Unavailable(name_ + ": cannot create the accept thread: " + e.what());
+  }
   return Status::OK();
 }
 
@@ -57,6 +120,13 @@ size_t ConnServer::active() const {
   return n;
 }
 
+ConnCounters ConnServer::counters() const {
+  std::lock_guard lock(mu_);
+  ConnCounters c = counters_;
+  c.accepted = accepted_.load();
+  return c;
+}
+
 void ConnServer::ReapFinishedLocked() {
   for (auto it = conns_.begin(); it != conns_.end();) {
     if ((*it)->done.load()) {
@@ -69,13 +139,115 @@ void ConnServer::ReapFinishedLocked() {
   }
 }
 
+size_t ConnServer::LiveLocked(const std::string* address) const {
+  size_t n = 0;
+  for (const auto& c : conns_) {
+    if (c->evicted || c->done.load()) continue;
+    if (address == nullptr || c->address == *address) ++n;
+  }
+  return n;
+}
+
+bool ConnServer::EvictOneLocked(const std::string* address) {
+  if (limits_.first_frame_timeout_ms <= 0) return false;  // the server marks nothing
+  Conn* oldest = nullptr;
+  for (const auto& c : conns_) {
+    if (c->evicted || c->done.load() || c->established.load()) continue;
+    if (address != nullptr && c->address != *address) continue;
+    if (oldest == nullptr || c->accepted_at < oldest->accepted_at) oldest = c.get();
+  }
+  if (oldest == nullptr) return false;
+  ::shutdown(oldest->fd, SHUT_RDWR);  // its serve function sees EOF and returns
+  oldest->evicted = true;
+  ++counters_.evicted;
+  NoteRefusal("evicted one that had sent no first frame, to make room");
+  return true;
+}
+
+void ConnServer::EnforceDeadlinesLocked() {
+  if (limits_.first_frame_timeout_ms <= 0) return;
+  auto cutoff = std::chrono::steady_clock::now() -
+                std::chrono::milliseconds(limits_.first_frame_timeout_ms);
+  for (const auto& c : conns_) {
+    if (c->evicted || c->done.load() || c->established.load() || c->accepted_at > cutoff) continue;
+    ::shutdown(c->fd, SHUT_RDWR);
+    c->evicted = true;
+    ++counters_.deadline_closed;
+    NoteRefusal("closed one that sent no first frame in time");
+  }
+}
+
+void ConnServer::NoteRefusal(const char* why) {
+  ++unlogged_;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_log_ < std::chrono::seconds(10)) return;
+  LOG(WARNING) << name_ << ": turned away " << unlogged_ << " connection(s) since the last report (last: "
+               << why << "; totals: " << counters_.refused_full << " full, "
+               << counters_.refused_address << " per-address cap, " << counters_.thread_failures
+               << " without a thread, " << counters_.evicted << " evicted, "
+               << counters_.deadline_closed << " past the first-frame deadline)";
+  last_log_ = now;
+  unlogged_ = 0;
+}
+
+void ConnServer::Admit(int fd) {
+  std::string address = RemoteAddress(fd);
+  std::lock_guard lock(mu_);
+  ReapFinishedLocked();
+  const size_t per_address = limits_.max_per_address;
+  if (per_address > 0 && LiveLocked(&address) >= per_address && !EvictOneLocked(&address)) {
+    ++counters_.refused_address;
+    NoteRefusal(("address " + address + " holds " + std::to_string(per_address) +
+                 " connections").c_str());
+    ::close(fd);
+    return;
+  }
+  if (LiveLocked(nullptr) >= limits_.max_connections && !EvictOneLocked(nullptr)) {
+    ++counters_.refused_full;
+    NoteRefusal((std::to_string(limits_.max_connections) + " connections open").c_str());
+    ::close(fd);
+    return;
+  }
+  if (on_accept_) on_accept_(fd);
+  auto conn = std::make_unique<Conn>();
+  conn->fd = fd;
+  conn->address = std::move(address);
+  conn->accepted_at = std::chrono::steady_clock::now();
+  Conn* raw = conn.get();
+  try {
+    if (fail_threads_for_test_.load() > 0) {
+      fail_threads_for_test_.fetch_sub(1);
+      throw std::system_error(EAGAIN, std::generic_category(), "test: no thread");
+    }
+    conn->thread = std::thread([this, raw] {
+      tls_established = &raw->established;
+      serve_(raw->fd);
+      tls_established = nullptr;
+      ::shutdown(raw->fd, SHUT_RDWR);
+      raw->done.store(true);
+    });
+  } catch (const std::system_error& e) {
+    ++counters_.thread_failures;
+    NoteRefusal((std::string("cannot create a thread: ") + e.what()).c_str());
+    ::close(fd);
+    return;
+  }
+  conns_.push_back(std::move(conn));
+  accepted_.fetch_add(1);
+}
+
 void ConnServer::AcceptLoop() {
   pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+  int tick = 1000;
+  if (limits_.first_frame_timeout_ms > 0) {
+    tick = std::max(10, std::min(250, limits_.first_frame_timeout_ms / 4));
+  }
   while (!stopping_.load()) {
-    int r = ::poll(fds, 2, 1000);
+    int r = ::poll(fds, 2, tick);
     {
       std::lock_guard lock(mu_);
       ReapFinishedLocked();
+      EnforceDeadlinesLocked();
     }
     if (r < 0 && errno == EINTR) continue;
     if (fds[1].revents) break;
@@ -85,23 +257,7 @@ void ConnServer::AcceptLoop() {
       if (errno == EMFILE || errno == ENFILE) ::usleep(10000);  // let connections close
       continue;
     }
-    std::lock_guard lock(mu_);
-    if (conns_.size() >= max_connections_) {
-      LOG(WARNING) << name_ << ": " << max_connections_ << " connections open; refusing another";
-      ::close(fd);
-      continue;
-    }
-    if (on_accept_) on_accept_(fd);
-    auto conn = std::make_unique<Conn>();
-    conn->fd = fd;
-    Conn* raw = conn.get();
-    conn->thread = std::thread([this, raw] {
-      serve_(raw->fd);
-      ::shutdown(raw->fd, SHUT_RDWR);
-      raw->done.store(true);
-    });
-    conns_.push_back(std::move(conn));
-    accepted_.fetch_add(1);
+    Admit(fd);
   }
 }
 

@@ -1,13 +1,29 @@
-// ConnServer: the accept loop of a thread-per-connection server, shared by the TCP data server
-// and the same-host (shm) server. It accepts on a listening socket, serves each connection on
-// its own thread, reaps finished ones, and on Stop shuts every connection down and joins every
-// thread, so no serve function outlives the server.
+// ConnServer: the accept loop of a thread-per-connection server, shared by the handshake
+// server, the TCP data server and the same-host (shm) server. It accepts on a listening
+// socket, serves each connection on its own thread, reaps finished ones, and on Stop shuts
+// every connection down and joins every thread, so no serve function outlives the server.
+//
+// Admission policy (issue 14, point 7), so that a few idle or slow sockets cannot lock out a
+// legitimate peer:
+// - at most `max_connections` live connections, and at most `max_per_address` from one remote
+//   address (TCP: the peer's IP; unix sockets: the peer's uid, the boundary between users);
+// - with `first_frame_timeout_ms` > 0 the serve function must call MarkEstablished() once the
+//   peer has authenticated / sent its first complete frame; a connection not established in
+//   time is shut down, and when a cap is reached the oldest connection not yet established
+//   (of that address, for the per-address cap) is shut down to make room for the new one.
+//   Established connections are never closed for idling: persistent data connections may
+//   be quiet for hours. At a cap with nothing to evict the new connection is refused.
+// - a thread that cannot be created (std::system_error, EAGAIN) refuses that connection;
+//   the server keeps serving.
+// Refusals are counted (counters()) and logged at most once per 10 s, never per connection.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +34,22 @@
 
 namespace mooncake {
 
+struct ConnLimits {
+  size_t max_connections = 4096;
+  size_t max_per_address = 0;      // 0: no per-address cap
+  int first_frame_timeout_ms = 0;  // 0: no deadline and no eviction
+};
+
+// What the server refused or closed, since it started (tests, logs).
+struct ConnCounters {
+  uint64_t accepted = 0;          // connections handed to a serve thread
+  uint64_t refused_full = 0;      // refused: max_connections live, none to evict
+  uint64_t refused_address = 0;   // refused: max_per_address live from its address
+  uint64_t evicted = 0;           // not-yet-established connections shut down to make room
+  uint64_t deadline_closed = 0;   // not established within first_frame_timeout_ms
+  uint64_t thread_failures = 0;   // refused: no thread could be created
+};
+
 class ConnServer {
  public:
   // serve(fd) runs on the connection's own thread and returns when it is done with it; the
@@ -26,7 +58,10 @@ class ConnServer {
   using ServeFn = std::function<void(int fd)>;
   using AcceptFn = std::function<void(int fd)>;
 
-  ConnServer(std::string name, size_t max_connections, ServeFn serve, AcceptFn on_accept = {});
+  ConnServer(std::string name, ConnLimits limits, ServeFn serve, AcceptFn on_accept = {});
+  ConnServer(std::string name, size_t max_connections, ServeFn serve, AcceptFn on_accept = {})
+      : ConnServer(std::move(name), ConnLimits{max_connections, 0, 0}, std::move(serve),
+                   std::move(on_accept)) {}
   ~ConnServer();  // Stop()
   ConnServer(const ConnServer&) = delete;
   ConnServer& operator=(const ConnServer&) = delete;
@@ -36,30 +71,58 @@ class ConnServer {
   // Closes the listener and every connection; joins all threads. Idempotent.
   void Stop();
 
+  // Called by a serve function (on its own thread): this connection has authenticated or
+  // sent its first complete frame; it is no longer subject to the first-frame deadline or
+  // eviction. A no-op on any other thread.
+  static void MarkEstablished();
+
+  // Waits until `n` bytes can be read from `fd` without consuming them (MSG_PEEK), at most
+  // `timeout_ms`. False on timeout, EOF or error. A serve function's first-frame check for
+  // protocols where the client speaks first.
+  static bool WaitForBytes(int fd, size_t n, int timeout_ms);
+
   // Connections accepted so far, and those whose serve function has not returned (tests).
   uint64_t accepted() const { return accepted_.load(); }
   size_t active() const;
+  ConnCounters counters() const;
+
+  // Test hook: makes the next `n` thread creations fail as if the system had no threads.
+  void FailThreadCreationForTest(int n) { fail_threads_for_test_.store(n); }
 
  private:
   struct Conn {
     int fd = -1;
+    std::string address;
+    std::chrono::steady_clock::time_point accepted_at;
     std::thread thread;
+    std::atomic<bool> established{false};
     std::atomic<bool> done{false};
+    bool evicted = false;  // GUARDED_BY(mu_): shut down by us, its thread ending
   };
   void AcceptLoop();
+  void Admit(int fd);
   void ReapFinishedLocked();
+  void EnforceDeadlinesLocked();
+  // Shuts down the oldest live, not established connection (of `address`, if non-null).
+  bool EvictOneLocked(const std::string* address);
+  size_t LiveLocked(const std::string* address) const;
+  void NoteRefusal(const char* why);
 
   const std::string name_;
-  const size_t max_connections_;
+  const ConnLimits limits_;
   const ServeFn serve_;
   const AcceptFn on_accept_;
   UniqueFd listen_fd_;
   int wake_fd_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> accepted_{0};
+  std::atomic<int> fail_threads_for_test_{0};
   std::thread acceptor_;
   mutable std::mutex mu_;
   std::list<std::unique_ptr<Conn>> conns_;  // GUARDED_BY(mu_)
+  ConnCounters counters_;                   // GUARDED_BY(mu_), but `accepted`
+  std::chrono::steady_clock::time_point last_log_{};  // GUARDED_BY(mu_)
+  uint64_t unlogged_ = 0;                               // GUARDED_BY(mu_)
 };
 
 }  // namespace mooncake

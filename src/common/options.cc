@@ -63,6 +63,11 @@ EngineOptions EngineOptions::FromEnvironment() {
   }
   if (EnvInt("MC_HANDSHAKE_MAX_LENGTH", 1, 128L << 20, &n)) o.handshake_max_length = n;
   if (EnvInt("MC_HANDSHAKE_LISTEN_BACKLOG", 1, 65535, &n)) o.handshake_backlog = int(n);
+  if (EnvInt("MC_FIRST_FRAME_TIMEOUT_MS", 100, 600000, &n)) o.first_frame_timeout_ms = int(n);
+  if (EnvInt("MC_HANDSHAKE_MAX_CONNECTIONS", 1, 65536, &n)) o.handshake_max_connections = n;
+  if (EnvInt("MC_HANDSHAKE_MAX_PER_ADDRESS", 1, 65536, &n)) o.handshake_max_per_address = n;
+  if (EnvInt("MC_DATA_MAX_CONNECTIONS", 1, 65536, &n)) o.data_max_connections = n;
+  if (EnvInt("MC_DATA_MAX_PER_ADDRESS", 1, 65536, &n)) o.data_max_per_address = n;
 
   o.force_tcp = EnvFlag("MC_FORCE_TCP");
   if (EnvInt("MC_TCP_LANES_PER_PEER", 1, 16, &n) ||

@@ -70,6 +70,9 @@ TransferEngine::Impl::Impl(const EngineOptions& opts)
   limits.connect_timeout_ms = options.handshake_connect_timeout_ms;
   limits.io_timeout_ms = options.handshake_io_timeout_ms;
   limits.auth_secret = options.auth_secret;
+  limits.first_frame_timeout_ms = options.first_frame_timeout_ms;
+  limits.max_connections = options.handshake_max_connections;
+  limits.max_per_address = options.handshake_max_per_address;
 }
 
 TransferEngine::Impl::~Impl() {
@@ -152,9 +155,10 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
 
   MC_RETURN_IF_ERROR(StartTransports(transport));
 
-  handshake = std::make_unique<HandshakeServer>(limits, options.handshake_threads);
+  handshake = std::make_unique<HandshakeServer>(limits);
   MC_RETURN_IF_ERROR(handshake->Start(
-      std::move(listen_fd), [this](const HandshakeFrame& f) { return HandleHandshake(f); }));
+      std::move(listen_fd), [this](const HandshakeFrame& f) { return HandleHandshake(f); },
+      {local_name}));
   if (store) {
     nlohmann::json rpc = {{"ip_or_host_name", local_host}, {"rpc_port", rpc_port}};
     const std::string rpc_key = RpcMetaKey(options.metadata_cluster_id, local_name);
@@ -163,7 +167,7 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
       // The http server refuses to replace an rpc_meta entry. A crashed engine of this name
       // left it: replace it, unless the engine it names still answers.
       auto old = ResolveRpc(local_name);
-      if (old.ok() && HandshakeCall(old->host, old->port, HandshakeType::kProbe, "{}\n", limits).ok()) {
+      if (old.ok() && HandshakeCall(old->host, old->port, local_name, HandshakeType::kProbe, "{}\n", limits).ok()) {
         return Status::AlreadyExists("segment name '" + local_name + "' is in use by the engine at " +
                                      old->ToString());
       }
@@ -390,7 +394,7 @@ Result<SegmentCache::DescPtr> TransferEngine::Impl::FetchDesc(const std::string&
   std::string host;
   if (p2p) {
     MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(name));
-    MC_ASSIGN_OR_RETURN(text, HandshakeCall(hp.host, hp.port, HandshakeType::kMetadata,
+    MC_ASSIGN_OR_RETURN(text, HandshakeCall(hp.host, hp.port, name, HandshakeType::kMetadata,
                                             EncodeLocalDesc(), limits));
     host = hp.host;
   } else {
@@ -450,7 +454,7 @@ Status TransferEngine::Impl::SendNotifyTo(const std::string& segment_name,
   MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name));
   nlohmann::json j = {{"name", notify.name}, {"notify_msg", notify.notify_msg}};
   MC_ASSIGN_OR_RETURN(std::string reply,
-                      HandshakeCall(hp.host, hp.port, HandshakeType::kNotify,
+                      HandshakeCall(hp.host, hp.port, segment_name, HandshakeType::kNotify,
                                     j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                                     limits));
   auto r = ParseJsonBounded(reply, "notify reply");
@@ -462,7 +466,7 @@ Status TransferEngine::Impl::SendNotifyTo(const std::string& segment_name,
 
 Status TransferEngine::Impl::Probe(const std::string& segment_name) {
   MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name));
-  return HandshakeCall(hp.host, hp.port, HandshakeType::kProbe, "{}\n", limits).status();
+  return HandshakeCall(hp.host, hp.port, segment_name, HandshakeType::kProbe, "{}\n", limits).status();
 }
 
 }  // namespace mooncake

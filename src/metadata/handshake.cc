@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "common/auth.h"
@@ -81,14 +82,15 @@ Result<HandshakeFrame> ReadHandshakeFrame(int fd, size_t max_length, int timeout
   return DecodeHandshakeBody(body);
 }
 
-Result<std::string> HandshakeCall(const std::string& host, uint16_t port, HandshakeType type,
+Result<std::string> HandshakeCall(const std::string& host, uint16_t port,
+                                  const std::string& segment, HandshakeType type,
                                   std::string_view payload, const HandshakeLimits& limits) {
   std::string where = "handshake " + std::string(HandshakeTypeName(type)) + " to " +
                       HostPort{host, port, true}.ToString();
   auto fd = ConnectTcp(host, port, limits.connect_timeout_ms);
   if (!fd.ok()) return fd.status().WithContext(where);
   MC_RETURN_IF_ERROR(Authenticator(limits.auth_secret)
-                         .Answer(fd->get(), "handshake", limits.io_timeout_ms)
+                         .Answer(fd->get(), "handshake", segment, limits.io_timeout_ms)
                          .WithContext(where));
   std::string frame = EncodeHandshakeFrame(type, payload);
   MC_RETURN_IF_ERROR(
@@ -101,89 +103,51 @@ Result<std::string> HandshakeCall(const std::string& host, uint16_t port, Handsh
   return std::move(reply->payload);
 }
 
-HandshakeServer::HandshakeServer(HandshakeLimits limits, int threads)
-    : limits_(limits), num_threads_(threads < 1 ? 1 : threads) {}
+HandshakeServer::HandshakeServer(HandshakeLimits limits) : limits_(std::move(limits)) {}
 
 HandshakeServer::~HandshakeServer() { Stop(); }
 
-Status HandshakeServer::Start(UniqueFd listen_fd, Handler handler) {
-  if (::pipe2(wake_fd_, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
-  listen_fd_ = std::move(listen_fd);
+Status HandshakeServer::Start(UniqueFd listen_fd, Handler handler,
+                              std::vector<std::string> own_names) {
   handler_ = std::move(handler);
-  for (int i = 0; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
-  acceptor_ = std::thread([this] { AcceptLoop(); });
-  return Status::OK();
+  own_names_ = std::move(own_names);
+  ConnLimits cl;
+  cl.max_connections = limits_.max_connections;
+  cl.max_per_address = limits_.max_per_address;
+  cl.first_frame_timeout_ms = limits_.first_frame_timeout_ms;
+  server_ = std::make_unique<ConnServer>("handshake server", cl, [this](int fd) { Serve(fd); });
+  return server_->Start(std::move(listen_fd));
 }
 
 void HandshakeServer::Stop() {
-  {
-    std::lock_guard lock(mu_);  // a worker between its check and its wait sees the flag
-    if (stopping_.exchange(true)) return;
-  }
-  if (wake_fd_[1] >= 0) {
-    char c = 0;
-    (void)!::write(wake_fd_[1], &c, 1);
-  }
-  cv_.notify_all();
-  if (acceptor_.joinable()) acceptor_.join();
-  for (auto& t : workers_) t.join();
-  workers_.clear();
-  for (int fd : pending_) ::close(fd);
-  pending_.clear();
-  for (int& fd : wake_fd_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-  listen_fd_.Reset();
+  if (server_) server_->Stop();
 }
 
-void HandshakeServer::AcceptLoop() {
-  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
-  while (!stopping_.load()) {
-    int r = ::poll(fds, 2, -1);
-    if (r < 0 && errno == EINTR) continue;
-    if (fds[1].revents) break;
-    if (!(fds[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE) {
-        LOG(WARNING) << "handshake accept: out of file descriptors";
-        ::usleep(10000);
-      }
-      continue;
-    }
-    std::lock_guard lock(mu_);
-    pending_.push_back(fd);
-    cv_.notify_one();
-  }
-}
-
-void HandshakeServer::WorkerLoop() {
-  for (;;) {
-    int fd = -1;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_.load() || !pending_.empty(); });
-      if (stopping_.load()) return;
-      fd = pending_.front();
-      pending_.pop_front();
-    }
-    Serve(fd);
-    ::close(fd);
-  }
+ConnCounters HandshakeServer::counters() const {
+  return server_ ? server_->counters() : ConnCounters{};
 }
 
 void HandshakeServer::Serve(int fd) {
-  Status auth = Authenticator(limits_.auth_secret).Challenge(fd, "handshake", limits_.io_timeout_ms);
+  // Authentication and the first frame share one deadline; ConnServer closes the
+  // connection at that deadline too, should a read outlast it.
+  const auto start = std::chrono::steady_clock::now();
+  Status auth = Authenticator(limits_.auth_secret)
+                    .Challenge(fd, "handshake", own_names_, limits_.first_frame_timeout_ms);
   if (!auth.ok()) {
-    LOG(WARNING) << "handshake: refused a connection: " << auth.ToString();
+    // At most one line per 10 s: a flood of bad peers must not flood the log.
+    LOG_EVERY_T(WARNING, 10) << "handshake: refused a connection: " << auth.ToString();
     return;
   }
-  auto request = ReadHandshakeFrame(fd, limits_.max_length, limits_.io_timeout_ms);
+  int left = limits_.first_frame_timeout_ms -
+             static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count());
+  auto request = ReadHandshakeFrame(fd, limits_.max_length, left < 1 ? 1 : left);
   if (!request.ok()) {
     VLOG(1) << "handshake: dropping connection: " << request.status().ToString();
     return;
   }
+  ConnServer::MarkEstablished();
   auto reply = handler_(*request);
   if (!reply.ok()) {
     LOG(WARNING) << "handshake " << HandshakeTypeName(request->type)

@@ -5,19 +5,21 @@
 // Connection (answered in legacy framing); 0xfe and 0xff are rejected. One request per connection: the client writes its frame, reads the reply frame
 // (same type), and closes; the server replies, shuts down its write side and waits (bounded)
 // for the client's EOF.
+//
+// The server serves each connection on its own thread (common/conn_server.h) up to a cap, at
+// most `max_per_address` from one address; a connection must finish authentication and its
+// first frame within `first_frame_timeout_ms`, or it is closed (and when a cap is reached the
+// oldest such connection makes room), so idle or slow sockets cannot delay other peers.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
+#include "common/conn_server.h"
 #include "common/net.h"
 #include "mooncake/status.h"
 
@@ -54,46 +56,47 @@ struct HandshakeLimits {
   size_t max_length = 1 << 20;
   int connect_timeout_ms = 5000;
   int io_timeout_ms = 10000;
-  std::string auth_secret;  // non-empty: challenge/answer before any frame (common/auth.h)
+  std::string auth_secret;  // non-empty: mutual authentication before any frame (common/auth.h)
+  // Server: deadline for authentication plus the first complete frame, and the caps.
+  int first_frame_timeout_ms = 3000;
+  size_t max_connections = 512;
+  size_t max_per_address = 128;
 };
 
-// One request/reply exchange with the daemon at host:port. Returns the reply payload.
-// Unavailable when the peer cannot be reached; DataLoss for a malformed or mismatched reply.
-Result<std::string> HandshakeCall(const std::string& host, uint16_t port, HandshakeType type,
+// One request/reply exchange with the daemon at host:port, which must be the engine of
+// segment `segment` (checked by the authentication, when a secret is set). Returns the reply
+// payload. Unavailable when the peer cannot be reached; DataLoss for a malformed or
+// mismatched reply; PermissionDenied when authentication fails.
+Result<std::string> HandshakeCall(const std::string& host, uint16_t port,
+                                  const std::string& segment, HandshakeType type,
                                   std::string_view payload, const HandshakeLimits& limits);
 
-// The daemon. Handlers run on the server's worker threads and must be thread-safe.
+// The daemon. Handlers run on the server's connection threads and must be thread-safe.
 class HandshakeServer {
  public:
   // Returns the reply payload for a request, or an error (the connection is then closed
   // without a reply and the error logged).
   using Handler = std::function<Result<std::string>(const HandshakeFrame& request)>;
 
-  HandshakeServer(HandshakeLimits limits, int threads);
+  explicit HandshakeServer(HandshakeLimits limits);
   ~HandshakeServer();  // Stop()s
   HandshakeServer(const HandshakeServer&) = delete;
   HandshakeServer& operator=(const HandshakeServer&) = delete;
 
-  // Takes ownership of a listening socket and starts serving.
-  Status Start(UniqueFd listen_fd, Handler handler);
+  // Takes ownership of a listening socket and starts serving. `own_names`: the segment
+  // names an authenticating client may ask for (this engine's segment name).
+  Status Start(UniqueFd listen_fd, Handler handler, std::vector<std::string> own_names);
   void Stop();
+  // What the server refused or closed (tests).
+  ConnCounters counters() const;
 
  private:
-  void AcceptLoop();
-  void WorkerLoop();
   void Serve(int fd);
 
   HandshakeLimits limits_;
-  int num_threads_;
   Handler handler_;
-  UniqueFd listen_fd_;
-  int wake_fd_[2] = {-1, -1};  // self-pipe that stops the accept loop
-  std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<int> pending_;  // accepted sockets; GUARDED_BY(mu_)
+  std::vector<std::string> own_names_;
+  std::unique_ptr<ConnServer> server_;
 };
 
 }  // namespace mooncake

@@ -136,6 +136,7 @@ HandshakeLimits ShortLimits(int io_timeout_ms = 500) {
   l.max_length = 4096;
   l.connect_timeout_ms = 1000;
   l.io_timeout_ms = io_timeout_ms;
+  l.first_frame_timeout_ms = io_timeout_ms;
   return l;
 }
 
@@ -145,14 +146,14 @@ class HandshakeServerTest : public ::testing::Test {
     limits_ = limits;
     auto fd = ListenTcpInRange(24000, 24999, 128, &port_, "127.0.0.1");
     ASSERT_TRUE(fd.ok()) << fd.status().ToString();
-    server_ = std::make_unique<HandshakeServer>(limits, 4);
+    server_ = std::make_unique<HandshakeServer>(limits);
     Status s = server_->Start(std::move(fd).value(), [this](const HandshakeFrame& req)
                                                          -> Result<std::string> {
       ++requests_;
       if (req.payload == "fail") return Status::PermissionDenied("refused by the test");
       return std::string(HandshakeTypeName(req.type)) + (req.legacy ? "(legacy)" : "") + ":" +
              req.payload;
-    });
+    }, {"seg"});
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   void TearDown() override {
@@ -160,7 +161,7 @@ class HandshakeServerTest : public ::testing::Test {
   }
 
   Result<std::string> Call(HandshakeType type, const std::string& payload) {
-    return HandshakeCall("127.0.0.1", port_, type, payload, limits_);
+    return HandshakeCall("127.0.0.1", port_, "seg", type, payload, limits_);
   }
   UniqueFd RawConnect() {
     auto fd = ConnectTcp("127.0.0.1", port_, 1000);
@@ -321,7 +322,7 @@ TEST(HandshakeCallTest, ClosedPortIsUnavailable) {
     auto fd = ListenTcpInRange(25000, 25999, 1, &port, "127.0.0.1");
     ASSERT_TRUE(fd.ok());
   }
-  auto r = HandshakeCall("127.0.0.1", port, HandshakeType::kProbe, "{}", ShortLimits());
+  auto r = HandshakeCall("127.0.0.1", port, "seg", HandshakeType::kProbe, "{}", ShortLimits());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kUnavailable);
   EXPECT_NE(r.status().message().find("handshake Probe to 127.0.0.1:" + std::to_string(port)),
@@ -352,14 +353,14 @@ struct FakeServer {
 
 TEST(HandshakeCallTest, ReplyOfOtherTypeIsDataLoss) {
   FakeServer fake(EncodeHandshakeFrame(HandshakeType::kProbe, "{}"), 2000);
-  auto r = HandshakeCall("127.0.0.1", fake.port, HandshakeType::kMetadata, "{}", ShortLimits());
+  auto r = HandshakeCall("127.0.0.1", fake.port, "seg", HandshakeType::kMetadata, "{}", ShortLimits());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kDataLoss) << r.status().ToString();
 }
 
 TEST(HandshakeCallTest, OversizedReplyIsDataLoss) {
   FakeServer fake(LengthPrefix(1 << 30), 2000);
-  auto r = HandshakeCall("127.0.0.1", fake.port, HandshakeType::kMetadata, "{}", ShortLimits());
+  auto r = HandshakeCall("127.0.0.1", fake.port, "seg", HandshakeType::kMetadata, "{}", ShortLimits());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kDataLoss) << r.status().ToString();
 }
@@ -367,7 +368,7 @@ TEST(HandshakeCallTest, OversizedReplyIsDataLoss) {
 TEST(HandshakeCallTest, SilentServerTimesOut) {
   FakeServer fake("", 3000);
   auto t0 = Clock::now();
-  auto r = HandshakeCall("127.0.0.1", fake.port, HandshakeType::kProbe, "{}", ShortLimits(300));
+  auto r = HandshakeCall("127.0.0.1", fake.port, "seg", HandshakeType::kProbe, "{}", ShortLimits(300));
   int64_t ms = MsSince(t0);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kDeadlineExceeded) << r.status().ToString();

@@ -2,7 +2,9 @@
 // metadata protocol, a drop-in for upstream's `mooncake_http_metadata_server` (Python).
 //
 //   mooncake_http_metadata_server [--port 8080] [--host 0.0.0.0] [--max_body_bytes N]
-//                                 [--max_total_bytes N] [--log-level INFO|DEBUG|...]
+//                                 [--max_total_bytes N] [--max_connections 256]
+//                                 [--max_per_address 32] [--head_timeout_ms 3000]
+//                                 [--log-level INFO|DEBUG|...]
 //
 // Route /metadata, with the key in the query (?key=...; surrounding whitespace is dropped):
 //   GET     200 + the value | 404 "metadata not found"
@@ -13,9 +15,14 @@
 //           later servers, a re-PUT of the identical value is accepted (200 "metadata unchanged").
 //   DELETE  200 "metadata deleted" | 404 "metadata not found"
 //   other methods 405; no or empty key 400 "metadata key is required"; other paths 404.
-// Bounds: a body over --max_body_bytes (16 MiB) is 413; a PUT that would take the stored
-// keys and values over --max_total_bytes (1 GiB) is 507; URIs and headers are bounded by
-// cpp-httplib (8 KiB); idle connections time out after 5 s.
+// Bounds: a body over --max_body_bytes (16 MiB) is 413, whatever its Content-Type (form-
+// encoded bodies too: cpp-httplib's own 8 KiB form limit does not apply); a PUT that would
+// take the stored keys and values over --max_total_bytes (1 GiB) is 507; URIs and headers
+// are bounded by cpp-httplib (8 KiB). Connections (guarded_server.h): a thread each, up to
+// --max_connections, at most --max_per_address from one IP; a request head must arrive
+// within --head_timeout_ms, no read of a body may wait over 5 s, idle keep-alive connections
+// close after 5 s. A port in use is refused (no SO_REUSEPORT), so two servers never split
+// the keys between them.
 // Prints one line when listening: "mooncake_http_metadata_server listening on <host>:<port>"
 // (with --port 0 the port is the one the kernel chose). SIGINT/SIGTERM stop it cleanly (exit 0).
 #include <httplib.h>
@@ -33,6 +40,8 @@
 #include <string>
 #include <thread>
 
+#include "guarded_server.h"
+
 namespace {
 
 struct Flags {
@@ -40,12 +49,14 @@ struct Flags {
   std::string host = "0.0.0.0";
   size_t max_body_bytes = 16u << 20;
   size_t max_total_bytes = size_t(1) << 30;
+  mooncake::http::GuardLimits guard;
   bool debug = false;
 };
 
 const char kUsage[] =
     "usage: mooncake_http_metadata_server [--port 8080] [--host 0.0.0.0]\n"
     "         [--max_body_bytes 16777216] [--max_total_bytes 1073741824]\n"
+    "         [--max_connections 256] [--max_per_address 32] [--head_timeout_ms 3000]\n"
     "         [--log-level DEBUG|INFO|WARNING|ERROR|CRITICAL]\n";
 
 bool ParseSize(const std::string& s, long long lo, long long hi, long long* out) {
@@ -86,6 +97,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->max_body_bytes = size_t(n);
     } else if (name == "max_total_bytes" && ParseSize(value, 1, 1LL << 50, &n)) {
       f->max_total_bytes = size_t(n);
+    } else if (name == "max_connections" && ParseSize(value, 1, 65536, &n)) {
+      f->guard.max_connections = size_t(n);
+    } else if (name == "max_per_address" && ParseSize(value, 1, 65536, &n)) {
+      f->guard.max_per_address = size_t(n);
+    } else if (name == "head_timeout_ms" && ParseSize(value, 10, 600000, &n)) {
+      f->guard.head_timeout_ms = int(n);
     } else if (name == "log_level") {
       f->debug = value == "DEBUG" || value == "debug";
     } else {
@@ -171,11 +188,8 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   MetadataTable table(flags.max_total_bytes);
-  httplib::Server server;
+  mooncake::http::GuardedServer server(flags.guard);
   server.set_payload_max_length(flags.max_body_bytes);
-  server.set_read_timeout(5, 0);
-  server.set_write_timeout(5, 0);
-  server.set_keep_alive_timeout(5);
   server.set_tcp_nodelay(true);  // small replies: no Nagle / delayed-ACK stalls
 
   // Wraps a handler with the key check and optional request logging.
@@ -195,10 +209,27 @@ int main(int argc, char** argv) {
   };
   server.Get("/metadata", with_key([&](const std::string& key, const httplib::Request&,
                                        httplib::Response& res) { table.Get(key, res); }));
-  server.Put("/metadata", with_key([&](const std::string& key, const httplib::Request& req,
-                                       httplib::Response& res) {
-               table.Put(key, req.body, res);
-             }));
+  // PUT reads its body through a content reader: cpp-httplib's plain handlers refuse
+  // form-encoded bodies over 8 KiB (a limit compiled into the library), whatever
+  // set_payload_max_length says; the reader has only the payload limit (413 past it).
+  server.Put("/metadata", [&](const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) {
+    if (req.is_multipart_form_data()) {
+      res.set_header("Connection", "close");
+      return MetadataTable::Reply(res, 415, "multipart bodies are not supported; send the value "
+                                            "as the raw body");
+    }
+    std::string body;
+    if (!reader([&](const char* data, size_t n) {
+          body.append(data, n);
+          return true;
+        })) {
+      return;  // cut short or over the limit: cpp-httplib answers (413) or drops it
+    }
+    with_key([&](const std::string& key, const httplib::Request&, httplib::Response& r) {
+      table.Put(key, body, r);
+    })(req, res);
+  });
   server.Delete("/metadata", with_key([&](const std::string& key, const httplib::Request&,
                                           httplib::Response& res) { table.Delete(key, res); }));
   auto not_allowed = [](const httplib::Request&, httplib::Response& res) {
@@ -214,8 +245,11 @@ int main(int argc, char** argv) {
     port = -1;
   }
   if (port <= 0) {
-    std::fprintf(stderr, "mooncake_http_metadata_server: cannot listen on %s:%d: %s\n",
-                 flags.host.c_str(), flags.port, std::strerror(errno));
+    int err = errno;
+    std::fprintf(stderr, "mooncake_http_metadata_server: cannot listen on %s:%d: %s%s\n",
+                 flags.host.c_str(), flags.port, std::strerror(err),
+                 err == EADDRINUSE ? " (another server holds the port; choose another with --port)"
+                                   : "");
     return 1;
   }
   std::printf("mooncake_http_metadata_server listening on %s:%d\n", flags.host.c_str(), port);

@@ -42,9 +42,11 @@ bool CopyRun(pid_t pid, uint32_t op, const std::vector<const Item*>& run) {
 
 }  // namespace
 
-ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry)
+ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry,
+                     std::string segment_name)
     : options_(options),
       registry_(registry),
+      segment_name_(std::move(segment_name)),
       server_("ShmServer", kMaxConnections, [this](int fd) { Serve(fd); }) {
   limits_.max_map_per_conn = options.shm_max_map_per_conn;
   limits_.max_map_total = options.shm_max_map_total;
@@ -86,7 +88,7 @@ void ShmServer::Serve(int fd) {
   socklen_t clen = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return;
   const pid_t pid = cred.pid;
-  Status auth = Authenticator(options_.auth_secret).Challenge(fd, "shm", timeout);
+  Status auth = Authenticator(options_.auth_secret).Challenge(fd, "shm", {segment_name_}, timeout);
   if (!auth.ok()) {
     LOG(WARNING) << "ShmServer: refused a connection from pid " << pid << ": " << auth.ToString();
     return;

@@ -14,8 +14,10 @@
 namespace mooncake::shm {
 
 ShmStream::ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
-                     std::function<void()> on_failure, Hold hold, Fence fence)
+                     std::function<void()> on_failure, Hold hold, Fence fence,
+                     std::string segment)
     : path_(std::move(path)),
+      segment_(std::move(segment)),
       options_(options),
       on_failure_(std::move(on_failure)),
       hold_(std::move(hold)),
@@ -65,7 +67,7 @@ Status ShmStream::Connect() {
   // Bounded by the request's own deadline too: a stopped target's kernel still accepts the
   // connection, and its hello must not hold the request past the slice timeout.
   const int timeout = std::min(options_.tcp_connect_timeout_ms, options_.slice_timeout_ms);
-  auto fd = ConnectAndHello(path_, timeout, options_.auth_secret);
+  auto fd = ConnectAndHello(path_, timeout, options_.auth_secret, segment_);
   if (!fd.ok()) return fd.status();
   fd_.store(fd->Release());
   announced_version_ = UINT64_MAX;  // a new connection knows nothing yet

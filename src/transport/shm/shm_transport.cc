@@ -23,7 +23,7 @@
 namespace mooncake::shm {
 
 Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
-                                 const std::string& auth_secret) {
+                                 const std::string& auth_secret, const std::string& segment) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus("unix socket", errno);
   sockaddr_un addr{};
@@ -34,7 +34,7 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     return ErrnoStatus("connect @" + path, errno);
   }
-  MC_RETURN_IF_ERROR(Authenticator(auth_secret).Answer(fd.get(), "shm", timeout_ms));
+  MC_RETURN_IF_ERROR(Authenticator(auth_secret).Answer(fd.get(), "shm", segment, timeout_ms));
   // The target proves it may access our memory by reading this word.
   // It reads the nonce it sends us back from here, through our pid (shm_wire.h): that binds
   // the connection to this process. Zero until then (a v1 target then accepts at once,
@@ -157,7 +157,7 @@ Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   host_id_ = LocalHostId(options_);
   reaper_wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (reaper_wake_ < 0) return ErrnoStatus("eventfd", errno);
-  server_ = std::make_unique<ShmServer>(options_, ctx.registry);
+  server_ = std::make_unique<ShmServer>(options_, ctx.registry, local_desc->name);
   std::string path;
   MC_RETURN_IF_ERROR(server_->Start(&path));
   local_desc->mc_host_id = host_id_;
@@ -206,7 +206,8 @@ bool ShmTransport::CanReach(const SegmentDesc& peer) {
     auto it = reachable_.find(peer.mc_shm_path);
     if (it != reachable_.end()) return it->second;
   }
-  auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms, options_.auth_secret);
+  auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms, options_.auth_secret,
+                            peer.lookup_name.empty() ? peer.name : peer.lookup_name);
   if (!fd.ok()) {
     LOG(WARNING) << "same-host transport to " << peer.name << " unavailable ("
                  << fd.status().ToString() << "); using TCP";
@@ -243,7 +244,8 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
             [this, path](int fd, std::vector<MemoryRegion*> pins) {
               Hold(path, fd, std::move(pins));
             },
-            [this, path](int timeout_ms) { return WaitForZombies(path, timeout_ms); }));
+            [this, path](int timeout_ms) { return WaitForZombies(path, timeout_ms); },
+            desc->lookup_name.empty() ? desc->name : desc->lookup_name));
       }
     }
     peer = slot;

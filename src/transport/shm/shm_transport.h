@@ -32,7 +32,8 @@ using mooncake::LocalHostId;  // common/host_id.h
 // The target side: accepts connections and serves copy requests.
 class ShmServer {
  public:
-  ShmServer(const EngineOptions& options, MemoryRegistry* registry);
+  // `segment_name`: this engine's segment name, which authenticating clients must ask for.
+  ShmServer(const EngineOptions& options, MemoryRegistry* registry, std::string segment_name = {});
   ~ShmServer();
   // Listens on an abstract unix socket; *path receives its name (without the leading NUL).
   Status Start(std::string* path);
@@ -50,6 +51,7 @@ class ShmServer {
 
   const EngineOptions options_;
   MemoryRegistry* const registry_;
+  const std::string segment_name_;
   ShmLimits limits_;
   ConnServer server_;
 };
@@ -67,8 +69,9 @@ class ShmStream {
   // request), DeadlineExceeded after timeout_ms.
   using Hold = std::function<void(int fd, std::vector<MemoryRegion*> pins)>;
   using Fence = std::function<Status(int timeout_ms)>;
+  // `segment`: the segment name the connection is meant to reach (checked by authentication).
   ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
-            std::function<void()> on_failure, Hold hold, Fence fence);
+            std::function<void()> on_failure, Hold hold, Fence fence, std::string segment = {});
   ~ShmStream();
   void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
@@ -85,6 +88,7 @@ class ShmStream {
   void Fail(std::vector<Slice>& slices, TransferStatusEnum result, const std::string& why);
 
   const std::string path_;
+  const std::string segment_;
   const EngineOptions options_;
   const std::function<void()> on_failure_;
   const Hold hold_;
@@ -102,8 +106,9 @@ class ShmStream {
 };
 
 // Connects, says hello and returns the socket; Unavailable/PermissionDenied with the reason.
+// `segment`: the segment name the caller means to reach (checked by authentication).
 Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
-                                 const std::string& auth_secret);
+                                 const std::string& auth_secret, const std::string& segment = {});
 
 class ShmTransport : public Transport {
  public:

@@ -427,11 +427,15 @@ class Session {
 
 }  // namespace
 
-TcpServer::TcpServer(const EngineOptions& options, MemoryRegistry* registry)
+TcpServer::TcpServer(const EngineOptions& options, MemoryRegistry* registry,
+                     std::string segment_name)
     : options_(options),
       registry_(registry),
-      server_("TcpServer", kMaxConnections, [this](int fd) { ServeConnection(fd); },
-              [](int fd) { SetNoDelay(fd); }) {}
+      segment_name_(std::move(segment_name)),
+      server_("TcpServer",
+              ConnLimits{options.data_max_connections, options.data_max_per_address,
+                         options.first_frame_timeout_ms},
+              [this](int fd) { ServeConnection(fd); }, [](int fd) { SetNoDelay(fd); }) {}
 
 TcpServer::~TcpServer() { Stop(); }
 
@@ -440,13 +444,17 @@ Status TcpServer::Start(UniqueFd listen_fd) { return server_.Start(std::move(lis
 void TcpServer::Stop() { server_.Stop(); }
 
 void TcpServer::ServeConnection(int fd) {
-  Status auth =
-      Authenticator(options_.auth_secret).Challenge(fd, "tcp-data", options_.handshake_io_timeout_ms);
-  if (auth.ok()) {
-    Session(fd, registry_, &fences_, options_.slice_timeout_ms).Run();
-  } else {
-    LOG(WARNING) << "TcpServer: refused a connection: " << auth.ToString();
+  Status auth = Authenticator(options_.auth_secret)
+                    .Challenge(fd, "tcp-data", {segment_name_}, options_.first_frame_timeout_ms);
+  if (!auth.ok()) {
+    LOG_EVERY_T(WARNING, 10) << "TcpServer: refused a connection: " << auth.ToString();
+    return;
   }
+  // A connection counts as established at its first complete request header (initiators
+  // connect when they have a request); until then ConnServer's deadline and eviction apply.
+  if (!ConnServer::WaitForBytes(fd, kHeaderSize, options_.first_frame_timeout_ms)) return;
+  ConnServer::MarkEstablished();
+  Session(fd, registry_, &fences_, options_.slice_timeout_ms).Run();
 }
 
 }  // namespace mooncake::tcp

@@ -13,7 +13,9 @@ namespace mooncake::tcp {
 
 class TcpServer {
  public:
-  TcpServer(const EngineOptions& options, MemoryRegistry* registry);
+  // `segment_name`: this engine's segment name, which authenticating clients must ask for.
+  TcpServer(const EngineOptions& options, MemoryRegistry* registry,
+            std::string segment_name = {});
   ~TcpServer();
   TcpServer(const TcpServer&) = delete;
   TcpServer& operator=(const TcpServer&) = delete;
@@ -34,6 +36,7 @@ class TcpServer {
 
   const EngineOptions options_;
   MemoryRegistry* const registry_;
+  const std::string segment_name_;
   FenceTable fences_;  // before server_: connections unregister from it as they end
   ConnServer server_;
 };

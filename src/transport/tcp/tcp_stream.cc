@@ -23,12 +23,14 @@ constexpr uint64_t kMaxSendBytes = 16 << 20;
 }  // namespace
 
 TcpStream::TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
-                     std::function<void()> on_failure, std::shared_ptr<PeerFence> fence)
+                     std::function<void()> on_failure, std::string segment,
+                     std::shared_ptr<PeerFence> fence)
     : host_(std::move(host)),
       port_(port),
       v2_(v2),
       options_(options),
       where_(HostPort{host_, port_, true}.ToString()),
+      segment_(std::move(segment)),
       on_failure_(std::move(on_failure)),
       fence_(std::move(fence)),
       rx_(kRxBufferSize) {
@@ -101,7 +103,7 @@ Status TcpStream::Connect() {
   auto fd = ConnectTcp(host_, port_, options_.tcp_connect_timeout_ms);
   if (!fd.ok()) return fd.status();
   MC_RETURN_IF_ERROR(Authenticator(options_.auth_secret)
-                         .Answer(fd->get(), "tcp-data", options_.handshake_io_timeout_ms)
+                         .Answer(fd->get(), "tcp-data", segment_, options_.handshake_io_timeout_ms)
                          .WithContext(where_));
   if (fence_) {
     // HELLO first, carrying the current fence: nothing sent on this connection is applied

@@ -38,10 +38,12 @@ namespace mooncake::tcp {
 class TcpStream {
  public:
   // `on_failure` (may be empty) is called after a connect failure or a broken connection
-  // that failed outstanding slices.
-  // `fence` (may be null: the peer does not fence) is shared by the peer's streams.
+  // that failed outstanding slices. `segment`: the segment name the connection is meant to
+  // reach (the authentication checks it, common/auth.h). `fence` (may be null: the peer
+  // does not fence) is shared by the peer's streams.
   TcpStream(std::string host, uint16_t port, bool v2, const EngineOptions& options,
-            std::function<void()> on_failure = {}, std::shared_ptr<PeerFence> fence = {});
+            std::function<void()> on_failure = {}, std::string segment = {},
+            std::shared_ptr<PeerFence> fence = {});
   ~TcpStream();  // Stop()s
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
@@ -85,6 +87,7 @@ class TcpStream {
   const bool v2_;
   const EngineOptions options_;
   const std::string where_;  // "host:port" for messages
+  const std::string segment_;
   const std::function<void()> on_failure_;
   const std::shared_ptr<PeerFence> fence_;
 

@@ -20,7 +20,7 @@ Status TcpTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   uint16_t port = 0;
   MC_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcpInRange(options_.min_rpc_port, options_.max_rpc_port,
                                                      1024, &port, options_.tcp_bind_address));
-  server_ = std::make_unique<TcpServer>(options_, ctx.registry);
+  server_ = std::make_unique<TcpServer>(options_, ctx.registry, local_desc->name);
   MC_RETURN_IF_ERROR(server_->Start(std::move(fd)));
   data_port_ = port;
   local_desc->tcp_data_port = port;
@@ -53,7 +53,8 @@ bool TcpTransport::CanReach(const SegmentDesc& peer) {
 }
 
 std::string TcpTransport::PeerKey(const SegmentDesc& peer) {
-  return peer.host + ":" + std::to_string(peer.tcp_data_port) + "/v" +
+  return (peer.lookup_name.empty() ? peer.name : peer.lookup_name) + "@" + peer.host + ":" +
+         std::to_string(peer.tcp_data_port) + "/v" +
          std::to_string(peer.tcp_proto_version >= 2 ? 2 : 1);
 }
 
@@ -83,8 +84,10 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
         std::string name = desc.name;
         on_failure = [cb = on_peer_failure_, name] { cb(name); };
       }
-      peer->streams.push_back(std::make_unique<TcpStream>(desc.host, desc.tcp_data_port, v2,
-                                                          options_, on_failure, fence));
+      // Authenticated for the name the caller opened, not the one the descriptor claims.
+      peer->streams.push_back(std::make_unique<TcpStream>(
+          desc.host, desc.tcp_data_port, v2, options_, on_failure,
+          desc.lookup_name.empty() ? desc.name : desc.lookup_name, fence));
     }
     slot = std::move(peer);
   }
