@@ -47,7 +47,12 @@ ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry,
     : options_(options),
       registry_(registry),
       segment_name_(std::move(segment_name)),
-      server_("ShmServer", kMaxConnections, [this](int fd) { Serve(fd); }) {
+      // Idle or slow sockets cannot lock peers out: a connection must finish its hello
+      // within the first-frame deadline, and one user (uid) holds at most a quarter of the
+      // slots (ConnServer's admission policy).
+      server_("ShmServer",
+              ConnLimits{kMaxConnections, kMaxConnections / 4, options.first_frame_timeout_ms},
+              [this](int fd) { Serve(fd); }) {
   limits_.max_map_per_conn = options.shm_max_map_per_conn;
   limits_.max_map_total = options.shm_max_map_total;
 }
@@ -123,6 +128,7 @@ void ShmServer::Serve(int fd) {
     }
     return;
   }
+  ConnServer::MarkEstablished();
 
   std::vector<Item> items;
   std::vector<uint32_t> statuses;
