@@ -12,7 +12,15 @@
 //   writes -> PutEnd (COMPLETE, visible) or PutRevoke (freed). A PutStart older than
 //   put_start_discard_timeout without PutEnd is discarded by Tick().
 // - GetReplicaList grants a lease of default_kv_lease_ttl: until it expires the object cannot
-//   be removed (OBJECT_HAS_LEASE) or evicted.
+//   be removed (OBJECT_HAS_LEASE) or evicted, and its space is not reused: a forced removal
+//   (or any other) of a leased object hides it at once but frees its space only once the
+//   lease has lapsed (the graveyard, emptied by Tick and PutStart).
+// - A segment mounted again (MountSegmentRequest.remount, or a segment name unmounted less
+//   than one lease TTL ago) takes no new objects for one lease TTL, so that no reader holding
+//   an address in it from before (a lease of a previous master, or of the dropped segment)
+//   can see new bytes there.
+// - Requests are bounded (store/limits.h): keys, names, batch sizes, replica counts, regex
+//   patterns; RemoveByRegex / RemoveAll hold the lock for kRemoveChunk keys at a time.
 // - Eviction, approximately LRU by last access, when an allocation fails or the allocated share
 //   passes eviction_high_watermark_ratio: frees complete, unleased, unpinned objects until
 //   usage is eviction_ratio below the watermark (and the allocation fits); soft-pinned objects
@@ -56,6 +64,7 @@ struct MasterCounters {
   uint64_t get_replica_list = 0, get_miss = 0, exist_key = 0, remove = 0;
   uint64_t evicted_objects = 0, evicted_bytes = 0, eviction_runs = 0;
   uint64_t expired_clients = 0, discarded_puts = 0, mounts = 0, unmounts = 0;
+  uint64_t deferred_frees = 0, refused_requests = 0;
 };
 
 class MasterService {
@@ -92,16 +101,27 @@ class MasterService {
   struct Segment;
   struct Object;
   struct Client;
+  // Space of an object removed while leased: freed once free_at has passed.
+  struct Grave {
+    uint64_t segment_id;
+    uint64_t offset;
+    uint64_t size;
+    Clock::time_point free_at;
+  };
 
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
-  using ObjectMap = std::unordered_map<std::string, Object>;
+  // Ordered, so that RemoveWhere can resume after the last key it saw once it retook the lock.
+  using ObjectMap = std::map<std::string, Object>;
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
   // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
   ErrorCode FindInFlightLocked(const std::string& key, const std::string& client,
                                ObjectMap::iterator* it);
+  // Frees the replicas' space, or (while the object is leased) moves it to the graveyard.
   void FreeObjectLocked(const Object& obj);
+  void ReapGraveyardLocked(Clock::time_point now);
+  uint64_t GraveyardBytesLocked() const;
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
   rpc::CountResponse RemoveWhere(bool force, const std::function<bool(const std::string&)>& match);
   // Evicts until `needed` more bytes would keep usage at (watermark - ratio); returns bytes freed.
@@ -123,6 +143,10 @@ class MasterService {
   std::unordered_map<std::string, Client> clients_;
   ObjectMap objects_;
   std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
+  std::vector<Grave> graveyard_;
+  // Segment names unmounted lately -> until when a segment mounted under that name again
+  // takes no new objects (the unmount time plus one lease TTL).
+  std::unordered_map<std::string, Clock::time_point> dropped_names_;
   MasterCounters counters_;
 };
 

@@ -19,6 +19,7 @@
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
 #include "store/error_code.h"
+#include "store/limits.h"
 #include "store/offset_allocator.h"
 
 namespace mooncake {
@@ -71,15 +72,25 @@ class StoreClient::Impl {
   std::vector<int> PutMany(const std::vector<std::string>& keys,
                            const std::vector<std::vector<Span>>& parts,
                            const ReplicateConfig& config);
+  // Splits at kMaxBatchItems; a read that ended after its lease (GetRound's `lapsed`) is
+  // tried once more, then reported as LEASE_EXPIRED.
   std::vector<int64_t> GetMany(const std::vector<std::string>& keys,
                                const StoreClient::PartsFor& parts_for);
+  // One GetReplicaList and the reads. lapsed[i] = 1 where key i's read ended later than its
+  // lease allows (the bytes may be another object's: the master may have reused the space).
+  std::vector<int64_t> GetRound(const std::vector<std::string>& keys,
+                                const StoreClient::PartsFor& parts_for, std::vector<char>* lapsed);
+  std::vector<int> PutRound(const std::vector<std::string>& keys,
+                            const std::vector<std::vector<Span>>& parts,
+                            const ReplicateConfig& config);
 
   StoreClientOptions opt;
   const std::string client_id;
   std::shared_ptr<TransferEngine> engine;
   std::string seg_name;
   void* segment = nullptr;
-  void* local_buf = nullptr;
+  void* local_buf = nullptr;  // staging: registered local only (never in the descriptor)
+  bool mounted_once = false;  // later mounts are remounts (MountSegmentRequest.remount)
   std::unique_ptr<rpc::MasterService::Stub> stub;
 
   std::mutex staging_mu;

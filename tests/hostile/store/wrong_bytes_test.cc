@@ -53,7 +53,7 @@ std::vector<char> ValueOf(const std::string& name, size_t n) {
 }
 
 struct Counts {
-  std::atomic<uint64_t> gets{0}, hits{0}, misses{0}, wrong{0}, errors{0}, puts{0};
+  std::atomic<uint64_t> gets{0}, hits{0}, misses{0}, wrong{0}, errors{0}, puts{0}, lapsed{0};
 };
 
 // One thread of a worker: random puts, gets and force removes over the shared key space.
@@ -89,8 +89,11 @@ void WorkerLoop(StoreClient* c, int seed, double seconds, bool bulk_removes, Cou
         ++n->wrong;  // a size another key has
         std::fprintf(stderr, "WRONG SIZE for %s: %lld\n", key.c_str(),
                      static_cast<long long>(got));
+      } else if (got == ToInt(ErrorCode::REPLICA_IS_NOT_READY)) {
+        ++n->misses;  // being written
       } else {
         ++n->errors;  // a failed read (e.g. LEASE_EXPIRED) is allowed, wrong bytes are not
+        if (got == ToInt(ErrorCode::LEASE_EXPIRED)) ++n->lapsed;
       }
     } else if (op < 19 || !bulk_removes) {
       (void)c->Remove(key, /*force=*/true);
@@ -102,12 +105,13 @@ void WorkerLoop(StoreClient* c, int seed, double seconds, bool bulk_removes, Cou
   }
 }
 
-// --store-worker <rpc_port> <seed> <seconds> <bulk_removes>: prints one RESULT line.
-int WorkerMain(int rpc_port, int seed, double seconds, bool bulk) {
+// --store-worker <rpc_port> <seed> <seconds> <bulk_removes> <segment bytes>: prints one RESULT
+// line.
+int WorkerMain(int rpc_port, int seed, double seconds, bool bulk, uint64_t segment) {
   StoreClientOptions o;
   o.master_server_addr = "127.0.0.1:" + std::to_string(rpc_port);
   o.local_hostname = "127.0.0.1";
-  o.global_segment_size = 4 * MiB;
+  o.global_segment_size = segment;
   o.local_buffer_size = 4 * MiB;
   o.heartbeat_interval = milliseconds(200);
   int code = 0;
@@ -123,6 +127,9 @@ int WorkerMain(int rpc_port, int seed, double seconds, bool bulk) {
     threads.emplace_back([&, t] { WorkerLoop(c.get(), seed * 10 + t, seconds, bulk, &n); });
   }
   for (auto& t : threads) t.join();
+  std::fprintf(stderr, "worker %d: %llu of %llu failed reads were LEASE_EXPIRED\n", seed,
+               static_cast<unsigned long long>(n.lapsed.load()),
+               static_cast<unsigned long long>(n.errors.load()));
   std::printf("RESULT %llu %llu %llu %llu %llu %llu\n",
               static_cast<unsigned long long>(n.gets.load()),
               static_cast<unsigned long long>(n.hits.load()),
@@ -140,18 +147,19 @@ struct Worker {
   int out = -1;
 };
 
-Worker StartWorker(int rpc_port, int seed, double seconds, bool bulk) {
+Worker StartWorker(int rpc_port, int seed, double seconds, bool bulk, uint64_t segment) {
   int p[2];
   if (::pipe(p) != 0) return {};
   const std::string port = std::to_string(rpc_port), s = std::to_string(seed),
-                    secs = std::to_string(seconds), b = bulk ? "1" : "0";
+                    secs = std::to_string(seconds), b = bulk ? "1" : "0",
+                    seg = std::to_string(segment);
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(p[1], 1);
     ::close(p[0]);
     ::close(p[1]);
     const char* argv[] = {"/proc/self/exe", "--store-worker", port.c_str(), s.c_str(),
-                          secs.c_str(),     b.c_str(),        nullptr};
+                          secs.c_str(),     b.c_str(),        seg.c_str(), nullptr};
     ::execv(argv[0], const_cast<char* const*>(argv));
     _exit(127);
   }
@@ -184,7 +192,7 @@ double Seconds() {
   return s ? std::atof(s) : 8.0;
 }
 
-void RunAttack(const std::vector<std::string>& master_flags, bool bulk) {
+void RunAttack(const std::vector<std::string>& master_flags, bool bulk, uint64_t segment) {
   const int rpc_port = FreePort();
   std::vector<std::string> flags = {"--rpc_address=127.0.0.1",
                                     "--rpc_port=" + std::to_string(rpc_port),
@@ -193,7 +201,7 @@ void RunAttack(const std::vector<std::string>& master_flags, bool bulk) {
   MasterProcess master(flags);
   ASSERT_TRUE(master.WaitReady(seconds(20))) << master.Log();
   std::vector<Worker> workers;
-  for (int w = 0; w < 3; ++w) workers.push_back(StartWorker(rpc_port, w + 1, Seconds(), bulk));
+  for (int w = 0; w < 3; ++w) workers.push_back(StartWorker(rpc_port, w + 1, Seconds(), bulk, segment));
   uint64_t sum[6] = {0};
   int collected = 0;
   for (auto& w : workers) collected += Collect(w, sum) ? 1 : 0;
@@ -207,14 +215,16 @@ void RunAttack(const std::vector<std::string>& master_flags, bool bulk) {
   EXPECT_GT(sum[1], 100u) << "too few hits for the attack to mean anything";
 }
 
-// The default 10 s lease: force removes free nothing a reader may still be reading.
-TEST(StoreWrongBytes, ForceRemoveWhileOthersGetAndPut) { RunAttack({}, false); }
+// The default 10 s lease: force removes free nothing a reader may still be reading. The
+// pool (3 x 16 MiB) holds the key space (64 x 256 KiB) with room for the space of forced
+// removals waiting out their leases.
+TEST(StoreWrongBytes, ForceRemoveWhileOthersGetAndPut) { RunAttack({}, false, 16 * MiB); }
 
 // A 50 ms lease, eviction pressure (64 keys of 256 KiB in 12 MiB), force removes,
 // remove_by_regex(force) and remove_all(force): a reader slower than its lease fails instead
 // of returning bytes read after the space could be reused.
 TEST(StoreWrongBytes, ShortLeaseEvictionAndBulkForceRemoves) {
-  RunAttack({"--default_kv_lease_ttl=50"}, true);
+  RunAttack({"--default_kv_lease_ttl=50"}, true, 4 * MiB);
 }
 
 }  // namespace
@@ -222,9 +232,10 @@ TEST(StoreWrongBytes, ShortLeaseEvictionAndBulkForceRemoves) {
 }  // namespace mooncake
 
 int main(int argc, char** argv) {
-  if (argc == 6 && std::string(argv[1]) == "--store-worker") {
+  if (argc == 7 && std::string(argv[1]) == "--store-worker") {
     return mooncake::store::WorkerMain(std::atoi(argv[2]), std::atoi(argv[3]),
-                                       std::atof(argv[4]), std::string(argv[5]) == "1");
+                                       std::atof(argv[4]), std::string(argv[5]) == "1",
+                                       std::strtoull(argv[6], nullptr, 10));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

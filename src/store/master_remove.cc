@@ -1,0 +1,136 @@
+// MasterService: removal (Remove, RemoveByRegex, RemoveAll) and the freeing of space, which
+// waits in the graveyard while a reader's lease on the object lasts.
+#include <glog/logging.h>
+#include <re2/re2.h>
+
+#include <algorithm>
+
+#include "store/limits.h"
+#include "store/master_service.h"
+#include "store/master_service_internal.h"
+
+namespace mooncake {
+namespace store {
+
+void MasterService::FreeObjectLocked(const Object& obj) {
+  const auto now = now_();
+  const bool leased = obj.lease_until > now;
+  for (const auto& p : obj.replicas) {
+    auto seg = segments_.find(p.segment_id);
+    if (seg == segments_.end()) continue;
+    if (leased) {
+      // A reader may be copying these bytes now: the space is reused only after its lease.
+      graveyard_.push_back({p.segment_id, p.offset, obj.size, obj.lease_until});
+      ++counters_.deferred_frees;
+    } else {
+      seg->second->alloc.Free(p.offset);
+    }
+  }
+}
+
+void MasterService::ReapGraveyardLocked(Clock::time_point now) {
+  auto keep = std::partition(graveyard_.begin(), graveyard_.end(),
+                             [&](const Grave& g) { return g.free_at > now; });
+  for (auto it = keep; it != graveyard_.end(); ++it) {
+    auto seg = segments_.find(it->segment_id);
+    if (seg != segments_.end()) seg->second->alloc.Free(it->offset);
+  }
+  graveyard_.erase(keep, graveyard_.end());
+}
+
+uint64_t MasterService::GraveyardBytesLocked() const {
+  uint64_t n = 0;
+  for (const Grave& g : graveyard_) n += g.size;
+  return n;
+}
+
+rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
+  rpc::CodesResponse resp;
+  const std::string batch = BatchProblem("Remove", req.keys_size());
+  if (!batch.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(batch);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.refused_requests;
+    return resp;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& key : req.keys()) {
+    ++counters_.remove;
+    if (!KeyProblem(key).empty()) {
+      resp.add_codes(Code(ErrorCode::INVALID_KEY));
+      continue;
+    }
+    auto it = objects_.find(key);
+    if (it == objects_.end()) {
+      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
+    } else if (!it->second.complete) {
+      resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
+    } else if (!req.force() && LeasedLocked(it->second)) {
+      resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
+    } else {
+      EraseObjectLocked(it);  // forced while leased: invisible now, space freed after the lease
+      resp.add_codes(Code(ErrorCode::OK));
+    }
+  }
+  return resp;
+}
+
+rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest& req) {
+  rpc::CountResponse resp;
+  if (req.regex().size() > kMaxRegexBytes) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message("regular expression of " + std::to_string(req.regex().size()) +
+                     " bytes is longer than the limit of " + std::to_string(kMaxRegexBytes) +
+                     " bytes");
+    return resp;
+  }
+  // RE2: linear time in the key's length, bounded memory, no recursion (std::regex overflowed
+  // the stack on a long key and took exponential time on patterns like ^(a|a)*$).
+  RE2::Options options;
+  options.set_log_errors(false);
+  options.set_max_mem(8 << 20);
+  RE2 re(req.regex(), options);
+  if (!re.ok()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message("invalid regular expression (RE2 syntax): " + re.error());
+    return resp;
+  }
+  return RemoveWhere(req.force(),
+                     [&](const std::string& key) { return RE2::PartialMatch(key, re); });
+}
+
+rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
+  return RemoveWhere(req.force(), [](const std::string&) { return true; });
+}
+
+rpc::CountResponse MasterService::RemoveWhere(bool force,
+                                              const std::function<bool(const std::string&)>& match) {
+  rpc::CountResponse resp;
+  int64_t count = 0;
+  // kRemoveChunk keys per hold of the lock, resuming after the last key seen: other RPCs are
+  // served between chunks. Keys put meanwhile may or may not be removed.
+  std::string last;
+  bool started = false;
+  while (true) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = started ? objects_.upper_bound(last) : objects_.begin();
+    started = true;
+    for (size_t seen = 0; it != objects_.end() && seen < kRemoveChunk; ++seen) {
+      last = it->first;
+      if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
+        it = EraseObjectLocked(it);
+        ++count;
+      } else {
+        ++it;
+      }
+    }
+    if (it == objects_.end()) break;
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_count(count);
+  return resp;
+}
+
+}  // namespace store
+}  // namespace mooncake
