@@ -272,6 +272,7 @@ std::unique_ptr<StoreClient> StoreClient::Create(StoreClientOptions options, int
 int StoreClient::Close() { return impl_->Close(); }
 std::string StoreClient::segment_name() const { return impl_->seg_name; }
 TransferEngine* StoreClient::engine() const { return impl_->engine.get(); }
+Span StoreClient::local_buffer() const { return {impl_->local_buf, impl_->opt.local_buffer_size}; }
 
 int StoreClient::HealthCheck() {
   {
