@@ -192,21 +192,42 @@ double Seconds() {
   return s ? std::atof(s) : 8.0;
 }
 
-void RunAttack(const std::vector<std::string>& master_flags, bool bulk, uint64_t segment) {
+// Beside the attack, optionally: the master is killed (SIGKILL) and started again on the
+// same port halfway through (clients remount their segments), and one worker is killed.
+struct Chaos {
+  bool restart_master = false;
+  bool kill_a_worker = false;
+};
+
+void RunAttack(const std::vector<std::string>& master_flags, bool bulk, uint64_t segment,
+               Chaos chaos = {}) {
   const int rpc_port = FreePort();
   std::vector<std::string> flags = {"--rpc_address=127.0.0.1",
                                     "--rpc_port=" + std::to_string(rpc_port),
                                     "--enable_metric_reporting=false"};
   flags.insert(flags.end(), master_flags.begin(), master_flags.end());
-  MasterProcess master(flags);
-  ASSERT_TRUE(master.WaitReady(seconds(20))) << master.Log();
+  auto master = std::make_unique<MasterProcess>(flags);
+  ASSERT_TRUE(master->WaitReady(seconds(20))) << master->Log();
   std::vector<Worker> workers;
-  for (int w = 0; w < 3; ++w) workers.push_back(StartWorker(rpc_port, w + 1, Seconds(), bulk, segment));
+  const int n_workers = chaos.kill_a_worker ? 4 : 3;
+  for (int w = 0; w < n_workers; ++w) {
+    workers.push_back(StartWorker(rpc_port, w + 1, Seconds(), bulk, segment));
+  }
+  if (chaos.restart_master || chaos.kill_a_worker) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(Seconds() / 2));
+    if (chaos.kill_a_worker) ::kill(workers.back().pid, SIGKILL);
+    if (chaos.restart_master) {
+      ::kill(master->pid(), SIGKILL);
+      master->WaitExit(seconds(10));
+      master = std::make_unique<MasterProcess>(flags);
+      ASSERT_TRUE(master->WaitReady(seconds(20))) << master->Log();
+    }
+  }
   uint64_t sum[6] = {0};
   int collected = 0;
   for (auto& w : workers) collected += Collect(w, sum) ? 1 : 0;
-  ::kill(master.pid(), SIGTERM);
-  master.WaitExit(seconds(10));
+  ::kill(master->pid(), SIGTERM);
+  master->WaitExit(seconds(10));
   ASSERT_EQ(collected, 3) << "a worker did not report";
   std::printf("gets %llu: hits %llu, misses %llu, WRONG %llu, failed reads %llu; puts %llu\n",
               (unsigned long long)sum[0], (unsigned long long)sum[1], (unsigned long long)sum[2],
@@ -225,6 +246,14 @@ TEST(StoreWrongBytes, ForceRemoveWhileOthersGetAndPut) { RunAttack({}, false, 16
 // of returning bytes read after the space could be reused.
 TEST(StoreWrongBytes, ShortLeaseEvictionAndBulkForceRemoves) {
   RunAttack({"--default_kv_lease_ttl=50"}, true, 4 * MiB);
+}
+
+// A 1 s lease; halfway through, the master is killed and restarted on the same port (its
+// replacement knows no objects; clients remount and the remounted segments take new objects
+// one lease later) and a fourth worker, whose segment holds objects, is killed.
+TEST(StoreWrongBytes, MasterRestartAndClientDeath) {
+  RunAttack({"--default_kv_lease_ttl=1000", "--client_ttl=2"}, false, 8 * MiB,
+            Chaos{true, true});
 }
 
 }  // namespace
