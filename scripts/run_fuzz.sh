@@ -28,7 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FUZZ_BUILD:-$ROOT/build-fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
 OUT="${FUZZ_OUT:-$BUILD/out}"
-ALL_TARGETS="fuzz_handshake_frame fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server"
+ALL_TARGETS="fuzz_handshake_frame fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server fuzz_master_service"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 
 # libFuzzer flags per target: -max_len bounds the input size; -timeout (seconds) turns a
@@ -39,6 +39,7 @@ target_flags() {
     fuzz_segment_desc) echo "-max_len=8192 -timeout=10" ;;
     fuzz_tcp_session|fuzz_tcp_server) echo "-max_len=40000 -timeout=20" ;;
     fuzz_shm_server) echo "-max_len=4096 -timeout=20" ;;
+    fuzz_master_service) echo "-max_len=4096 -timeout=10" ;;
     *) echo "-timeout=20" ;;
   esac
 }
@@ -61,7 +62,8 @@ fuzzer_runtime_ok() {
 }
 
 install_deps() {
-  local pkgs=(clang cmake make libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libssl-dev)
+  local pkgs=(clang cmake make libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libssl-dev
+              libprotobuf-dev protobuf-compiler libre2-dev)
   local missing=()
   if command -v dpkg-query >/dev/null 2>&1; then
     for p in "${pkgs[@]}"; do
