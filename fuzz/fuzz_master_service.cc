@@ -42,6 +42,8 @@ struct Range {
   std::string segment;
   uint64_t addr, size;
   Clock::time_point until;  // the reader's lease
+  std::string key;
+  std::string reader;
 };
 
 bool Overlap(const Range& a, const std::string& seg, uint64_t addr, uint64_t size) {
@@ -87,6 +89,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<uint64_t> bases = {0x100000, 0x180000, 0x1000000};
   const std::vector<uint64_t> seg_sizes = {4096, 64 << 10, 1 << 20};
   std::vector<Range> grants;  // ranges readers were given, until their leases lapse
+  const std::vector<std::string> readers = {"r0", "r1"};
+  std::map<std::pair<std::string, std::string>, uint64_t> last_lease;  // (reader, key) -> id
 
   auto check_stats = [&] {
     auto st = master.GetStats();
@@ -153,7 +157,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 Fail("one PutStart reply has overlapping ranges");
               }
             }
-            fresh.push_back({b.segment_name(), b.addr(), b.size(), now});
+            fresh.push_back({b.segment_name(), b.addr(), b.size(), now, {}, {}});
           }
         }
         break;
@@ -168,15 +172,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 7: {  // GetReplicaList: remember the ranges under lease
         rpc::KeysRequest req;
-        req.set_client_id("reader");
         for (int i = in.ConsumeIntegralInRange<int>(1, 3); i > 0; --i) req.add_keys(Key(in));
+        req.set_client_id(Pick(in, readers));
         auto resp = master.GetReplicaList(req);
-        for (const auto& r : resp.results()) {
+        for (int i = 0; i < resp.results_size(); ++i) {
+          const auto& r = resp.results(i);
           if (r.code() != 0) continue;
           if (r.lease_ttl_ms() != config.default_kv_lease_ttl_ms) Fail("lease_ttl_ms differs");
+          last_lease[{req.client_id(), req.keys(i)}] = r.lease_id();
           for (const auto& rep : r.replicas()) {
             grants.push_back({rep.buffer().segment_name(), rep.buffer().addr(),
-                              rep.buffer().size(), now + lease});
+                              rep.buffer().size(), now + lease, req.keys(i), req.client_id()});
           }
         }
         break;
@@ -187,11 +193,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)master.ExistKey(req);
         break;
       }
-      case 9: {
+      case 9: {  // Remove; a reader whose reads are all done may pass its last lease id
         rpc::KeysRequest req;
+        req.set_client_id(Pick(in, readers));
         req.set_force(in.ConsumeBool());
-        for (int i = in.ConsumeIntegralInRange<int>(1, 3); i > 0; --i) req.add_keys(Key(in));
-        (void)master.Remove(req);
+        const bool with_ids = in.ConsumeBool();
+        for (int i = in.ConsumeIntegralInRange<int>(1, 3); i > 0; --i) {
+          req.add_keys(Key(in));
+          auto id = last_lease.find({req.client_id(), req.keys(req.keys_size() - 1)});
+          const uint64_t v = id == last_lease.end() ? 0 : id->second;
+          req.add_read_lease_ids(with_ids ? (in.ConsumeIntegralInRange<int>(0, 9) == 0 ? v ^ 2 : v)
+                                          : 0);
+        }
+        auto resp = master.Remove(req);
+        // This reader's reads of those keys are complete (the model's reads are instant): its
+        // own grants no longer protect anything. Other readers' grants still do.
+        if (with_ids) {
+          for (const auto& k : req.keys()) {
+            for (Range& g : grants) {
+              if (g.key == k && g.reader == req.client_id()) g.until = now;
+            }
+          }
+        }
+        (void)resp;
         break;
       }
       case 10: {

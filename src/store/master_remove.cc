@@ -44,6 +44,13 @@ uint64_t MasterService::GraveyardBytesLocked() const {
   return n;
 }
 
+void MasterService::EndOwnLeaseLocked(Object* obj, const std::string& client) {
+  const auto now = now_();
+  if (!client.empty() && obj->lease_client == client && obj->foreign_until <= now) {
+    obj->lease_until = std::min(obj->lease_until, now);
+  }
+}
+
 rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
   rpc::CodesResponse resp;
   const std::string batch = BatchProblem("Remove", req.keys_size());
@@ -55,7 +62,8 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
     return resp;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& key : req.keys()) {
+  for (int i = 0; i < req.keys_size(); ++i) {
+    const std::string& key = req.keys(i);
     ++counters_.remove;
     if (!KeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
@@ -69,6 +77,11 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
     } else if (!req.force() && LeasedLocked(it->second)) {
       resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
     } else {
+      // The remover's own completed read holds the latest lease and every lease granted to
+      // other clients has lapsed (the client vouches that none of its reads of the key is in
+      // flight): nobody can be copying the bytes, so the space is freed at once.
+      const uint64_t done = i < req.read_lease_ids_size() ? req.read_lease_ids(i) : 0;
+      if (done != 0 && done == it->second.lease_id) EndOwnLeaseLocked(&it->second, req.client_id());
       EraseObjectLocked(it);  // forced while leased: invisible now, space freed after the lease
       resp.add_codes(Code(ErrorCode::OK));
     }
@@ -96,15 +109,16 @@ rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest&
     resp.set_message("invalid regular expression (RE2 syntax): " + re.error());
     return resp;
   }
-  return RemoveWhere(req.force(),
+  return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
                      [&](const std::string& key) { return RE2::PartialMatch(key, re); });
 }
 
 rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
-  return RemoveWhere(req.force(), [](const std::string&) { return true; });
+  return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
+                     [](const std::string&) { return true; });
 }
 
-rpc::CountResponse MasterService::RemoveWhere(bool force,
+rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& done_client,
                                               const std::function<bool(const std::string&)>& match) {
   rpc::CountResponse resp;
   int64_t count = 0;
@@ -119,6 +133,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force,
     for (size_t seen = 0; it != objects_.end() && seen < kRemoveChunk; ++seen) {
       last = it->first;
       if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
+        if (force) EndOwnLeaseLocked(&it->second, done_client);
         it = EraseObjectLocked(it);
         ++count;
       } else {

@@ -33,6 +33,7 @@ class MasterSafetyTest : public MasterServiceTest {
     for (const char* c : {"c1", "c2"}) Ping(c);
     master_->Tick();
   }
+  void ExpireLeases() { Advance(milliseconds(master_->config().default_kv_lease_ttl_ms)); }
   uint64_t AddrOf(const rpc::PutStartResult& r) {
     return r.replicas_size() > 0 ? r.replicas(0).buffer().addr() : 0;
   }
@@ -72,6 +73,94 @@ TEST_F(MasterSafetyTest, ForceRemoveOfALeasedObjectFreesItsSpaceOnlyAfterTheLeas
   auto m = Metrics();
   EXPECT_EQ(m["master_deferred_free_bytes"], 0u);
   EXPECT_EQ(m["master_deferred_frees_total"], 1u);
+}
+
+// A client that read the key itself, has no read of it in flight, and holds its latest
+// lease (nobody else's lease live) may have the space freed at once: the Python pattern
+// get(k) then remove(k, force=True) does not wait out its own lease.
+TEST_F(MasterSafetyTest, TheOnlyReadersOwnCompletedReadFreesAtOnce) {
+  MakeOneSlot();
+  auto remove_after_read = [&](const std::string& client, uint64_t id) {
+    rpc::KeysRequest req = Keys(client, {"a"}, /*force=*/true);
+    req.add_read_lease_ids(id);
+    auto r = master_->Remove(req);
+    return r.codes_size() == 1 ? r.codes(0) : -99999;
+  };
+  auto get_as = [&](const std::string& client) {
+    auto r = master_->GetReplicaList(Keys(client, {"a"}));
+    EXPECT_EQ(r.results(0).code(), kOk);
+    EXPECT_NE(r.results(0).lease_id(), 0u);
+    return r.results(0).lease_id();
+  };
+  // Own, latest lease: freed at once.
+  ASSERT_EQ(Put("c1", "a", kObj), kOk);
+  uint64_t id = get_as("x");
+  ASSERT_EQ(remove_after_read("x", id), kOk);
+  EXPECT_EQ(PutStart("c1", "b", kObj).code(), kOk);
+  ASSERT_EQ(PutRevoke("c1", "b"), kOk);
+  // A wrong id, another client's id, or an older lease of ours: deferred.
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    ExpireLeases();
+    TickAlive();
+    ASSERT_EQ(Put("c1", "a", kObj), kOk);
+    uint64_t first = get_as("x");
+    if (variant == 0) {
+      ASSERT_EQ(remove_after_read("x", first + 2), kOk);
+    }
+    if (variant == 1) {
+      ASSERT_EQ(remove_after_read("y", first), kOk);
+    }
+    if (variant == 2) {
+      get_as("x");  // a newer read of ours may be in flight
+      ASSERT_EQ(remove_after_read("x", first), kOk);
+    }
+    EXPECT_EQ(PutStart("c1", "b", kObj).code(), C(ErrorCode::NO_AVAILABLE_HANDLE));
+  }
+  // Another client's lease still live: deferred even with our latest id.
+  ExpireLeases();
+  TickAlive();
+  ASSERT_EQ(Put("c1", "a", kObj), kOk);
+  get_as("y");
+  id = get_as("x");
+  ASSERT_EQ(remove_after_read("x", id), kOk);
+  EXPECT_EQ(PutStart("c1", "b", kObj).code(), C(ErrorCode::NO_AVAILABLE_HANDLE));
+  ExpireLeases();
+  TickAlive();
+  EXPECT_EQ(PutStart("c1", "b", kObj).code(), kOk);
+}
+
+TEST_F(MasterSafetyTest, BulkForcedRemovalByTheOnlyReaderFreesAtOnce) {
+  MakeOneSlot();
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    ASSERT_EQ(Put("c1", "a", kObj), kOk);
+    ASSERT_EQ(master_->GetReplicaList(Keys("x", {"a"})).results(0).code(), kOk);
+    if (round == 3) {
+      ASSERT_EQ(master_->GetReplicaList(Keys("y", {"a"})).results(0).code(), kOk);
+    }
+    const bool done = round != 2;  // round 2: x has reads in flight; round 3: y holds a lease
+    if (round % 2 == 0) {
+      rpc::RemoveByRegexRequest req;
+      req.set_client_id("x");
+      req.set_regex("^a$");
+      req.set_force(true);
+      req.set_own_reads_done(done);
+      EXPECT_EQ(master_->RemoveByRegex(req).count(), 1);
+    } else {
+      rpc::KeysRequest req = Keys("x", {}, true);
+      req.set_own_reads_done(done);
+      EXPECT_EQ(master_->RemoveAll(req).count(), 1);
+    }
+    const bool at_once = round < 2;
+    EXPECT_EQ(PutStart("c1", "b", kObj).code(),
+              at_once ? kOk : C(ErrorCode::NO_AVAILABLE_HANDLE));
+    if (at_once) {
+      ASSERT_EQ(PutRevoke("c1", "b"), kOk);
+    }
+    ExpireLeases();
+    TickAlive();
+  }
 }
 
 TEST_F(MasterSafetyTest, PutStartReapsLapsedGravesWithoutWaitingForTheTick) {

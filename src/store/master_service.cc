@@ -14,7 +14,10 @@ namespace mooncake {
 namespace store {
 
 MasterService::MasterService(MasterConfig config, NowFn now)
-    : config_(config), now_(std::move(now)) {}
+    : config_(config), now_(std::move(now)) {
+  std::random_device rd;
+  lease_ids_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
+}
 
 MasterService::~MasterService() = default;
 
@@ -458,11 +461,17 @@ rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest
     }
     Object& obj = it->second;
     obj.last_access = now;
+    if (obj.lease_client != req.client_id()) {
+      obj.foreign_until = std::max(obj.foreign_until, obj.lease_until);
+    }
     obj.lease_until = std::max(obj.lease_until,
                                now + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms));
     result->set_code(Code(ErrorCode::OK));
     result->set_size(obj.size);
     result->set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
+    obj.lease_id = lease_ids_() | 1;  // never 0
+    obj.lease_client = req.client_id();
+    result->set_lease_id(obj.lease_id);
     FillReplicasLocked(obj, true, result->mutable_replicas());
   }
   return resp;

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -123,7 +124,13 @@ class MasterService {
   void ReapGraveyardLocked(Clock::time_point now);
   uint64_t GraveyardBytesLocked() const;
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
-  rpc::CountResponse RemoveWhere(bool force, const std::function<bool(const std::string&)>& match);
+  // `done_client` (or ""): a client with no read in flight, whose own leases need not delay
+  // the freeing.
+  rpc::CountResponse RemoveWhere(bool force, const std::string& done_client,
+                                 const std::function<bool(const std::string&)>& match);
+  // Ends the object's lease now when `client` holds it alone (latest grant theirs, every
+  // other client's lapsed), so that its space is freed at once.
+  void EndOwnLeaseLocked(Object* obj, const std::string& client);
   // Evicts until `needed` more bytes would keep usage at (watermark - ratio); returns bytes freed.
   uint64_t EvictLocked(uint64_t needed);
   void UnmountLocked(uint64_t segment_id);
@@ -148,6 +155,7 @@ class MasterService {
   // takes no new objects (the unmount time plus one lease TTL).
   std::unordered_map<std::string, Clock::time_point> dropped_names_;
   MasterCounters counters_;
+  std::mt19937_64 lease_ids_;  // seeded from std::random_device
 };
 
 }  // namespace store

@@ -39,6 +39,9 @@ struct MasterService::Object {
   Clock::time_point put_started;
   Clock::time_point last_access;
   Clock::time_point lease_until;
+  uint64_t lease_id = 0;     // the latest grant
+  std::string lease_client;  // ... and who got it
+  Clock::time_point foreign_until;  // the latest lease end of grants to other clients
 };
 
 struct MasterService::Client {

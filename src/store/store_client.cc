@@ -369,6 +369,15 @@ std::vector<int> StoreClient::BatchRemove(const std::vector<std::string>& keys, 
   req.set_client_id(impl_->client_id);
   req.set_force(force);
   for (const auto& k : keys) req.add_keys(k);
+  if (force) {
+    std::lock_guard<std::mutex> lock(impl_->reads_mu);
+    for (const auto& k : keys) {
+      auto done = impl_->done_lease.find(k);
+      const bool reading = impl_->reading.count(k) > 0;
+      req.add_read_lease_ids(done != impl_->done_lease.end() && !reading ? done->second : 0);
+      if (done != impl_->done_lease.end()) impl_->done_lease.erase(done);
+    }
+  }
   rpc::CodesResponse resp;
   if (impl_->Call("Remove", &rpc::MasterService::Stub::Remove, req, &resp) != 0) return out;
   if (resp.code() != 0) {
@@ -388,7 +397,18 @@ int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
   req.set_force(force);
   req.set_regex(regex);
   rpc::CountResponse resp;
-  int rc = impl_->Call("RemoveByRegex", &rpc::MasterService::Stub::RemoveByRegex, req, &resp);
+  int rc;
+  {
+    // With force: no read of ours starts until the reply (reads_mu held), so that when none
+    // is in flight the master may free what only we had leased at once.
+    std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);
+    if (force) {
+      lock.lock();
+      req.set_own_reads_done(impl_->reading.empty());
+      impl_->done_lease.clear();
+    }
+    rc = impl_->Call("RemoveByRegex", &rpc::MasterService::Stub::RemoveByRegex, req, &resp);
+  }
   if (rc != 0) return rc;
   if (resp.code() != 0) {
     LOG(WARNING) << "remove_by_regex: " << resp.message();
@@ -402,7 +422,16 @@ int64_t StoreClient::RemoveAll(bool force) {
   req.set_client_id(impl_->client_id);
   req.set_force(force);
   rpc::CountResponse resp;
-  int rc = impl_->Call("RemoveAll", &rpc::MasterService::Stub::RemoveAll, req, &resp);
+  int rc;
+  {
+    std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);  // as RemoveByRegex
+    if (force) {
+      lock.lock();
+      req.set_own_reads_done(impl_->reading.empty());
+      impl_->done_lease.clear();
+    }
+    rc = impl_->Call("RemoveAll", &rpc::MasterService::Stub::RemoveAll, req, &resp);
+  }
   if (rc != 0) return rc;
   return resp.code() != 0 ? resp.code() : resp.count();
 }

@@ -295,6 +295,26 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
   std::vector<int64_t> out(keys.size(), 0);
   lapsed->assign(keys.size(), 0);
   if (keys.empty()) return out;
+  // Registered as being read (see done_lease) until this round ends.
+  {
+    std::lock_guard<std::mutex> lock(reads_mu);
+    for (const auto& k : keys) ++reading[k];
+  }
+  std::vector<uint64_t> lease_ids(keys.size(), 0);
+  struct Unregister {
+    Impl* self;
+    const std::vector<std::string>& keys;
+    const std::vector<uint64_t>& ids;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(self->reads_mu);
+      if (self->done_lease.size() > 65536) self->done_lease.clear();  // only defers frees
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (ids[i] != 0) self->done_lease[keys[i]] = ids[i];
+        auto it = self->reading.find(keys[i]);
+        if (--it->second == 0) self->reading.erase(it);
+      }
+    }
+  } unregister{this, keys, lease_ids};
   std::vector<std::vector<Span>> parts(keys.size());
   rpc::KeysRequest req;
   req.set_client_id(client_id);
@@ -316,6 +336,7 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
   std::vector<std::chrono::steady_clock::time_point> deadline(
       keys.size(), std::chrono::steady_clock::time_point::max());
   for (size_t i = 0; i < keys.size(); ++i) {
+    lease_ids[i] = resp.results(static_cast<int>(i)).lease_id();
     const uint64_t ttl = resp.results(static_cast<int>(i)).lease_ttl_ms();
     if (ttl == 0) continue;  // no lease known: nothing to bound by
     const auto lease = std::chrono::milliseconds(ttl);

@@ -99,6 +99,12 @@ class StoreClient::Impl {
 
   std::mutex reg_mu;
   std::map<uintptr_t, size_t> registered;  // start -> length
+  // Keys this client is reading now, and the lease of its last completed read of each key:
+  // a forced remove passes that lease id when no read of the key is in flight, so that the
+  // master may free the space at once (KeysRequest.read_lease_ids).
+  std::mutex reads_mu;
+  std::unordered_map<std::string, int> reading;
+  std::unordered_map<std::string, uint64_t> done_lease;
   std::mutex open_mu;
   std::unordered_map<std::string, SegmentID> opened;
 
