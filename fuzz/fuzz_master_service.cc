@@ -92,6 +92,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string> readers = {"r0", "r1"};
   std::map<std::pair<std::string, std::string>, uint64_t> last_lease;  // (reader, key) -> id
 
+  // `reader` says none of its reads is in flight: its grants protect nothing any more.
+  auto done_reading = [&](const std::string& reader) {
+    for (Range& g : grants) {
+      if (g.reader == reader) g.until = std::min(g.until, now);
+    }
+  };
   auto check_stats = [&] {
     auto st = master.GetStats();
     if (st.allocated() > st.capacity()) Fail("allocated > capacity");
@@ -224,13 +230,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           ? std::string(mooncake::store::kMaxRegexBytes + 1, 'a')
                           : in.ConsumeRandomLengthString(24));
         req.set_force(in.ConsumeBool());
+        req.set_client_id(Pick(in, readers));
+        req.set_own_reads_done(in.ConsumeBool());
         (void)master.RemoveByRegex(req);
+        if (req.own_reads_done()) done_reading(req.client_id());
         break;
       }
       case 11: {
         rpc::KeysRequest req;
         req.set_force(in.ConsumeBool());
+        req.set_client_id(Pick(in, readers));
+        req.set_own_reads_done(in.ConsumeBool());
         (void)master.RemoveAll(req);
+        if (req.own_reads_done()) done_reading(req.client_id());
         break;
       }
       case 12:
