@@ -4,6 +4,7 @@
 #include <re2/re2.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "store/limits.h"
 #include "store/master_service.h"
@@ -122,25 +123,39 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
                                               const std::function<bool(const std::string&)>& match) {
   rpc::CountResponse resp;
   int64_t count = 0;
-  // kRemoveChunk keys per hold of the lock, resuming after the last key seen: other RPCs are
-  // served between chunks. Keys put meanwhile may or may not be removed.
-  std::string last;
-  bool started = false;
+  // About kRemoveChunk keys per hold of the lock, bucket by bucket: other RPCs are served
+  // between chunks. While a scan runs the table does not rehash (the load factor limit is
+  // raised; inserts only lengthen chains), so bucket indices stay valid across chunks. Keys
+  // put meanwhile may or may not be removed.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (scans_++ == 0) objects_.max_load_factor(std::numeric_limits<float>::max());
+  }
+  size_t bucket = 0;
+  std::vector<std::string> victims;
   while (true) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = started ? objects_.upper_bound(last) : objects_.begin();
-    started = true;
-    for (size_t seen = 0; it != objects_.end() && seen < kRemoveChunk; ++seen) {
-      last = it->first;
-      if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
-        if (force) EndOwnLeaseLocked(&it->second, done_client);
-        it = EraseObjectLocked(it);
-        ++count;
-      } else {
-        ++it;
+    const size_t buckets = objects_.bucket_count();
+    size_t seen = 0;
+    for (; bucket < buckets && seen < kRemoveChunk; ++bucket) {
+      for (auto it = objects_.begin(bucket); it != objects_.end(bucket); ++it) {
+        ++seen;
+        if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
+          victims.push_back(it->first);
+        }
       }
     }
-    if (it == objects_.end()) break;
+    for (const std::string& key : victims) {
+      auto it = objects_.find(key);
+      if (force) EndOwnLeaseLocked(&it->second, done_client);
+      EraseObjectLocked(it);
+      ++count;
+    }
+    victims.clear();
+    if (bucket >= buckets) {
+      if (--scans_ == 0) objects_.max_load_factor(1.0f);
+      break;
+    }
   }
   resp.set_code(Code(ErrorCode::OK));
   resp.set_count(count);

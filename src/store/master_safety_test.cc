@@ -356,13 +356,16 @@ TEST_F(MasterSafetyTest, RemovalOfAWholeKeySpaceLetsOtherCallsThrough) {
     count = RemoveByRegex("^k").count();  // a regex that matches every key, in chunks
     done = true;
   });
-  int served_meanwhile = 0;
+  // Meanwhile: reads, and puts of new keys (which must not make the scan miss old ones).
+  int served_meanwhile = 0, put_meanwhile = 0;
   while (!done) {
     if (Exist("probe") == kOk && !done) ++served_meanwhile;
+    if (Put("c1", "new" + std::to_string(put_meanwhile), 64) == kOk) ++put_meanwhile;
   }
   remover.join();
-  EXPECT_EQ(count.load(), kN);
+  EXPECT_EQ(count.load(), kN);  // every old key, none missed, none twice
   EXPECT_EQ(Exist("probe"), kOk);
+  EXPECT_EQ(master_->GetStats().keys(), 1u + put_meanwhile);
   // One lock hold per kRemoveChunk keys: the prober got in between chunks.
   EXPECT_GT(served_meanwhile, 0);
 }

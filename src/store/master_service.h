@@ -20,7 +20,7 @@
 //   an address in it from before (a lease of a previous master, or of the dropped segment)
 //   can see new bytes there.
 // - Requests are bounded (store/limits.h): keys, names, batch sizes, replica counts, regex
-//   patterns; RemoveByRegex / RemoveAll hold the lock for kRemoveChunk keys at a time.
+//   patterns; RemoveByRegex / RemoveAll hold the lock for about kRemoveChunk keys at a time.
 // - Eviction, approximately LRU by last access, when an allocation fails or the allocated share
 //   passes eviction_high_watermark_ratio: frees complete, unleased, unpinned objects until
 //   usage is eviction_ratio below the watermark (and the allocation fits); soft-pinned objects
@@ -112,8 +112,7 @@ class MasterService {
 
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
-  // Ordered, so that RemoveWhere can resume after the last key it saw once it retook the lock.
-  using ObjectMap = std::map<std::string, Object>;
+  using ObjectMap = std::unordered_map<std::string, Object>;
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
   // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
@@ -151,6 +150,9 @@ class MasterService {
   ObjectMap objects_;
   std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
   std::vector<Grave> graveyard_;
+  // RemoveWhere scans running: while there are any, objects_ does not rehash (its maximum
+  // load factor is raised), so a scan can resume at a bucket index after retaking the lock.
+  int scans_ = 0;
   // Segment names unmounted lately -> until when a segment mounted under that name again
   // takes no new objects (the unmount time plus one lease TTL).
   std::unordered_map<std::string, Clock::time_point> dropped_names_;

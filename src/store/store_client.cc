@@ -372,10 +372,10 @@ std::vector<int> StoreClient::BatchRemove(const std::vector<std::string>& keys, 
   if (force) {
     std::lock_guard<std::mutex> lock(impl_->reads_mu);
     for (const auto& k : keys) {
-      auto done = impl_->done_lease.find(k);
-      const bool reading = impl_->reading.count(k) > 0;
-      req.add_read_lease_ids(done != impl_->done_lease.end() && !reading ? done->second : 0);
-      if (done != impl_->done_lease.end()) impl_->done_lease.erase(done);
+      auto mark = impl_->reads.find(Impl::KeyHash(k));
+      const bool idle = mark != impl_->reads.end() && mark->second.readers == 0;
+      req.add_read_lease_ids(idle ? mark->second.done : 0);
+      if (idle) impl_->reads.erase(mark);
     }
   }
   rpc::CodesResponse resp;
@@ -404,8 +404,8 @@ int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
     std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);
     if (force) {
       lock.lock();
-      req.set_own_reads_done(impl_->reading.empty());
-      impl_->done_lease.clear();
+      req.set_own_reads_done(impl_->active_reads == 0);
+      if (impl_->active_reads == 0) impl_->reads.clear();
     }
     rc = impl_->Call("RemoveByRegex", &rpc::MasterService::Stub::RemoveByRegex, req, &resp);
   }
@@ -427,8 +427,8 @@ int64_t StoreClient::RemoveAll(bool force) {
     std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);  // as RemoveByRegex
     if (force) {
       lock.lock();
-      req.set_own_reads_done(impl_->reading.empty());
-      impl_->done_lease.clear();
+      req.set_own_reads_done(impl_->active_reads == 0);
+      if (impl_->active_reads == 0) impl_->reads.clear();
     }
     rc = impl_->Call("RemoveAll", &rpc::MasterService::Stub::RemoveAll, req, &resp);
   }

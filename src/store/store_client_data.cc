@@ -257,9 +257,11 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
 std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& keys,
                                                 const StoreClient::PartsFor& parts_for) {
   std::vector<int64_t> out;
+  std::vector<std::string> copy;  // only when the keys are split
   for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
     const size_t end = std::min(keys.size(), at + kMaxBatchItems);
-    const std::vector<std::string> chunk(keys.begin() + at, keys.begin() + end);
+    if (keys.size() > kMaxBatchItems) copy.assign(keys.begin() + at, keys.begin() + end);
+    const std::vector<std::string>& chunk = keys.size() > kMaxBatchItems ? copy : keys;
     auto chunk_parts = [&](size_t i, uint64_t size) { return parts_for(at + i, size); };
     std::vector<char> lapsed;
     std::vector<int64_t> got = GetRound(chunk, chunk_parts, &lapsed);
@@ -295,26 +297,35 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
   std::vector<int64_t> out(keys.size(), 0);
   lapsed->assign(keys.size(), 0);
   if (keys.empty()) return out;
-  // Registered as being read (see done_lease) until this round ends.
+  // Registered as being read (see ReadMark) until this round ends.
+  std::vector<ReadMark*> marks(keys.size());
   {
     std::lock_guard<std::mutex> lock(reads_mu);
-    for (const auto& k : keys) ++reading[k];
+    if (reads.size() > 65536) {  // forget idle marks (only defers frees)
+      for (auto it = reads.begin(); it != reads.end();) {
+        it = it->second.readers == 0 ? reads.erase(it) : std::next(it);
+      }
+    }
+    ++active_reads;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      marks[i] = &reads[KeyHash(keys[i])];  // stable: unordered_map nodes do not move
+      ++marks[i]->readers;
+    }
   }
   std::vector<uint64_t> lease_ids(keys.size(), 0);
   struct Unregister {
     Impl* self;
-    const std::vector<std::string>& keys;
+    const std::vector<ReadMark*>& marks;
     const std::vector<uint64_t>& ids;
     ~Unregister() {
       std::lock_guard<std::mutex> lock(self->reads_mu);
-      if (self->done_lease.size() > 65536) self->done_lease.clear();  // only defers frees
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (ids[i] != 0) self->done_lease[keys[i]] = ids[i];
-        auto it = self->reading.find(keys[i]);
-        if (--it->second == 0) self->reading.erase(it);
+      --self->active_reads;
+      for (size_t i = 0; i < marks.size(); ++i) {
+        if (ids[i] != 0) marks[i]->done = ids[i];
+        --marks[i]->readers;
       }
     }
-  } unregister{this, keys, lease_ids};
+  } unregister{this, marks, lease_ids};
   std::vector<std::vector<Span>> parts(keys.size());
   rpc::KeysRequest req;
   req.set_client_id(client_id);

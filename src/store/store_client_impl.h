@@ -99,12 +99,19 @@ class StoreClient::Impl {
 
   std::mutex reg_mu;
   std::map<uintptr_t, size_t> registered;  // start -> length
-  // Keys this client is reading now, and the lease of its last completed read of each key:
-  // a forced remove passes that lease id when no read of the key is in flight, so that the
-  // master may free the space at once (KeysRequest.read_lease_ids).
+  // Per key (by a 64-bit hash of it): this client's reads of it in flight, and the lease of
+  // its last completed read. A forced remove passes that lease id when no read of the key is
+  // in flight, so that the master may free the space at once (KeysRequest.read_lease_ids).
+  // Two keys with one hash share a mark: that can only hide an id (the free waits for the
+  // lease), never vouch for a read in flight.
+  struct ReadMark {
+    int readers = 0;
+    uint64_t done = 0;
+  };
   std::mutex reads_mu;
-  std::unordered_map<std::string, int> reading;
-  std::unordered_map<std::string, uint64_t> done_lease;
+  std::unordered_map<uint64_t, ReadMark> reads;  // entries with readers > 0 stay put
+  size_t active_reads = 0;                       // GetRound calls in flight
+  static uint64_t KeyHash(const std::string& k) { return std::hash<std::string>()(k); }
   std::mutex open_mu;
   std::unordered_map<std::string, SegmentID> opened;
 
