@@ -92,6 +92,7 @@ void MetricsServer::Stop() {
 
 void MetricsServer::Loop() {
   std::list<Conn> conns;  // oldest first
+  int spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // see EMFILE below
   std::vector<pollfd> fds;
   std::vector<std::list<Conn>::iterator> order;
   while (!stop_) {
@@ -158,12 +159,20 @@ void MetricsServer::Loop() {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
           if (errno == EMFILE || errno == ENFILE) {
-            // Out of descriptors: make room by closing the oldest connection.
+            // Out of descriptors: make room by closing the oldest connection; with none,
+            // refuse the pending one through the spare descriptor (else poll would spin).
             if (!conns.empty()) {
               ::close(conns.front().fd);
               conns.pop_front();
               ++dropped_;
               continue;
+            }
+            if (spare >= 0) {
+              ::close(spare);
+              int fd2 = ::accept(listen_fd_, nullptr, nullptr);
+              if (fd2 >= 0) ::close(fd2);
+              spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+              ++dropped_;
             }
           }
           break;
@@ -178,6 +187,7 @@ void MetricsServer::Loop() {
     }
   }
   for (auto& c : conns) ::close(c.fd);
+  if (spare >= 0) ::close(spare);
 }
 
 }  // namespace store
