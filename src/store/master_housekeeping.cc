@@ -77,7 +77,7 @@ std::string MasterService::MetricsText() {
   gauge("master_segment_count", "Mounted segments", segments_.size());
   gauge("master_client_count", "Clients with a live heartbeat", clients_.size());
   gauge("master_deferred_free_bytes",
-        "Bytes of objects removed while leased, freed once the lease lapses",
+        "Bytes of objects removed while leased, freed once the lease lapses (a segment unmounted meanwhile counts until then)",
         GraveyardBytesLocked());
   counter("master_put_start_requests_total", "PutStart items", counters_.put_start);
   counter("master_put_start_failures_total", "PutStart items refused", counters_.put_start_fail);

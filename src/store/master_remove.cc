@@ -21,7 +21,8 @@ void MasterService::FreeObjectLocked(const Object& obj) {
     if (seg == segments_.end()) continue;
     if (leased) {
       // A reader may be copying these bytes now: the space is reused only after its lease.
-      graveyard_.push_back({p.segment_id, p.offset, obj.size, obj.lease_until});
+      graveyard_.push({p.segment_id, p.offset, obj.size, obj.lease_until});
+      graveyard_bytes_ += obj.size;
       ++counters_.deferred_frees;
     } else {
       seg->second->alloc.Free(p.offset);
@@ -30,20 +31,16 @@ void MasterService::FreeObjectLocked(const Object& obj) {
 }
 
 void MasterService::ReapGraveyardLocked(Clock::time_point now) {
-  auto keep = std::partition(graveyard_.begin(), graveyard_.end(),
-                             [&](const Grave& g) { return g.free_at > now; });
-  for (auto it = keep; it != graveyard_.end(); ++it) {
-    auto seg = segments_.find(it->segment_id);
-    if (seg != segments_.end()) seg->second->alloc.Free(it->offset);
+  while (!graveyard_.empty() && graveyard_.top().free_at <= now) {
+    const Grave& g = graveyard_.top();
+    auto seg = segments_.find(g.segment_id);
+    if (seg != segments_.end()) seg->second->alloc.Free(g.offset);
+    graveyard_bytes_ -= g.size;
+    graveyard_.pop();
   }
-  graveyard_.erase(keep, graveyard_.end());
 }
 
-uint64_t MasterService::GraveyardBytesLocked() const {
-  uint64_t n = 0;
-  for (const Grave& g : graveyard_) n += g.size;
-  return n;
-}
+uint64_t MasterService::GraveyardBytesLocked() const { return graveyard_bytes_; }
 
 void MasterService::EndOwnLeaseLocked(Object* obj, const std::string& client) {
   const auto now = now_();

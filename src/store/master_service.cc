@@ -118,9 +118,6 @@ void MasterService::UnmountLocked(uint64_t segment_id) {
   }
   auto client = clients_.find(it->second->client_id);
   if (client != clients_.end()) client->second.segments.erase(segment_id);
-  graveyard_.erase(std::remove_if(graveyard_.begin(), graveyard_.end(),
-                                  [&](const Grave& g) { return g.segment_id == segment_id; }),
-                   graveyard_.end());
   // Readers may hold addresses in this segment for one more lease TTL: a segment mounted
   // again under this name takes no new objects before then.
   dropped_names_[it->second->name] =

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <queue>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -149,7 +150,13 @@ class MasterService {
   std::unordered_map<std::string, Client> clients_;
   ObjectMap objects_;
   std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
-  std::vector<Grave> graveyard_;
+  // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
+  // unmounted since are dropped when they come up (segment ids are never reused).
+  struct FreesLater {
+    bool operator()(const Grave& a, const Grave& b) const { return a.free_at > b.free_at; }
+  };
+  std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_;
+  uint64_t graveyard_bytes_ = 0;
   // RemoveWhere scans running: while there are any, objects_ does not rehash (its maximum
   // load factor is raised), so a scan can resume at a bucket index after retaking the lock.
   int scans_ = 0;
