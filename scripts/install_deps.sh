@@ -7,6 +7,8 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libcurl4-openssl-dev libhiredis-dev libcpp-httplib-dev
       # The Store's master RPC (gRPC + protobuf).
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+      # The master's remove_by_regex (linear-time regular expressions).
+      libre2-dev
       # Servers the metadata-store tests start on 127.0.0.1.
       etcd-server redis-server
       python3 python3-venv python3-pip

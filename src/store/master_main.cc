@@ -6,8 +6,6 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <grpcpp/grpcpp.h>
-#include <httplib.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,7 +16,9 @@
 #include <thread>
 
 #include "master.grpc.pb.h"
+#include "store/limits.h"
 #include "store/master_service.h"
+#include "store/metrics_server.h"
 
 DEFINE_int32(rpc_port, 50051, "Port of the master's RPC service");
 DEFINE_string(rpc_address, "0.0.0.0", "Address the RPC service binds");
@@ -151,6 +151,9 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&service);
+  // Every request within the bounds of store/limits.h, and its reply, fits this size.
+  builder.SetMaxReceiveMessageSize(mooncake::store::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(mooncake::store::kMaxMessageBytes);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
                               FLAGS_rpc_thread_num);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -158,24 +161,16 @@ int main(int argc, char** argv) {
     return fail("cannot listen on " + address + " (port in use? choose another with --rpc_port)");
   }
 
-  std::unique_ptr<httplib::Server> metrics;
-  std::thread metrics_thread;
+  // Event-driven (metrics_server.h): idle or slow connections cannot stall it.
+  std::unique_ptr<mooncake::store::MetricsServer> metrics;
   if (FLAGS_enable_metric_reporting) {
-    metrics = std::make_unique<httplib::Server>();
-    // httplib's default socket options include SO_REUSEPORT: a port in use must be refused.
-    metrics->set_socket_options([](socket_t sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
-    metrics->Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-      res.set_content(master.MetricsText(), "text/plain; version=0.0.4");
-    });
-    if (!metrics->bind_to_port(FLAGS_rpc_address, FLAGS_metrics_port)) {
-      return fail("cannot serve metrics on port " + std::to_string(FLAGS_metrics_port) +
-                  " (in use? choose another with --metrics_port, or "
+    metrics = std::make_unique<mooncake::store::MetricsServer>([&] { return master.MetricsText(); });
+    const std::string error = metrics->Start(FLAGS_rpc_address, FLAGS_metrics_port);
+    if (!error.empty()) {
+      return fail("cannot serve metrics on port " + std::to_string(FLAGS_metrics_port) + ": " +
+                  error + " (in use? choose another with --metrics_port, or "
                   "--enable_metric_reporting=false)");
     }
-    metrics_thread = std::thread([&] { metrics->listen_after_bind(); });
   }
   LOG(INFO) << "Master service started on " << address << " (lease " << config.default_kv_lease_ttl_ms
             << " ms, client ttl " << config.client_ttl_s << " s, eviction at "
@@ -190,9 +185,6 @@ int main(int argc, char** argv) {
   }
   LOG(INFO) << "Master service stopping";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (metrics) {
-    metrics->stop();
-    metrics_thread.join();
-  }
+  if (metrics) metrics->Stop();
   return 0;
 }

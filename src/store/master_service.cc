@@ -3,53 +3,20 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <regex>
 #include <set>
-#include <sstream>
 
 #include "store/error_code.h"
+#include "store/limits.h"
+#include "store/master_service_internal.h"
 
 namespace mooncake {
 namespace store {
 
-struct MasterService::Segment {
-  Segment(std::string n, uint64_t b, uint64_t s, std::string c)
-      : name(std::move(n)), base(b), size(s), client_id(std::move(c)), alloc(s) {}
-  std::string name;
-  uint64_t base;
-  uint64_t size;
-  std::string client_id;
-  OffsetAllocator alloc;
-};
-
-struct MasterService::Object {
-  struct Placement {
-    uint64_t segment_id;
-    uint64_t offset;
-  };
-  uint64_t size = 0;
-  std::vector<Placement> replicas;
-  bool complete = false;
-  bool soft_pin = false;
-  std::chrono::milliseconds soft_pin_ttl{0};  // how long after the last access the pin holds
-  bool hard_pin = false;
-  std::string owner;
-  Clock::time_point put_started;
-  Clock::time_point last_access;
-  Clock::time_point lease_until;
-};
-
-struct MasterService::Client {
-  Clock::time_point last_ping;
-  std::set<uint64_t> segments;
-};
-
-namespace {
-int32_t Code(ErrorCode c) { return ToInt(c); }
-}  // namespace
-
 MasterService::MasterService(MasterConfig config, NowFn now)
-    : config_(config), now_(std::move(now)) {}
+    : config_(config), now_(std::move(now)) {
+  std::random_device rd;
+  lease_ids_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
+}
 
 MasterService::~MasterService() = default;
 
@@ -76,6 +43,14 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
                      "size > 0 that does not wrap around");
     return resp;
   }
+  for (const std::string& problem : {NameProblem("client id", req.client_id()),
+                                     NameProblem("segment name", req.segment_name())}) {
+    if (!problem.empty()) {
+      resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+      resp.set_message(problem);
+      return resp;
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, seg] : segments_) {
     const bool overlap = req.base() < seg->base + seg->size && seg->base < req.base() + req.size();
@@ -91,8 +66,22 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
     }
   }
   const uint64_t id = next_segment_id_++;
-  segments_.emplace(id, std::make_unique<Segment>(req.segment_name(), req.base(), req.size(),
-                                                  req.client_id()));
+  auto seg = std::make_unique<Segment>(req.segment_name(), req.base(), req.size(),
+                                       req.client_id());
+  // A remount: leases granted before (by a previous master, or before this segment was
+  // dropped) may still be read from; nothing new goes here until they have lapsed.
+  const auto now = now_();
+  if (req.remount()) {
+    seg->alloc_after = now + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms);
+  }
+  auto dropped = dropped_names_.find(req.segment_name());
+  if (dropped != dropped_names_.end()) seg->alloc_after = std::max(seg->alloc_after, dropped->second);
+  if (seg->alloc_after > now) {
+    LOG(INFO) << "segment " << req.segment_name() << " was mounted before: it takes new objects in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(seg->alloc_after - now).count()
+              << " ms (once leases granted before have lapsed)";
+  }
+  segments_.emplace(id, std::move(seg));
   Client& client = clients_[req.client_id()];
   client.last_ping = now_();
   client.segments.insert(id);
@@ -129,6 +118,10 @@ void MasterService::UnmountLocked(uint64_t segment_id) {
   }
   auto client = clients_.find(it->second->client_id);
   if (client != clients_.end()) client->second.segments.erase(segment_id);
+  // Readers may hold addresses in this segment for one more lease TTL: a segment mounted
+  // again under this name takes no new objects before then.
+  dropped_names_[it->second->name] =
+      now_() + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms);
   LOG(INFO) << "unmounted segment " << it->second->name << " of client " << it->second->client_id;
   segments_.erase(it);
   ++view_version_;
@@ -176,13 +169,6 @@ MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::i
   return objects_.erase(it);
 }
 
-void MasterService::FreeObjectLocked(const Object& obj) {
-  for (const auto& p : obj.replicas) {
-    auto seg = segments_.find(p.segment_id);
-    if (seg != segments_.end()) seg->second->alloc.Free(p.offset);
-  }
-}
-
 bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
                                 const rpc::ReplicateConfig& config, Object* obj) {
   const size_t want = std::max<uint32_t>(1, config.replica_num());
@@ -207,10 +193,11 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
   order.insert(order.end(), rest.begin(), rest.end());
   // One replica per segment name (a client's segments count as one place).
   std::set<std::string> used;
+  const auto now = now_();
   for (uint64_t id : order) {
     if (obj->replicas.size() == want) break;
     Segment& seg = *segments_.at(id);
-    if (used.count(seg.name)) continue;
+    if (used.count(seg.name) || seg.alloc_after > now) continue;
     auto offset = seg.alloc.Allocate(size);
     if (!offset) continue;
     obj->replicas.push_back({id, *offset});
@@ -253,10 +240,46 @@ uint64_t MasterService::EvictLocked(uint64_t needed) {
   return freed;
 }
 
+namespace {
+
+// "" when the PutStart request as a whole is acceptable, else why not.
+std::string PutStartProblem(const rpc::PutStartRequest& req) {
+  std::string p = BatchProblem("PutStart", req.items_size());
+  if (p.empty()) p = NameProblem("client id", req.client_id());
+  if (p.empty() && req.config().replica_num() > kMaxReplicaNum) {
+    p = "replica_num " + std::to_string(req.config().replica_num()) + " is above the limit of " +
+        std::to_string(kMaxReplicaNum);
+  }
+  if (p.empty() && req.config().preferred_segments_size() > static_cast<int>(kMaxPreferredSegments)) {
+    p = "more than " + std::to_string(kMaxPreferredSegments) + " preferred segments";
+  }
+  for (const auto& name : req.config().preferred_segments()) {
+    if (p.empty()) p = NameProblem("preferred segment name", name);
+  }
+  return p;
+}
+
+template <class Req>
+std::string KeysProblem(const char* what, const Req& req) {
+  std::string p = BatchProblem(what, req.keys_size());
+  if (p.empty()) p = NameProblem("client id", req.client_id());
+  return p;
+}
+
+}  // namespace
+
 rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
   rpc::PutStartResponse resp;
+  const std::string problem = PutStartProblem(req);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!problem.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(problem);
+    ++counters_.refused_requests;
+    return resp;
+  }
   const auto now = now_();
+  ReapGraveyardLocked(now);
   {
     const uint64_t capacity = CapacityLocked();
     if (capacity > 0 && static_cast<double>(AllocatedLocked()) >
@@ -267,9 +290,10 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
   for (const auto& item : req.items()) {
     ++counters_.put_start;
     rpc::PutStartResult* result = resp.add_results();
-    if (item.key().empty() || item.size() == 0) {
-      result->set_code(Code(item.key().empty() ? ErrorCode::INVALID_KEY : ErrorCode::INVALID_PARAMS));
-      result->set_message(item.key().empty() ? "empty key" : "an object needs at least 1 byte");
+    const std::string key_problem = KeyProblem(item.key());
+    if (!key_problem.empty() || item.size() == 0) {
+      result->set_code(Code(!key_problem.empty() ? ErrorCode::INVALID_KEY : ErrorCode::INVALID_PARAMS));
+      result->set_message(!key_problem.empty() ? key_problem : "an object needs at least 1 byte");
       ++counters_.put_start_fail;
       continue;
     }
@@ -308,11 +332,16 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
       }
     }
     if (obj.replicas.empty()) {
+      bool waiting = false;
+      for (const auto& [id, seg] : segments_) waiting |= seg->alloc_after > now;
       result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
       result->set_message(segments_.empty()
                               ? "no segment is mounted: start a client with global_segment_size > 0"
                               : "no space for " + std::to_string(item.size()) +
-                                    " bytes and nothing evictable");
+                                    " bytes and nothing evictable" +
+                                    (waiting ? " (segments mounted again take new objects one "
+                                               "lease TTL after their mount)"
+                                             : ""));
       ++counters_.put_start_fail;
       continue;
     }
@@ -349,10 +378,21 @@ ErrorCode MasterService::FindInFlightLocked(const std::string& key, const std::s
 
 rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
   rpc::CodesResponse resp;
+  const std::string problem = KeysProblem("PutEnd", req);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!problem.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(problem);
+    ++counters_.refused_requests;
+    return resp;
+  }
   const auto now = now_();
   for (const auto& key : req.keys()) {
     ++counters_.put_end;
+    if (!KeyProblem(key).empty()) {
+      resp.add_codes(Code(ErrorCode::INVALID_KEY));
+      continue;
+    }
     ObjectMap::iterator it;
     const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
     if (code == ErrorCode::OK) {
@@ -367,9 +407,20 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
 
 rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
   rpc::CodesResponse resp;
+  const std::string problem = KeysProblem("PutRevoke", req);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!problem.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(problem);
+    ++counters_.refused_requests;
+    return resp;
+  }
   for (const auto& key : req.keys()) {
     ++counters_.put_revoke;
+    if (!KeyProblem(key).empty()) {
+      resp.add_codes(Code(ErrorCode::INVALID_KEY));
+      continue;
+    }
     ObjectMap::iterator it;
     const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
     if (code == ErrorCode::OK) EraseObjectLocked(it);
@@ -380,11 +431,23 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
 
 rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest& req) {
   rpc::GetReplicaListResponse resp;
+  const std::string problem = KeysProblem("GetReplicaList", req);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!problem.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(problem);
+    ++counters_.refused_requests;
+    return resp;
+  }
   const auto now = now_();
   for (const auto& key : req.keys()) {
     ++counters_.get_replica_list;
     rpc::GetReplicaListResult* result = resp.add_results();
+    if (!KeyProblem(key).empty()) {
+      ++counters_.get_miss;
+      result->set_code(Code(ErrorCode::INVALID_KEY));
+      continue;
+    }
     auto it = objects_.find(key);
     if (it == objects_.end() || !it->second.complete) {
       ++counters_.get_miss;
@@ -394,11 +457,17 @@ rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest
     }
     Object& obj = it->second;
     obj.last_access = now;
+    if (obj.lease_client != req.client_id()) {
+      obj.foreign_until = std::max(obj.foreign_until, obj.lease_until);
+    }
     obj.lease_until = std::max(obj.lease_until,
                                now + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms));
     result->set_code(Code(ErrorCode::OK));
     result->set_size(obj.size);
     result->set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
+    obj.lease_id = lease_ids_() | 1;  // never 0
+    obj.lease_client = req.client_id();
+    result->set_lease_id(obj.lease_id);
     FillReplicasLocked(obj, true, result->mutable_replicas());
   }
   return resp;
@@ -406,10 +475,21 @@ rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest
 
 rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
   rpc::ExistResponse resp;
+  const std::string problem = KeysProblem("ExistKey", req);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!problem.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(problem);
+    ++counters_.refused_requests;
+    return resp;
+  }
   for (const auto& key : req.keys()) {
     ++counters_.exist_key;
     rpc::ExistResult* result = resp.add_results();
+    if (!KeyProblem(key).empty()) {
+      result->set_code(Code(ErrorCode::INVALID_KEY));
+      continue;
+    }
     auto it = objects_.find(key);
     if (it == objects_.end() || !it->second.complete) {
       result->set_code(Code(ErrorCode::OBJECT_NOT_FOUND));
@@ -419,145 +499,6 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
     }
   }
   return resp;
-}
-
-rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
-  rpc::CodesResponse resp;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& key : req.keys()) {
-    ++counters_.remove;
-    auto it = objects_.find(key);
-    if (it == objects_.end()) {
-      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
-    } else if (!it->second.complete) {
-      resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
-    } else if (!req.force() && LeasedLocked(it->second)) {
-      resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
-    } else {
-      EraseObjectLocked(it);
-      resp.add_codes(Code(ErrorCode::OK));
-    }
-  }
-  return resp;
-}
-
-rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest& req) {
-  rpc::CountResponse resp;
-  std::regex re;
-  try {
-    re = std::regex(req.regex(), std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
-    resp.set_message(std::string("invalid regular expression: ") + e.what());
-    return resp;
-  }
-  return RemoveWhere(req.force(),
-                     [&](const std::string& key) { return std::regex_search(key, re); });
-}
-
-rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
-  return RemoveWhere(req.force(), [](const std::string&) { return true; });
-}
-
-rpc::CountResponse MasterService::RemoveWhere(bool force,
-                                              const std::function<bool(const std::string&)>& match) {
-  rpc::CountResponse resp;
-  std::lock_guard<std::mutex> lock(mu_);
-  int64_t count = 0;
-  for (auto it = objects_.begin(); it != objects_.end();) {
-    if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
-      it = EraseObjectLocked(it);
-      ++count;
-    } else {
-      ++it;
-    }
-  }
-  resp.set_code(Code(ErrorCode::OK));
-  resp.set_count(count);
-  return resp;
-}
-
-rpc::StatsResponse MasterService::GetStats() {
-  rpc::StatsResponse resp;
-  std::lock_guard<std::mutex> lock(mu_);
-  resp.set_capacity(CapacityLocked());
-  resp.set_allocated(AllocatedLocked());
-  resp.set_keys(objects_.size());
-  resp.set_segments(segments_.size());
-  resp.set_clients(clients_.size());
-  resp.set_evicted_objects(counters_.evicted_objects);
-  return resp;
-}
-
-void MasterService::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto now = now_();
-  for (auto it = clients_.begin(); it != clients_.end();) {
-    if (it->second.last_ping + std::chrono::seconds(config_.client_ttl_s) > now) {
-      ++it;
-      continue;
-    }
-    LOG(WARNING) << "client " << it->first << " sent no heartbeat for " << config_.client_ttl_s
-                 << " s: unmounting its " << it->second.segments.size() << " segment(s)";
-    const std::set<uint64_t> segs = it->second.segments;
-    for (uint64_t id : segs) UnmountLocked(id);
-    it = clients_.erase(it);
-    ++counters_.expired_clients;
-  }
-  const auto discard = std::chrono::seconds(config_.put_start_discard_timeout_s);
-  // Only puts in flight are looked at: a tick costs nothing per stored object.
-  std::vector<std::string> stale;
-  for (const std::string& key : in_flight_) {
-    if (objects_.at(key).put_started + discard <= now) stale.push_back(key);
-  }
-  for (const std::string& key : stale) {
-    LOG(WARNING) << "discarding put of " << key << ": no PutEnd within "
-                 << config_.put_start_discard_timeout_s << " s";
-    EraseObjectLocked(objects_.find(key));
-    ++counters_.discarded_puts;
-  }
-  const uint64_t capacity = CapacityLocked();
-  if (capacity > 0 && static_cast<double>(AllocatedLocked()) >
-                          config_.eviction_high_watermark_ratio * static_cast<double>(capacity)) {
-    EvictLocked(0);
-  }
-}
-
-std::string MasterService::MetricsText() {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::ostringstream out;
-  auto gauge = [&](const char* name, const char* help, uint64_t v) {
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
-        << name << " " << v << "\n";
-  };
-  auto counter = [&](const char* name, const char* help, uint64_t v) {
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
-        << name << " " << v << "\n";
-  };
-  gauge("master_total_capacity_bytes", "Bytes of all mounted segments", CapacityLocked());
-  gauge("master_allocated_bytes", "Bytes allocated to replicas", AllocatedLocked());
-  gauge("master_key_count", "Objects stored (complete or being written)", objects_.size());
-  gauge("master_segment_count", "Mounted segments", segments_.size());
-  gauge("master_client_count", "Clients with a live heartbeat", clients_.size());
-  counter("master_put_start_requests_total", "PutStart items", counters_.put_start);
-  counter("master_put_start_failures_total", "PutStart items refused", counters_.put_start_fail);
-  counter("master_put_end_requests_total", "PutEnd items", counters_.put_end);
-  counter("master_put_revoke_requests_total", "PutRevoke items", counters_.put_revoke);
-  counter("master_get_replica_list_requests_total", "GetReplicaList items",
-          counters_.get_replica_list);
-  counter("master_get_replica_list_misses_total", "GetReplicaList items not found",
-          counters_.get_miss);
-  counter("master_exist_key_requests_total", "ExistKey items", counters_.exist_key);
-  counter("master_remove_requests_total", "Remove items", counters_.remove);
-  counter("master_eviction_runs_total", "Eviction passes", counters_.eviction_runs);
-  counter("master_evicted_objects_total", "Objects evicted", counters_.evicted_objects);
-  counter("master_evicted_bytes_total", "Replica bytes evicted", counters_.evicted_bytes);
-  counter("master_expired_clients_total", "Clients dropped after client_ttl",
-          counters_.expired_clients);
-  counter("master_discarded_puts_total", "Puts discarded without PutEnd", counters_.discarded_puts);
-  counter("master_mount_segment_total", "Segments mounted", counters_.mounts);
-  counter("master_unmount_segment_total", "Segments unmounted", counters_.unmounts);
-  return out.str();
 }
 
 }  // namespace store

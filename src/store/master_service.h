@@ -12,7 +12,15 @@
 //   writes -> PutEnd (COMPLETE, visible) or PutRevoke (freed). A PutStart older than
 //   put_start_discard_timeout without PutEnd is discarded by Tick().
 // - GetReplicaList grants a lease of default_kv_lease_ttl: until it expires the object cannot
-//   be removed (OBJECT_HAS_LEASE) or evicted.
+//   be removed (OBJECT_HAS_LEASE) or evicted, and its space is not reused: a forced removal
+//   (or any other) of a leased object hides it at once but frees its space only once the
+//   lease has lapsed (the graveyard, emptied by Tick and PutStart).
+// - A segment mounted again (MountSegmentRequest.remount, or a segment name unmounted less
+//   than one lease TTL ago) takes no new objects for one lease TTL, so that no reader holding
+//   an address in it from before (a lease of a previous master, or of the dropped segment)
+//   can see new bytes there.
+// - Requests are bounded (store/limits.h): keys, names, batch sizes, replica counts, regex
+//   patterns; RemoveByRegex / RemoveAll hold the lock for about kRemoveChunk keys at a time.
 // - Eviction, approximately LRU by last access, when an allocation fails or the allocated share
 //   passes eviction_high_watermark_ratio: frees complete, unleased, unpinned objects until
 //   usage is eviction_ratio below the watermark (and the allocation fits); soft-pinned objects
@@ -29,6 +37,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <queue>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -56,6 +66,7 @@ struct MasterCounters {
   uint64_t get_replica_list = 0, get_miss = 0, exist_key = 0, remove = 0;
   uint64_t evicted_objects = 0, evicted_bytes = 0, eviction_runs = 0;
   uint64_t expired_clients = 0, discarded_puts = 0, mounts = 0, unmounts = 0;
+  uint64_t deferred_frees = 0, refused_requests = 0;
 };
 
 class MasterService {
@@ -92,6 +103,13 @@ class MasterService {
   struct Segment;
   struct Object;
   struct Client;
+  // Space of an object removed while leased: freed once free_at has passed.
+  struct Grave {
+    uint64_t segment_id;
+    uint64_t offset;
+    uint64_t size;
+    Clock::time_point free_at;
+  };
 
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
@@ -101,9 +119,18 @@ class MasterService {
   // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
   ErrorCode FindInFlightLocked(const std::string& key, const std::string& client,
                                ObjectMap::iterator* it);
+  // Frees the replicas' space, or (while the object is leased) moves it to the graveyard.
   void FreeObjectLocked(const Object& obj);
+  void ReapGraveyardLocked(Clock::time_point now);
+  uint64_t GraveyardBytesLocked() const;
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
-  rpc::CountResponse RemoveWhere(bool force, const std::function<bool(const std::string&)>& match);
+  // `done_client` (or ""): a client with no read in flight, whose own leases need not delay
+  // the freeing.
+  rpc::CountResponse RemoveWhere(bool force, const std::string& done_client,
+                                 const std::function<bool(const std::string&)>& match);
+  // Ends the object's lease now when `client` holds it alone (latest grant theirs, every
+  // other client's lapsed), so that its space is freed at once.
+  void EndOwnLeaseLocked(Object* obj, const std::string& client);
   // Evicts until `needed` more bytes would keep usage at (watermark - ratio); returns bytes freed.
   uint64_t EvictLocked(uint64_t needed);
   void UnmountLocked(uint64_t segment_id);
@@ -123,7 +150,21 @@ class MasterService {
   std::unordered_map<std::string, Client> clients_;
   ObjectMap objects_;
   std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
+  // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
+  // unmounted since are dropped when they come up (segment ids are never reused).
+  struct FreesLater {
+    bool operator()(const Grave& a, const Grave& b) const { return a.free_at > b.free_at; }
+  };
+  std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_;
+  uint64_t graveyard_bytes_ = 0;
+  // RemoveWhere scans running: while there are any, objects_ does not rehash (its maximum
+  // load factor is raised), so a scan can resume at a bucket index after retaking the lock.
+  int scans_ = 0;
+  // Segment names unmounted lately -> until when a segment mounted under that name again
+  // takes no new objects (the unmount time plus one lease TTL).
+  std::unordered_map<std::string, Clock::time_point> dropped_names_;
   MasterCounters counters_;
+  std::mt19937_64 lease_ids_;  // seeded from std::random_device
 };
 
 }  // namespace store

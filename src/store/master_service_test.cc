@@ -376,6 +376,10 @@ TEST_F(MasterServiceTest, RemoveAllCountsAndRespectsLeases) {
   EXPECT_EQ(master_->GetStats().keys(), 1u);  // the in-flight one
   EXPECT_EQ(master_->RemoveAll(Keys("x", {}, true)).count(), 0);
   ASSERT_EQ(PutRevoke("c1", "inflight"), kOk);
+  // The two forced out while leased keep their space until their leases lapse.
+  EXPECT_EQ(master_->GetStats().allocated(), 2 * 128u);
+  Advance(milliseconds(master_->config().default_kv_lease_ttl_ms));
+  master_->Tick();
   EXPECT_EQ(master_->GetStats().allocated(), 0u);
 }
 
@@ -536,6 +540,10 @@ TEST_F(MasterServiceTest, ConcurrentCallsKeepTheBooksStraight) {
   // 4 threads x 200 keys, a third removed.
   EXPECT_EQ(master_->GetStats().keys(), 4u * (200 - 67));
   EXPECT_EQ(master_->RemoveAll(Keys("x", {}, true)).count(), 4 * (200 - 67));
+  // Every key was read, so its space waits for its lease to lapse.
+  EXPECT_GT(master_->GetStats().allocated(), 0u);
+  Advance(milliseconds(master_->config().default_kv_lease_ttl_ms));
+  master_->Tick();
   EXPECT_EQ(master_->GetStats().allocated(), 0u);
 }
 

@@ -1,5 +1,9 @@
 // StoreClient: setup (master ping, engine, segment and local buffer, mount), the heartbeat,
 // teardown, and the calls that are one master RPC. Moving objects: store_client_data.cc.
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
 #include <random>
 
 #include "store/store_client_impl.h"
@@ -41,6 +45,9 @@ int StoreClient::Impl::Start(std::string* message) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Batches are split at kMaxBatchItems, whose requests and replies fit this (limits.h).
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
   auto channel = grpc::CreateCustomChannel(opt.master_server_addr,
                                            grpc::InsecureChannelCredentials(), args);
   stub = rpc::MasterService::NewStub(channel);
@@ -70,13 +77,23 @@ int StoreClient::Impl::Start(std::string* message) {
     }
   }
   seg_name = engine->GetLocalSegmentName();
-  auto buf = engine->AllocateSharedMemory(opt.local_buffer_size);
-  if (!buf.ok()) {
+  // The staging buffer holds values being put or got: only this process uses it, so it is
+  // registered without remote access (not in the segment's descriptor; a peer's request for
+  // a range in it is refused), as upstream does.
+  void* buf = ::mmap(nullptr, opt.local_buffer_size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) {
     return fail(ErrorCode::INTERNAL_ERROR, "cannot allocate the local buffer of " +
                                                std::to_string(opt.local_buffer_size) +
-                                               " bytes: " + buf.status().ToString());
+                                               " bytes: " + std::strerror(errno));
   }
-  local_buf = *buf;
+  Status reg = engine->RegisterLocalMemory(buf, opt.local_buffer_size, "cpu:0",
+                                           /*remote_accessible=*/false);
+  if (!reg.ok()) {
+    ::munmap(buf, opt.local_buffer_size);
+    return fail(ErrorCode::INTERNAL_ERROR, "cannot register the local buffer: " + reg.ToString());
+  }
+  local_buf = buf;
   staging = std::make_unique<OffsetAllocator>(opt.local_buffer_size, 64);
   registered[reinterpret_cast<uintptr_t>(local_buf)] = opt.local_buffer_size;
   if (opt.global_segment_size > 0) {
@@ -104,9 +121,11 @@ int StoreClient::Impl::Mount() {
   req.set_segment_name(seg_name);
   req.set_base(reinterpret_cast<uint64_t>(segment));
   req.set_size(opt.global_segment_size);
+  req.set_remount(mounted_once);
   rpc::MountSegmentResponse resp;
   int rc = Call("MountSegment", &rpc::MasterService::Stub::MountSegment, req, &resp);
   if (rc != 0) return rc;
+  if (resp.code() == 0) mounted_once = true;
   if (resp.code() != 0) {
     LOG(ERROR) << "MountSegment: " << ErrorCodeName(resp.code()) << ": " << resp.message();
   }
@@ -171,7 +190,12 @@ int StoreClient::Impl::Close() {
       opened.clear();
     }
     if (segment != nullptr) (void)engine->FreeSharedMemory(segment);
-    if (local_buf != nullptr) (void)engine->FreeSharedMemory(local_buf);
+    if (local_buf != nullptr) {
+      Status s = engine->UnregisterLocalMemory(local_buf);
+      // Still in use by a transfer that did not end: leak it rather than free it under one.
+      if (s.ok()) ::munmap(local_buf, opt.local_buffer_size);
+      else LOG(WARNING) << "store close: the local buffer stays allocated: " << s.ToString();
+    }
     {
       std::lock_guard<std::mutex> lock(reg_mu);
       // Buffers the caller registered through us stay the caller's to unregister on a shared
@@ -248,6 +272,7 @@ std::unique_ptr<StoreClient> StoreClient::Create(StoreClientOptions options, int
 int StoreClient::Close() { return impl_->Close(); }
 std::string StoreClient::segment_name() const { return impl_->seg_name; }
 TransferEngine* StoreClient::engine() const { return impl_->engine.get(); }
+Span StoreClient::local_buffer() const { return {impl_->local_buf, impl_->opt.local_buffer_size}; }
 
 int StoreClient::HealthCheck() {
   {
@@ -290,16 +315,27 @@ std::vector<int64_t> StoreClient::BatchGetWith(const std::vector<std::string>& k
 }
 
 std::vector<int64_t> StoreClient::BatchGetSize(const std::vector<std::string>& keys) {
+  if (keys.size() > kMaxBatchItems) {
+    std::vector<int64_t> out;
+    for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
+      auto part = BatchGetSize({keys.begin() + at,
+                                keys.begin() + std::min(keys.size(), at + kMaxBatchItems)});
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
+  }
   std::vector<int64_t> out(keys.size(), ToInt(ErrorCode::RPC_FAIL));
   if (keys.empty()) return out;
   rpc::KeysRequest req;
   req.set_client_id(impl_->client_id);
   for (const auto& k : keys) req.add_keys(k);
   rpc::ExistResponse resp;
-  if (impl_->Call("ExistKey", &rpc::MasterService::Stub::ExistKey, req, &resp) != 0 ||
-      resp.results_size() != static_cast<int>(keys.size())) {
-    return out;
+  if (impl_->Call("ExistKey", &rpc::MasterService::Stub::ExistKey, req, &resp) != 0) return out;
+  if (resp.code() != 0) {
+    LOG(WARNING) << "get_size: the master refused the request: " << resp.message();
+    return std::vector<int64_t>(keys.size(), resp.code());
   }
+  if (resp.results_size() != static_cast<int>(keys.size())) return out;
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& r = resp.results(static_cast<int>(i));
     out[i] = r.code() == 0 ? static_cast<int64_t>(r.size()) : r.code();
@@ -318,17 +354,37 @@ std::vector<int> StoreClient::BatchIsExist(const std::vector<std::string>& keys)
 }
 
 std::vector<int> StoreClient::BatchRemove(const std::vector<std::string>& keys, bool force) {
+  if (keys.size() > kMaxBatchItems) {
+    std::vector<int> out;
+    for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
+      auto part = BatchRemove(
+          {keys.begin() + at, keys.begin() + std::min(keys.size(), at + kMaxBatchItems)}, force);
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
+  }
   std::vector<int> out(keys.size(), ToInt(ErrorCode::RPC_FAIL));
   if (keys.empty()) return out;
   rpc::KeysRequest req;
   req.set_client_id(impl_->client_id);
   req.set_force(force);
   for (const auto& k : keys) req.add_keys(k);
-  rpc::CodesResponse resp;
-  if (impl_->Call("Remove", &rpc::MasterService::Stub::Remove, req, &resp) != 0 ||
-      resp.codes_size() != static_cast<int>(keys.size())) {
-    return out;
+  if (force) {
+    std::lock_guard<std::mutex> lock(impl_->reads_mu);
+    for (const auto& k : keys) {
+      auto mark = impl_->reads.find(Impl::KeyHash(k));
+      const bool idle = mark != impl_->reads.end() && mark->second.readers == 0;
+      req.add_read_lease_ids(idle ? mark->second.done : 0);
+      if (idle) impl_->reads.erase(mark);
+    }
   }
+  rpc::CodesResponse resp;
+  if (impl_->Call("Remove", &rpc::MasterService::Stub::Remove, req, &resp) != 0) return out;
+  if (resp.code() != 0) {
+    LOG(WARNING) << "remove: the master refused the request: " << resp.message();
+    return std::vector<int>(keys.size(), resp.code());
+  }
+  if (resp.codes_size() != static_cast<int>(keys.size())) return out;
   for (size_t i = 0; i < keys.size(); ++i) out[i] = resp.codes(static_cast<int>(i));
   return out;
 }
@@ -341,7 +397,18 @@ int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
   req.set_force(force);
   req.set_regex(regex);
   rpc::CountResponse resp;
-  int rc = impl_->Call("RemoveByRegex", &rpc::MasterService::Stub::RemoveByRegex, req, &resp);
+  int rc;
+  {
+    // With force: no read of ours starts until the reply (reads_mu held), so that when none
+    // is in flight the master may free what only we had leased at once.
+    std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);
+    if (force) {
+      lock.lock();
+      req.set_own_reads_done(impl_->active_reads == 0);
+      if (impl_->active_reads == 0) impl_->reads.clear();
+    }
+    rc = impl_->Call("RemoveByRegex", &rpc::MasterService::Stub::RemoveByRegex, req, &resp);
+  }
   if (rc != 0) return rc;
   if (resp.code() != 0) {
     LOG(WARNING) << "remove_by_regex: " << resp.message();
@@ -355,7 +422,16 @@ int64_t StoreClient::RemoveAll(bool force) {
   req.set_client_id(impl_->client_id);
   req.set_force(force);
   rpc::CountResponse resp;
-  int rc = impl_->Call("RemoveAll", &rpc::MasterService::Stub::RemoveAll, req, &resp);
+  int rc;
+  {
+    std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);  // as RemoveByRegex
+    if (force) {
+      lock.lock();
+      req.set_own_reads_done(impl_->active_reads == 0);
+      if (impl_->active_reads == 0) impl_->reads.clear();
+    }
+    rc = impl_->Call("RemoveAll", &rpc::MasterService::Stub::RemoveAll, req, &resp);
+  }
   if (rc != 0) return rc;
   return resp.code() != 0 ? resp.code() : resp.count();
 }

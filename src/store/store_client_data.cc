@@ -162,12 +162,25 @@ static void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
 std::vector<int> StoreClient::Impl::PutMany(const std::vector<std::string>& keys,
                                             const std::vector<std::vector<Span>>& parts,
                                             const ReplicateConfig& config) {
-  std::vector<int> codes(keys.size(), 0);
   if (keys.size() != parts.size()) {
     LOG(WARNING) << "put: " << keys.size() << " keys but " << parts.size() << " values";
-    std::fill(codes.begin(), codes.end(), ToInt(ErrorCode::INVALID_PARAMS));
-    return codes;
+    return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
   }
+  if (keys.size() <= kMaxBatchItems) return PutRound(keys, parts, config);
+  std::vector<int> codes;
+  for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
+    const size_t end = std::min(keys.size(), at + kMaxBatchItems);
+    auto part = PutRound({keys.begin() + at, keys.begin() + end},
+                         {parts.begin() + at, parts.begin() + end}, config);
+    codes.insert(codes.end(), part.begin(), part.end());
+  }
+  return codes;
+}
+
+std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& keys,
+                                             const std::vector<std::vector<Span>>& parts,
+                                             const ReplicateConfig& config) {
+  std::vector<int> codes(keys.size(), 0);
   if (keys.empty()) return codes;
   rpc::PutStartRequest req;
   req.set_client_id(client_id);
@@ -179,6 +192,11 @@ std::vector<int> StoreClient::Impl::PutMany(const std::vector<std::string>& keys
   }
   rpc::PutStartResponse resp;
   int rc = Call("PutStart", &rpc::MasterService::Stub::PutStart, req, &resp);
+  if (rc == 0 && resp.code() != 0) {
+    LOG(WARNING) << "put: the master refused the request: " << resp.message();
+    std::fill(codes.begin(), codes.end(), resp.code());
+    return codes;
+  }
   if (rc != 0 || resp.results_size() != static_cast<int>(keys.size())) {
     std::fill(codes.begin(), codes.end(), ToInt(ErrorCode::RPC_FAIL));
     return codes;
@@ -238,17 +256,103 @@ std::vector<int> StoreClient::Impl::PutMany(const std::vector<std::string>& keys
 
 std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& keys,
                                                 const StoreClient::PartsFor& parts_for) {
+  std::vector<int64_t> out;
+  std::vector<std::string> copy;  // only when the keys are split
+  for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
+    const size_t end = std::min(keys.size(), at + kMaxBatchItems);
+    if (keys.size() > kMaxBatchItems) copy.assign(keys.begin() + at, keys.begin() + end);
+    const std::vector<std::string>& chunk = keys.size() > kMaxBatchItems ? copy : keys;
+    auto chunk_parts = [&](size_t i, uint64_t size) { return parts_for(at + i, size); };
+    std::vector<char> lapsed;
+    std::vector<int64_t> got = GetRound(chunk, chunk_parts, &lapsed);
+    // Reads that outlasted their lease: once more with a fresh lease (parts_for is asked
+    // again for those keys: the object may have changed meanwhile).
+    std::vector<size_t> again;
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      if (lapsed[i]) again.push_back(i);
+    }
+    if (!again.empty()) {
+      std::vector<std::string> keys2;
+      for (size_t i : again) keys2.push_back(chunk[i]);
+      std::vector<char> lapsed2;
+      auto got2 = GetRound(
+          keys2, [&](size_t j, uint64_t size) { return chunk_parts(again[j], size); }, &lapsed2);
+      for (size_t j = 0; j < again.size(); ++j) {
+        got[again[j]] = got2[j];
+        if (lapsed2[j]) {
+          LOG(WARNING) << "get " << keys2[j] << ": the read ended after the object's lease "
+                       << "(twice): its bytes cannot be trusted (LEASE_EXPIRED)";
+          got[again[j]] = ToInt(ErrorCode::LEASE_EXPIRED);
+        }
+      }
+    }
+    out.insert(out.end(), got.begin(), got.end());
+  }
+  return out;
+}
+
+std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>& keys,
+                                                 const StoreClient::PartsFor& parts_for,
+                                                 std::vector<char>* lapsed) {
   std::vector<int64_t> out(keys.size(), 0);
+  lapsed->assign(keys.size(), 0);
   if (keys.empty()) return out;
+  // Registered as being read (see ReadMark) until this round ends.
+  std::vector<ReadMark*> marks(keys.size());
+  {
+    std::lock_guard<std::mutex> lock(reads_mu);
+    if (reads.size() > 65536) {  // forget idle marks (only defers frees)
+      for (auto it = reads.begin(); it != reads.end();) {
+        it = it->second.readers == 0 ? reads.erase(it) : std::next(it);
+      }
+    }
+    ++active_reads;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      marks[i] = &reads[KeyHash(keys[i])];  // stable: unordered_map nodes do not move
+      ++marks[i]->readers;
+    }
+  }
+  std::vector<uint64_t> lease_ids(keys.size(), 0);
+  struct Unregister {
+    Impl* self;
+    const std::vector<ReadMark*>& marks;
+    const std::vector<uint64_t>& ids;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(self->reads_mu);
+      --self->active_reads;
+      for (size_t i = 0; i < marks.size(); ++i) {
+        if (ids[i] != 0) marks[i]->done = ids[i];
+        --marks[i]->readers;
+      }
+    }
+  } unregister{this, marks, lease_ids};
   std::vector<std::vector<Span>> parts(keys.size());
   rpc::KeysRequest req;
   req.set_client_id(client_id);
   for (const auto& k : keys) req.add_keys(k);
   rpc::GetReplicaListResponse resp;
+  // The lease starts when the master answers, later than this: a read that ends before
+  // sent + lease (less a margin for clock rates) read bytes the master had not reused.
+  const auto sent = std::chrono::steady_clock::now();
   int rc = Call("GetReplicaList", &rpc::MasterService::Stub::GetReplicaList, req, &resp);
+  if (rc == 0 && resp.code() != 0) {
+    LOG(WARNING) << "get: the master refused the request: " << resp.message();
+    std::fill(out.begin(), out.end(), resp.code());
+    return out;
+  }
   if (rc != 0 || resp.results_size() != static_cast<int>(keys.size())) {
     std::fill(out.begin(), out.end(), ToInt(ErrorCode::RPC_FAIL));
     return out;
+  }
+  std::vector<std::chrono::steady_clock::time_point> deadline(
+      keys.size(), std::chrono::steady_clock::time_point::max());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    lease_ids[i] = resp.results(static_cast<int>(i)).lease_id();
+    const uint64_t ttl = resp.results(static_cast<int>(i)).lease_ttl_ms();
+    if (ttl == 0) continue;  // no lease known: nothing to bound by
+    const auto lease = std::chrono::milliseconds(ttl);
+    deadline[i] = sent + lease - std::min<std::chrono::milliseconds>(lease / 10,
+                                                                     std::chrono::milliseconds(500));
   }
   // Replica order per key: ours first (a memcpy), then the master's order.
   std::vector<std::vector<const rpc::Replica*>> choices(keys.size());
@@ -295,8 +399,14 @@ std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& 
               rep->buffer().addr(), i, &jobs);
     }
     RunJobs(jobs, &failed);
+    const auto done = std::chrono::steady_clock::now();
     std::vector<size_t> retry;
     for (size_t i : pending) {
+      if (done > deadline[i]) {
+        (*lapsed)[i] = 1;  // failed or not: no other replica may be read under this lease
+        out[i] = ToInt(ErrorCode::LEASE_EXPIRED);
+        continue;
+      }
       if (!failed[i]) continue;
       if (++attempt[i] < choices[i].size()) {
         LOG(WARNING) << "get " << keys[i] << ": replica failed, trying the next one";

@@ -19,6 +19,7 @@
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
 #include "store/error_code.h"
+#include "store/limits.h"
 #include "store/offset_allocator.h"
 
 namespace mooncake {
@@ -71,15 +72,25 @@ class StoreClient::Impl {
   std::vector<int> PutMany(const std::vector<std::string>& keys,
                            const std::vector<std::vector<Span>>& parts,
                            const ReplicateConfig& config);
+  // Splits at kMaxBatchItems; a read that ended after its lease (GetRound's `lapsed`) is
+  // tried once more, then reported as LEASE_EXPIRED.
   std::vector<int64_t> GetMany(const std::vector<std::string>& keys,
                                const StoreClient::PartsFor& parts_for);
+  // One GetReplicaList and the reads. lapsed[i] = 1 where key i's read ended later than its
+  // lease allows (the bytes may be another object's: the master may have reused the space).
+  std::vector<int64_t> GetRound(const std::vector<std::string>& keys,
+                                const StoreClient::PartsFor& parts_for, std::vector<char>* lapsed);
+  std::vector<int> PutRound(const std::vector<std::string>& keys,
+                            const std::vector<std::vector<Span>>& parts,
+                            const ReplicateConfig& config);
 
   StoreClientOptions opt;
   const std::string client_id;
   std::shared_ptr<TransferEngine> engine;
   std::string seg_name;
   void* segment = nullptr;
-  void* local_buf = nullptr;
+  void* local_buf = nullptr;  // staging: registered local only (never in the descriptor)
+  bool mounted_once = false;  // later mounts are remounts (MountSegmentRequest.remount)
   std::unique_ptr<rpc::MasterService::Stub> stub;
 
   std::mutex staging_mu;
@@ -88,6 +99,19 @@ class StoreClient::Impl {
 
   std::mutex reg_mu;
   std::map<uintptr_t, size_t> registered;  // start -> length
+  // Per key (by a 64-bit hash of it): this client's reads of it in flight, and the lease of
+  // its last completed read. A forced remove passes that lease id when no read of the key is
+  // in flight, so that the master may free the space at once (KeysRequest.read_lease_ids).
+  // Two keys with one hash share a mark: that can only hide an id (the free waits for the
+  // lease), never vouch for a read in flight.
+  struct ReadMark {
+    int readers = 0;
+    uint64_t done = 0;
+  };
+  std::mutex reads_mu;
+  std::unordered_map<uint64_t, ReadMark> reads;  // entries with readers > 0 stay put
+  size_t active_reads = 0;                       // GetRound calls in flight
+  static uint64_t KeyHash(const std::string& k) { return std::hash<std::string>()(k); }
   std::mutex open_mu;
   std::unordered_map<std::string, SegmentID> opened;
 

@@ -229,6 +229,29 @@ def test_remove_by_regex_and_remove_all_return_counts(store):
     assert store.remove_all(force=True) == 0
 
 
+def test_bounds_and_re2_syntax(store):
+    """Issue 14: keys over 4 KiB are refused (-400) at every call, remove_by_regex takes RE2
+    syntax (backreferences are refused, -600) and runs in linear time, and batches over the
+    master's 4096-item bound are split by the client."""
+    big = "k" * 4097
+    assert store.put(big, b"x") == -400
+    assert store.get(big) == b""
+    assert store.get_size(big) == -400
+    assert store.remove(big) == -400
+    assert store.put("a" * 4096, b"x") == 0              # the longest key allowed
+    assert store.put("a" * 33 + "b", b"y") == 0
+    t0 = time.monotonic()
+    assert store.remove_by_regex("^(a|a)*$") == 1        # std::regex: exponential time
+    assert store.remove_by_regex("^(a|a)*b$") == 1
+    assert time.monotonic() - t0 < 2
+    assert store.remove_by_regex(r"(a)\1") == -600       # not RE2: refused, not run
+    assert store.remove_by_regex("a" * 5000) == -600     # pattern over 4 KiB
+    keys = [f"many{i}" for i in range(5000)]
+    assert store.put_batch(keys, [b"v"] * len(keys)) == 0
+    assert store.batch_is_exist(keys) == [1] * len(keys)
+    assert store.batch_remove(keys, force=True) == [0] * len(keys)
+
+
 def test_tensors(store):
     torch = require_torch()
     for dtype in (torch.float32, torch.bfloat16):

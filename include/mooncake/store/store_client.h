@@ -73,6 +73,9 @@ class StoreClient {
   // The engine's segment name (host:port with P2PHANDSHAKE).
   std::string segment_name() const;
   TransferEngine* engine() const;
+  // Where the staging buffer lies (diagnostics: tests check that peers cannot reach it; it is
+  // registered for local use only and never published in the segment's descriptor).
+  Span local_buffer() const;
   // 0 when the master answers, RPC_FAIL otherwise.
   int HealthCheck();
 

@@ -1,0 +1,163 @@
+// MasterService: removal (Remove, RemoveByRegex, RemoveAll) and the freeing of space, which
+// waits in the graveyard while a reader's lease on the object lasts.
+#include <glog/logging.h>
+#include <re2/re2.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "store/limits.h"
+#include "store/master_service.h"
+#include "store/master_service_internal.h"
+
+namespace mooncake {
+namespace store {
+
+void MasterService::FreeObjectLocked(const Object& obj) {
+  const auto now = now_();
+  const bool leased = obj.lease_until > now;
+  for (const auto& p : obj.replicas) {
+    auto seg = segments_.find(p.segment_id);
+    if (seg == segments_.end()) continue;
+    if (leased) {
+      // A reader may be copying these bytes now: the space is reused only after its lease.
+      graveyard_.push({p.segment_id, p.offset, obj.size, obj.lease_until});
+      graveyard_bytes_ += obj.size;
+      ++counters_.deferred_frees;
+    } else {
+      seg->second->alloc.Free(p.offset);
+    }
+  }
+}
+
+void MasterService::ReapGraveyardLocked(Clock::time_point now) {
+  while (!graveyard_.empty() && graveyard_.top().free_at <= now) {
+    const Grave& g = graveyard_.top();
+    auto seg = segments_.find(g.segment_id);
+    if (seg != segments_.end()) seg->second->alloc.Free(g.offset);
+    graveyard_bytes_ -= g.size;
+    graveyard_.pop();
+  }
+}
+
+uint64_t MasterService::GraveyardBytesLocked() const { return graveyard_bytes_; }
+
+void MasterService::EndOwnLeaseLocked(Object* obj, const std::string& client) {
+  const auto now = now_();
+  if (!client.empty() && obj->lease_client == client && obj->foreign_until <= now) {
+    obj->lease_until = std::min(obj->lease_until, now);
+  }
+}
+
+rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
+  rpc::CodesResponse resp;
+  const std::string batch = BatchProblem("Remove", req.keys_size());
+  if (!batch.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(batch);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.refused_requests;
+    return resp;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < req.keys_size(); ++i) {
+    const std::string& key = req.keys(i);
+    ++counters_.remove;
+    if (!KeyProblem(key).empty()) {
+      resp.add_codes(Code(ErrorCode::INVALID_KEY));
+      continue;
+    }
+    auto it = objects_.find(key);
+    if (it == objects_.end()) {
+      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
+    } else if (!it->second.complete) {
+      resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
+    } else if (!req.force() && LeasedLocked(it->second)) {
+      resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
+    } else {
+      // The remover's own completed read holds the latest lease and every lease granted to
+      // other clients has lapsed (the client vouches that none of its reads of the key is in
+      // flight): nobody can be copying the bytes, so the space is freed at once.
+      const uint64_t done = i < req.read_lease_ids_size() ? req.read_lease_ids(i) : 0;
+      if (done != 0 && done == it->second.lease_id) EndOwnLeaseLocked(&it->second, req.client_id());
+      EraseObjectLocked(it);  // forced while leased: invisible now, space freed after the lease
+      resp.add_codes(Code(ErrorCode::OK));
+    }
+  }
+  return resp;
+}
+
+rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest& req) {
+  rpc::CountResponse resp;
+  if (req.regex().size() > kMaxRegexBytes) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message("regular expression of " + std::to_string(req.regex().size()) +
+                     " bytes is longer than the limit of " + std::to_string(kMaxRegexBytes) +
+                     " bytes");
+    return resp;
+  }
+  // RE2: linear time in the key's length, bounded memory, no recursion (std::regex overflowed
+  // the stack on a long key and took exponential time on patterns like ^(a|a)*$).
+  RE2::Options options;
+  options.set_log_errors(false);
+  options.set_max_mem(8 << 20);
+  RE2 re(req.regex(), options);
+  if (!re.ok()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message("invalid regular expression (RE2 syntax): " + re.error());
+    return resp;
+  }
+  return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
+                     [&](const std::string& key) { return RE2::PartialMatch(key, re); });
+}
+
+rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
+  return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
+                     [](const std::string&) { return true; });
+}
+
+rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& done_client,
+                                              const std::function<bool(const std::string&)>& match) {
+  rpc::CountResponse resp;
+  int64_t count = 0;
+  // About kRemoveChunk keys per hold of the lock, bucket by bucket: other RPCs are served
+  // between chunks. While a scan runs the table does not rehash (the load factor limit is
+  // raised; inserts only lengthen chains), so bucket indices stay valid across chunks. Keys
+  // put meanwhile may or may not be removed.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (scans_++ == 0) objects_.max_load_factor(std::numeric_limits<float>::max());
+  }
+  size_t bucket = 0;
+  std::vector<std::string> victims;
+  while (true) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t buckets = objects_.bucket_count();
+    size_t seen = 0;
+    for (; bucket < buckets && seen < kRemoveChunk; ++bucket) {
+      for (auto it = objects_.begin(bucket); it != objects_.end(bucket); ++it) {
+        ++seen;
+        if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
+          victims.push_back(it->first);
+        }
+      }
+    }
+    for (const std::string& key : victims) {
+      auto it = objects_.find(key);
+      if (force) EndOwnLeaseLocked(&it->second, done_client);
+      EraseObjectLocked(it);
+      ++count;
+    }
+    victims.clear();
+    if (bucket >= buckets) {
+      if (--scans_ == 0) objects_.max_load_factor(1.0f);
+      break;
+    }
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_count(count);
+  return resp;
+}
+
+}  // namespace store
+}  // namespace mooncake

@@ -1,0 +1,108 @@
+// MetricsServer: answers GET /metrics beside more idle connections than it keeps, closes
+// connections that miss the request deadline, refuses oversized and foreign requests, and
+// refuses a port in use.
+#include "store/metrics_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mooncake {
+namespace store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` and reads until the server closes (or 5 s pass).
+std::string Exchange(int port, const std::string& request) {
+  int fd = Connect(port);
+  if (fd < 0) return "";
+  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+TEST(MetricsServer, ServesBesideMoreIdleConnectionsThanItKeeps) {
+  MetricsServer server([] { return std::string("metric_a 1\n"); });
+  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  std::vector<int> idle;
+  for (size_t i = 0; i < MetricsServer::kMaxConnections + 200; ++i) {
+    int fd = Connect(server.port());
+    if (fd >= 0) idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = Clock::now();
+  const std::string reply = Exchange(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_NE(reply.find("HTTP/1.1 200 OK"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("metric_a 1"), std::string::npos);
+  EXPECT_GE(server.dropped(), 200u);  // the oldest idle ones made room
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(MetricsServer, ASlowRequestIsCutAtTheDeadline) {
+  MetricsServer server([] { return std::string("m 1\n"); });
+  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::send(fd, "GET /met", 8, MSG_NOSIGNAL), 8);
+  const auto t0 = Clock::now();
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0);  // closed, no reply
+  const auto waited = Clock::now() - t0;
+  EXPECT_GE(waited, MetricsServer::kRequestDeadline - std::chrono::milliseconds(200));
+  EXPECT_LT(waited, MetricsServer::kRequestDeadline + std::chrono::seconds(1));
+  ::close(fd);
+}
+
+TEST(MetricsServer, ForeignOversizedAndMalformedRequestsGetAnAnswer) {
+  MetricsServer server([] { return std::string("m 1\n"); });
+  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  EXPECT_NE(Exchange(server.port(), "GET /other HTTP/1.1\r\n\r\n").find(" 404 "), std::string::npos);
+  EXPECT_NE(Exchange(server.port(), "POST /metrics HTTP/1.1\r\n\r\n").find(" 405 "),
+            std::string::npos);
+  EXPECT_NE(Exchange(server.port(), "GET /metrics HTTP/1.1\r\nX: " + std::string(10000, 'a'))
+                .find(" 431 "),
+            std::string::npos);
+  EXPECT_NE(Exchange(server.port(), "\r\n\r\n").find(" 405 "), std::string::npos);
+  EXPECT_NE(Exchange(server.port(), "GET /metrics?x=1 HTTP/1.0\r\n\r\n").find(" 200 "),
+            std::string::npos);
+}
+
+TEST(MetricsServer, APortInUseIsRefused) {
+  MetricsServer first([] { return std::string(); });
+  ASSERT_EQ(first.Start("127.0.0.1", 0), "");
+  MetricsServer second([] { return std::string(); });
+  const std::string error = second.Start("127.0.0.1", first.port());
+  EXPECT_NE(error.find("in use"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake

@@ -1,0 +1,242 @@
+// Issue 14, points 6 and 7 against a real mooncake_master: RPCs a hostile client can send
+// (RemoveByRegex patterns that crashed or froze std::regex, keys and batches far over the
+// bounds) must be refused or served in bounded time while other clients keep being served;
+// and idle or slow connections to /metrics must not delay a real scrape.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "master.grpc.pb.h"
+#include "master_process.h"
+#include "mooncake/store/store_client.h"
+#include "store/error_code.h"
+
+namespace mooncake {
+namespace store {
+namespace {
+
+using namespace testing_master;  // NOLINT
+
+class MasterHostileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rpc_port_ = FreePort();
+    metrics_port_ = FreePort();
+    master_ = std::make_unique<MasterProcess>(std::vector<std::string>{
+        "--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(rpc_port_),
+        "--metrics_port=" + std::to_string(metrics_port_)});
+    ASSERT_TRUE(master_->WaitReady(seconds(20))) << master_->Log();
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(256 << 20);
+    args.SetMaxReceiveMessageSize(256 << 20);
+    stub_ = rpc::MasterService::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(rpc_port_), grpc::InsecureChannelCredentials(), args));
+  }
+  void TearDown() override {
+    if (master_) {
+      ::kill(master_->pid(), SIGTERM);
+      master_->WaitExit(seconds(10));
+    }
+  }
+  std::unique_ptr<StoreClient> Client() {
+    StoreClientOptions o;
+    o.master_server_addr = "127.0.0.1:" + std::to_string(rpc_port_);
+    o.local_hostname = "127.0.0.1";
+    o.global_segment_size = 64 * MiB;
+    o.local_buffer_size = 4 * MiB;
+    int code = 0;
+    std::string msg;
+    auto c = StoreClient::Create(o, &code, &msg);
+    EXPECT_NE(c, nullptr) << code << ": " << msg;
+    return c;
+  }
+  std::unique_ptr<grpc::ClientContext> Ctx(int timeout_s = 60) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+    return ctx;
+  }
+  bool Alive() { return !master_->WaitExit(milliseconds(0)).has_value(); }
+
+  int rpc_port_ = -1, metrics_port_ = -1;
+  std::unique_ptr<MasterProcess> master_;
+  std::unique_ptr<rpc::MasterService::Stub> stub_;
+};
+
+// A legitimate client gets one small object in a loop; records the slowest get.
+class Prober {
+ public:
+  explicit Prober(StoreClient* c) : c_(c) {
+    std::vector<char> v(1000, 'p');
+    EXPECT_EQ(c_->Put("probe", {{v.data(), v.size()}}, {}), 0);
+    thread_ = std::thread([this] {
+      std::vector<char> out(1000);
+      while (!stop_) {
+        const auto t0 = Clock::now();
+        const int64_t got = c_->Get("probe", {{out.data(), out.size()}});
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (got != 1000) ++failures_;
+        if (ms > worst_ms_) worst_ms_ = ms;
+        ++gets_;
+      }
+    });
+  }
+  ~Prober() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  double worst_ms() const { return worst_ms_; }
+  int failures() const { return failures_; }
+  int gets() const { return gets_; }
+
+ private:
+  StoreClient* c_;
+  std::atomic<bool> stop_{false};
+  std::atomic<double> worst_ms_{0};
+  std::atomic<int> failures_{0}, gets_{0};
+  std::thread thread_;
+};
+
+TEST_F(MasterHostileTest, HostileRpcsAreRefusedOrBoundedAndOthersKeepBeingServed) {
+  auto client = Client();
+  ASSERT_TRUE(client);
+  Prober prober(client.get());
+  // Keys that took std::regex down: a 50,000-character key (stack overflow on "^a.*") and a
+  // 33-character one ("^(a|a)*$": exponential backtracking).
+  {
+    rpc::PutStartRequest req;
+    req.set_client_id("hostile");
+    for (const std::string& key : {std::string(50000, 'a'), std::string(33, 'a') + "b"}) {
+      auto* item = req.add_items();
+      item->set_key(key);
+      item->set_size(16);
+    }
+    rpc::PutStartResponse resp;
+    ASSERT_TRUE(stub_->PutStart(Ctx().get(), req, &resp).ok());
+    ASSERT_EQ(resp.results_size(), 2);
+    EXPECT_EQ(resp.results(0).code(), ToInt(ErrorCode::INVALID_KEY)) << resp.results(0).message();
+    EXPECT_EQ(resp.results(1).code(), 0);
+    rpc::KeysRequest end;
+    end.set_client_id("hostile");
+    end.add_keys(std::string(33, 'a') + "b");
+    rpc::CodesResponse codes;
+    ASSERT_TRUE(stub_->PutEnd(Ctx().get(), end, &codes).ok());
+  }
+  for (const char* pattern : {"^a.*", "^(a|a)*$", "^(a|a)*b$", "(a*)*$"}) {
+    SCOPED_TRACE(pattern);
+    rpc::RemoveByRegexRequest req;
+    req.set_client_id("hostile");
+    req.set_regex(pattern);
+    rpc::CountResponse resp;
+    const auto t0 = Clock::now();
+    grpc::Status s = stub_->RemoveByRegex(Ctx(30).get(), req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_LT(Clock::now() - t0, seconds(1));
+    ASSERT_TRUE(Alive()) << master_->Log();
+  }
+  {
+    rpc::RemoveByRegexRequest req;
+    req.set_client_id("hostile");
+    req.set_regex(std::string(100000, 'a'));
+    rpc::CountResponse resp;
+    ASSERT_TRUE(stub_->RemoveByRegex(Ctx().get(), req, &resp).ok());
+    EXPECT_EQ(resp.code(), ToInt(ErrorCode::INVALID_PARAMS));
+    EXPECT_NE(resp.message().find("limit"), std::string::npos) << resp.message();
+  }
+  // 200,000 items in one PutStart: refused up front, nothing created, and an answer.
+  {
+    rpc::PutStartRequest req;
+    req.set_client_id("hostile");
+    for (int i = 0; i < 200000; ++i) {
+      auto* item = req.add_items();
+      item->set_key("flood/" + std::to_string(i));
+      item->set_size(1);
+    }
+    rpc::PutStartResponse resp;
+    grpc::Status s = stub_->PutStart(Ctx().get(), req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.code(), ToInt(ErrorCode::INVALID_PARAMS)) << resp.message();
+    rpc::StatsResponse stats;
+    ASSERT_TRUE(stub_->GetStats(Ctx().get(), rpc::StatsRequest(), &stats).ok());
+    EXPECT_LT(stats.keys(), 10u);
+  }
+  ASSERT_TRUE(Alive()) << master_->Log();
+  prober.Stop();
+  EXPECT_EQ(prober.failures(), 0);
+  EXPECT_GT(prober.gets(), 10);
+  EXPECT_LT(prober.worst_ms(), 1000.0) << "a legitimate get waited that long";
+  // The client library splits a batch over the bound: 5,000 keys work.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5000; ++i) keys.push_back("many/" + std::to_string(i));
+  std::vector<char> one(8, 'x');
+  std::vector<std::vector<Span>> parts(keys.size(), {{one.data(), one.size()}});
+  for (int rc : client->BatchPut(keys, parts, {})) ASSERT_EQ(rc, 0);
+  for (int64_t n : client->BatchGetSize(keys)) ASSERT_EQ(n, 8);
+  for (int rc : client->BatchRemove(keys, true)) ASSERT_EQ(rc, 0);
+}
+
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(MasterHostileTest, MetricsAnswerPromptlyDespiteIdleAndSlowConnections) {
+  std::vector<int> idle;
+  for (int i = 0; i < 256; ++i) {
+    int fd = Connect(metrics_port_);
+    if (fd >= 0) idle.push_back(fd);
+  }
+  EXPECT_GE(idle.size(), 200u);
+  // 16 slow clients: a request one byte per second.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> slow;
+  for (int i = 0; i < 16; ++i) {
+    slow.emplace_back([&] {
+      int fd = Connect(metrics_port_);
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+      for (size_t k = 0; fd >= 0 && k < req.size() && !stop; ++k) {
+        if (::send(fd, &req[k], 1, MSG_NOSIGNAL) != 1) break;
+        for (int t = 0; t < 10 && !stop; ++t) std::this_thread::sleep_for(milliseconds(100));
+      }
+      if (fd >= 0) ::close(fd);
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(1500));
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = Clock::now();
+    const std::string reply = HttpGet(metrics_port_, "/metrics");
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    std::printf("GET /metrics with %zu idle and 16 slow connections: %.1f ms\n", idle.size(), ms);
+    EXPECT_NE(reply.find("200 OK"), std::string::npos) << "no answer within 5 s";
+    EXPECT_NE(reply.find("master_key_count"), std::string::npos);
+    EXPECT_LT(ms, 1000.0);
+    std::this_thread::sleep_for(milliseconds(700));
+  }
+  stop = true;
+  for (auto& t : slow) t.join();
+  for (int fd : idle) ::close(fd);
+  // Malformed and foreign requests get an answer, not a hang.
+  EXPECT_NE(HttpGet(metrics_port_, "/other").find("404"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,161 @@
+// Helpers for the tests that run the real mooncake_master binary (MC_MASTER_PATH): free
+// ports, a raw-socket HTTP GET, Prometheus text parsing, and the master as a child process.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mooncake {
+namespace store {
+namespace testing_master {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr uint64_t MiB = 1 << 20;
+
+// A port nobody listens on now: bind port 0 and read what the kernel chose.
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// GET http://127.0.0.1:port/path with a raw socket; the whole response, or "" on failure.
+inline std::string HttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return "";
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// The value of the "name value" line in Prometheus text, or nullopt.
+inline std::optional<uint64_t> MetricValue(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind(name + " ", 0) == 0) return std::stoull(line.substr(name.size() + 1));
+  }
+  return std::nullopt;
+}
+
+// One mooncake_master process; stderr goes to a file.
+class MasterProcess {
+ public:
+  explicit MasterProcess(std::vector<std::string> args) {
+    char tmpl[] = "/tmp/mc_master_test_XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    log_path_ = tmpl;
+    std::vector<std::string> argv_s = {MC_MASTER_PATH};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;  // built before fork: the child only calls async-signal-safe code
+    for (auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+    ::close(fd);
+  }
+  ~MasterProcess() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (!log_path_.empty()) ::unlink(log_path_.c_str());
+  }
+  std::string Log() const { return ReadFile(log_path_); }
+  // Exit status (or 128 + signal) once it ended within `timeout`; nullopt while running.
+  std::optional<int> WaitExit(Clock::duration timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (!exited_) {
+      int status = 0;
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return status_;
+  }
+  // Until the startup line is logged; false if it exited or took longer than `timeout`.
+  bool WaitReady(Clock::duration timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      if (Log().find("Master service started") != std::string::npos) return true;
+      if (WaitExit(milliseconds(0))) return false;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = -1;
+  std::string log_path_;
+};
+
+}  // namespace testing_master
+}  // namespace store
+}  // namespace mooncake
