@@ -392,16 +392,8 @@ bool ExchangeWithFds(int fd, const Input& in, std::string* out, int limit_ms,
       size_t stop = next + 1 < in.attach.size() ? in.attach[next + 1].offset : s.size();
       iov.iov_len = stop - sent;
     }
-    std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-    if (!fds.empty()) {
-      msg.msg_control = control.data();
-      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-    }
+    std::vector<cmsghdr> control(CMSG_SPACE(sizeof(int) * fds.size()) / sizeof(cmsghdr) + 1);
+    shm::AttachFds(&msg, reinterpret_cast<char*>(control.data()), fds.data(), fds.size());
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       sent += static_cast<size_t>(n);

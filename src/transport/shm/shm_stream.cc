@@ -97,15 +97,7 @@ Status ShmStream::SyncSharedRanges(int fd) {
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = ranges.empty() ? 1 : 2;
-  if (!fds.empty()) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
+  AttachFds(&msg, control, fds.data(), fds.size());
   size_t want = sizeof(h) + ranges.size() * sizeof(SharedRange);
   ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
   if (n < 0) return ErrnoStatus("send shared ranges", errno);

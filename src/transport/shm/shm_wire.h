@@ -20,9 +20,25 @@
 //   complete, make the target close the connection.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
+#include <cstring>
 
 namespace mooncake::shm {
+
+// Attaches `n` descriptors to `msg` as one SCM_RIGHTS message (none when n == 0), using
+// `control` (at least CMSG_SPACE(n * sizeof(int)) bytes, aligned for cmsghdr) as the buffer.
+inline void AttachFds(msghdr* msg, char* control, const int* fds, size_t n) {
+  if (n == 0) return;
+  msg->msg_control = control;
+  msg->msg_controllen = CMSG_SPACE(sizeof(int) * n);
+  cmsghdr* c = CMSG_FIRSTHDR(msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+}
 
 constexpr uint32_t kMagic = 0x4853434D;  // "MCSH"
 constexpr uint32_t kVersion = 2;
