@@ -3,6 +3,8 @@
 // refuses a port in use.
 #include "store/metrics_server.h"
 
+#include "common/net.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -20,19 +22,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A connection to the server whose reads time out after 5 s, or -1.
 int Connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
+  auto fd = ConnectTcp("127.0.0.1", static_cast<uint16_t>(port), 2000);
+  if (!fd.ok()) return -1;
   timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd->Release();
 }
 
 // Sends `request` and reads until the server closes (or 5 s pass).

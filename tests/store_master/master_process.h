@@ -10,15 +10,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/net.h"
+#include "mooncake/store/store_client.h"
 
 namespace mooncake {
 namespace store {
@@ -54,19 +60,35 @@ inline std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// A connection to 127.0.0.1:port whose reads time out after 5 s (the caller closes it), or -1.
+inline int ConnectLoopback(int port) {
+  auto fd = ConnectTcp("127.0.0.1", static_cast<uint16_t>(port), 2000);
+  if (!fd.ok()) return -1;
+  timeval tv{5, 0};
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd->Release();
+}
+
+// A StoreClient of the master at 127.0.0.1:rpc_port lending `segment` bytes; null (with the
+// failure recorded) when it cannot be made.
+inline std::unique_ptr<StoreClient> MakeClient(int rpc_port, uint64_t segment,
+                                               uint64_t local_buffer = 4 * MiB) {
+  StoreClientOptions o;
+  o.master_server_addr = "127.0.0.1:" + std::to_string(rpc_port);
+  o.local_hostname = "127.0.0.1";
+  o.global_segment_size = segment;
+  o.local_buffer_size = local_buffer;
+  int code = 0;
+  std::string msg;
+  auto c = StoreClient::Create(o, &code, &msg);
+  EXPECT_NE(c, nullptr) << code << ": " << msg;
+  return c;
+}
+
 // GET http://127.0.0.1:port/path with a raw socket; the whole response, or "" on failure.
 inline std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return "";
-  }
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   const std::string req =
       "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {

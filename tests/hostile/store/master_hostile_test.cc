@@ -43,18 +43,7 @@ class MasterHostileTest : public ::testing::Test {
       master_->WaitExit(seconds(10));
     }
   }
-  std::unique_ptr<StoreClient> Client() {
-    StoreClientOptions o;
-    o.master_server_addr = "127.0.0.1:" + std::to_string(rpc_port_);
-    o.local_hostname = "127.0.0.1";
-    o.global_segment_size = 64 * MiB;
-    o.local_buffer_size = 4 * MiB;
-    int code = 0;
-    std::string msg;
-    auto c = StoreClient::Create(o, &code, &msg);
-    EXPECT_NE(c, nullptr) << code << ": " << msg;
-    return c;
-  }
+  std::unique_ptr<StoreClient> Client() { return MakeClient(rpc_port_, 64 * MiB); }
   std::unique_ptr<grpc::ClientContext> Ctx(int timeout_s = 60) {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
@@ -180,23 +169,10 @@ TEST_F(MasterHostileTest, HostileRpcsAreRefusedOrBoundedAndOthersKeepBeingServed
   for (int rc : client->BatchRemove(keys, true)) ASSERT_EQ(rc, 0);
 }
 
-int Connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 TEST_F(MasterHostileTest, MetricsAnswerPromptlyDespiteIdleAndSlowConnections) {
   std::vector<int> idle;
   for (int i = 0; i < 256; ++i) {
-    int fd = Connect(metrics_port_);
+    int fd = ConnectLoopback(metrics_port_);
     if (fd >= 0) idle.push_back(fd);
   }
   EXPECT_GE(idle.size(), 200u);
@@ -205,7 +181,7 @@ TEST_F(MasterHostileTest, MetricsAnswerPromptlyDespiteIdleAndSlowConnections) {
   std::vector<std::thread> slow;
   for (int i = 0; i < 16; ++i) {
     slow.emplace_back([&] {
-      int fd = Connect(metrics_port_);
+      int fd = ConnectLoopback(metrics_port_);
       const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
       for (size_t k = 0; fd >= 0 && k < req.size() && !stop; ++k) {
         if (::send(fd, &req[k], 1, MSG_NOSIGNAL) != 1) break;

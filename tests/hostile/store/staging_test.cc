@@ -27,18 +27,8 @@ TEST(StoreStaging, PeersCannotReachTheStagingBuffer) {
   MasterProcess master({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(rpc_port),
                         "--enable_metric_reporting=false"});
   ASSERT_TRUE(master.WaitReady(seconds(20))) << master.Log();
-  auto make = [&](uint64_t segment) {
-    StoreClientOptions o;
-    o.master_server_addr = "127.0.0.1:" + std::to_string(rpc_port);
-    o.local_hostname = "127.0.0.1";
-    o.global_segment_size = segment;
-    o.local_buffer_size = 3 * MiB;  // a size no other buffer has
-    int code = 0;
-    std::string msg;
-    auto c = StoreClient::Create(o, &code, &msg);
-    EXPECT_NE(c, nullptr) << code << ": " << msg;
-    return c;
-  };
+  // 3 MiB: a staging buffer size no other buffer has.
+  auto make = [&](uint64_t segment) { return MakeClient(rpc_port, segment, 3 * MiB); };
   auto a = make(8 * MiB);
   auto b = make(16 * MiB);
   ASSERT_TRUE(a && b);

@@ -257,18 +257,7 @@ TEST(StoreWrongBytes, AReadSlowerThanItsLeaseFails) {
   MasterProcess master({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(rpc_port),
                         "--enable_metric_reporting=false", "--default_kv_lease_ttl=1"});
   ASSERT_TRUE(master.WaitReady(seconds(20))) << master.Log();
-  auto make = [&](uint64_t segment) {
-    StoreClientOptions o;
-    o.master_server_addr = "127.0.0.1:" + std::to_string(rpc_port);
-    o.local_hostname = "127.0.0.1";
-    o.global_segment_size = segment;
-    o.local_buffer_size = 4 * MiB;
-    int code = 0;
-    std::string msg;
-    auto c = StoreClient::Create(o, &code, &msg);
-    EXPECT_NE(c, nullptr) << code << ": " << msg;
-    return c;
-  };
+  auto make = [&](uint64_t segment) { return MakeClient(rpc_port, segment); };
   auto holder = make(64 * MiB);
   auto reader = make(0);
   ASSERT_TRUE(holder && reader);
