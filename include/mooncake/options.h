@@ -73,6 +73,14 @@ struct EngineOptions {
   // to local_server_name's host:port instead of a random port.
   std::string tcp_bind_address;
   bool legacy_rpc_port_binding = false;
+  // Store clients (StoreClient::Create) given a local_hostname without ":port" under a
+  // metadata server (not P2PHANDSHAKE) name their segment host:port with a free port picked at
+  // random in MC_STORE_CLIENT_MIN_PORT..MC_STORE_CLIENT_MAX_PORT (12300..14300; an invalid
+  // range falls back to it), trying again when the name is taken, up to
+  // MC_STORE_CLIENT_SETUP_RETRIES (20) times, as upstream.
+  uint16_t store_client_min_port = 12300;
+  uint16_t store_client_max_port = 14300;
+  int store_client_setup_retries = 20;
   // Key prefix mooncake/<id>/ instead of mooncake/. MC_METADATA_CLUSTER_ID, unset.
   std::string metadata_cluster_id;
   // Shared secret: when set, every connection (handshake, data, same-host) runs the mutual

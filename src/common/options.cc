@@ -87,6 +87,20 @@ EngineOptions EngineOptions::FromEnvironment() {
   if (EnvInt("MC_SHM_MAX_MAP_PER_CONN_GB", 0, 1L << 17, &n)) o.shm_max_map_per_conn = uint64_t(n) << 30;
   if (EnvInt("MC_SHM_MAX_MAP_TOTAL_GB", 0, 1L << 17, &n)) o.shm_max_map_total = uint64_t(n) << 30;
   if (const char* v = Env("MC_HOST_ID")) o.host_id_override = v;
+  long slo = o.store_client_min_port, shi = o.store_client_max_port;
+  const bool set_lo = EnvInt("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &slo);
+  const bool set_hi = EnvInt("MC_STORE_CLIENT_MAX_PORT", 1, 65535, &shi);
+  if (slo <= shi) {
+    o.store_client_min_port = static_cast<uint16_t>(slo);
+    o.store_client_max_port = static_cast<uint16_t>(shi);
+  } else if (set_lo || set_hi) {
+    LOG(WARNING) << "MC_STORE_CLIENT_MIN_PORT..MC_STORE_CLIENT_MAX_PORT [" << slo << ", " << shi
+                 << "] is empty; using " << o.store_client_min_port << "-"
+                 << o.store_client_max_port;
+  }
+  if (EnvInt("MC_STORE_CLIENT_SETUP_RETRIES", 1, 1000, &n)) {
+    o.store_client_setup_retries = static_cast<int>(n);
+  }
   return o;
 }
 

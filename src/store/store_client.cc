@@ -66,12 +66,13 @@ int StoreClient::Impl::Start(std::string* message) {
     }
     engine = opt.engine;
   } else {
-    engine = std::make_shared<TransferEngine>();
     // As upstream's Python API: "tcp" (the default) and "rdma" do not restrict the engine;
     // requests take the best transport both ends share (same host: shm). MC_FORCE_TCP=1
-    // forces TCP.
+    // forces TCP. Under a metadata server a local_hostname without ":port" gets one
+    // (client_port.h), so that several clients of one host may pass the same name.
     const bool any = opt.protocol.empty() || opt.protocol == "tcp" || opt.protocol == "rdma";
-    Status s = engine->Init(opt.metadata_server, opt.local_hostname, any ? "" : opt.protocol);
+    Status s = InitClientEngine(opt.metadata_server, opt.local_hostname, any ? "" : opt.protocol,
+                                EngineOptions::FromEnvironment(), &engine, &port_hold);
     if (!s.ok()) {
       return fail(ErrorCode::INTERNAL_ERROR, "transfer engine init failed: " + s.ToString());
     }
@@ -205,6 +206,7 @@ int StoreClient::Impl::Close() {
   }
   segment = local_buf = nullptr;
   engine.reset();
+  port_hold.reset();
   return rc;
 }
 

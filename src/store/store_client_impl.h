@@ -18,6 +18,7 @@
 #include "master.grpc.pb.h"
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
+#include "store/client_port.h"
 #include "store/error_code.h"
 #include "store/limits.h"
 #include "store/offset_allocator.h"
@@ -87,6 +88,7 @@ class StoreClient::Impl {
   StoreClientOptions opt;
   const std::string client_id;
   std::shared_ptr<TransferEngine> engine;
+  std::unique_ptr<PortHold> port_hold;  // the port of seg_name, when client_port.h added one
   std::string seg_name;
   void* segment = nullptr;
   void* local_buf = nullptr;  // staging: registered local only (never in the descriptor)

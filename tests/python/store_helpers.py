@@ -141,15 +141,17 @@ class WorkerError(AssertionError):
 
 class StoreProc:
     """A Store client in a child process, set up against `master` (setup's positional form);
-    setup's return code is `setup_rc` (the process stays usable when it is not 0)."""
+    setup's return code is `setup_rc` (the process stays usable when it is not 0); `env`: extra
+    environment variables of the child."""
 
     def __init__(self, master, global_segment_size=64 << 20, local_buffer_size=16 << 20,
-                 setup=True):
+                 setup=True, env=None):
         self.log = tempfile.NamedTemporaryFile(prefix="mc_store_", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
-            env={**os.environ, "GLOG_minloglevel": os.environ.get("GLOG_minloglevel", "0")})
+            env={**os.environ, "GLOG_minloglevel": os.environ.get("GLOG_minloglevel", "0"),
+                 **(env or {})})
         self.setup_rc = None
         self.hostname = None
         if setup:

@@ -37,12 +37,19 @@ def metadata_server(request):
     subprocess.run([str(SERVERS), "stop", work], capture_output=True, timeout=60)
 
 
-def named_client(master, name, meta, segment):
-    p = StoreProc(master, setup=False)
+def named_client(master, name, meta, segment, env=None):
+    """A client set up with local_hostname `name` (no port): under a metadata server its
+    segment is name:<port>, the port picked in MC_STORE_CLIENT_MIN_PORT..MAX (12300..14300)."""
+    p = StoreProc(master, setup=False, env=env)
     rc = p.call("result = store.setup(name, meta, gseg, 4 << 20, 'tcp', '', addr)",
                 name=name, meta=meta, gseg=segment, addr=master.addr)
     assert rc == 0, f"setup of {name} with {meta} returned {rc}"
-    assert p.call("result = store.get_hostname()") == name
+    p.hostname = p.call("result = store.get_hostname()")
+    host, _, port = p.hostname.rpartition(":")
+    assert host == name and port.isdigit(), p.hostname
+    lo, hi = (int((env or {}).get(k, d)) for k, d in
+              (("MC_STORE_CLIENT_MIN_PORT", 12300), ("MC_STORE_CLIENT_MAX_PORT", 14300)))
+    assert lo <= int(port) <= hi, p.hostname
     return p
 
 
@@ -64,6 +71,41 @@ def test_clients_find_each_other_through_the_metadata_store(metadata_server):
             assert reader.call("result = [store.get(f'm{i}') == data(i, n) for i, n in "
                                "enumerate(sizes)]", sizes=sizes) == [True] * len(sizes)
             assert m.metric("master_segment_count") == 1
+        finally:
+            for p in made:
+                p.close()
+
+
+def test_clients_of_one_host_share_a_local_hostname(metadata_server):
+    """Tensor-parallel ranks on one node all call setup("127.0.0.1", <metadata>): each gets its
+    own segment name 127.0.0.1:<port>, and every one of them serves and reads objects. A port
+    range of 3 ports for 3 clients makes the later ones retry past taken ports."""
+    env = {"MC_STORE_CLIENT_MIN_PORT": "13300", "MC_STORE_CLIENT_MAX_PORT": "13302"}
+    with Master() as m:
+        made = []
+        try:
+            for _ in range(3):
+                made.append(named_client(m, "127.0.0.1", metadata_server, 16 << 20, env=env))
+            names = [p.hostname for p in made]
+            assert len(set(names)) == 3, names
+            assert m.metric("master_segment_count") == 3
+            # Each rank writes into its own segment (preferred) and the others read it.
+            for i, p in enumerate(made):
+                rc = p.call("from mooncake.store import ReplicateConfig\n"
+                            "cfg = ReplicateConfig(); cfg.preferred_segments = [me]\n"
+                            "result = store.put(f'r{i}', data(i, (1 << 20) + i), cfg)",
+                            i=i, me=p.hostname)
+                assert rc == 0
+            for i, p in enumerate(made):
+                for j in range(3):
+                    assert p.call("result = store.get(f'r{j}') == data(j, (1 << 20) + j)",
+                                  j=j), (i, j)
+            # A fourth client finds no free port in the range: setup fails with a code.
+            extra = StoreProc(m, setup=False, env=env)
+            made.append(extra)
+            rc = extra.call("result = store.setup('127.0.0.1', meta, 0, 4 << 20, 'tcp', '', addr)",
+                            meta=metadata_server, addr=m.addr)
+            assert rc < 0, rc
         finally:
             for p in made:
                 p.close()

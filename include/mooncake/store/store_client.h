@@ -38,7 +38,9 @@ struct ReplicateConfig {
 };
 
 struct StoreClientOptions {
-  std::string local_hostname;                    // the engine's server name (host or host:port)
+  // The engine's server name (host or host:port). Under a metadata server a host without
+  // ":port" becomes host:<free port> (client_port.h; segment_name() says which).
+  std::string local_hostname;
   std::string metadata_server = "P2PHANDSHAKE";  // as TransferEngine::Init
   uint64_t global_segment_size = 0;              // bytes contributed to the pool (0: none)
   uint64_t local_buffer_size = 16 << 20;         // staging buffer
