@@ -17,6 +17,7 @@ from .engine import _store
 ReplicateConfig = _store.ReplicateConfig
 SoftPinAction = _store.SoftPinAction
 BufferHandle = _store.BufferHandle
+MooncakeHostMemAllocator = _store.MooncakeHostMemAllocator
 
 _TENSOR_MAGIC = b"MCT1"
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "mooncake/store/dummy_client.h"
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
 #include "py_engine.h"
@@ -229,12 +230,46 @@ class PyStore {
     return Setup(*host, *meta, *gseg, *lbuf, *proto, *rdma, *master, engine);
   }
 
+  // A dummy client (dummy_client.h): the object API runs on its own StoreClient, refused
+  // (kNotReady) while its real client is gone.
+  int SetupDummy(uint64_t mem_pool_size, uint64_t local_buffer_size, const std::string& address) {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (client_) {
+      LOG(WARNING) << "setup_dummy: this store is already set up (close() it first)";
+      return kNotReady;
+    }
+    int code = 0;
+    std::string message;
+    auto d = store::DummyClient::Create(mem_pool_size, local_buffer_size, address, &code, &message);
+    if (!d) return code != 0 ? code : ToInt(ErrorCode::INTERNAL_ERROR);
+    dummy_ = std::shared_ptr<store::DummyClient>(std::move(d));
+    client_ = dummy_->client();
+    return 0;
+  }
+
+  uint64_t AllocFromMemPool(size_t size) {
+    std::shared_ptr<store::DummyClient> d;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      d = dummy_;
+    }
+    if (!d) {
+      LOG(WARNING) << "alloc_from_mem_pool: not a dummy client (call setup_dummy)";
+      return 0;
+    }
+    return reinterpret_cast<uint64_t>(d->AllocFromMemPool(size));
+  }
+
   int Close() {
     std::shared_ptr<StoreClient> c;
+    std::shared_ptr<store::DummyClient> d;
     {
       std::lock_guard<std::mutex> lock(mu_);
       c.swap(client_);
+      d.swap(dummy_);
     }
+    d.reset();  // stops watching the real client; the client closes with its last user
     if (!c) return 0;
     // Calls in flight hold their own reference; the last one to finish closes the client.
     if (c.use_count() == 1) return c->Close();
@@ -255,12 +290,20 @@ class PyStore {
   std::shared_ptr<StoreClient> Get(const char* method = nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!client_ && method) LOG(WARNING) << method << ": Client is not initialized (call setup)";
+    if (dummy_ && !dummy_->alive()) {
+      if (method) {
+        LOG(WARNING) << method << ": the real client at " << dummy_->real_client_address()
+                     << " is gone";
+      }
+      return nullptr;
+    }
     return client_;
   }
 
  private:
   std::mutex mu_;
   std::shared_ptr<StoreClient> client_;
+  std::shared_ptr<store::DummyClient> dummy_;  // set by setup_dummy
 };
 
 using Release = py::call_guard<py::gil_scoped_release>;
@@ -351,7 +394,10 @@ std::vector<py::object> GetBuffers(PyStore& s, const char* method,
 
 }  // namespace
 
+void BindStoreDummy(py::module_& m);  // store_dummy_py.cc
+
 void BindStore(py::module_& m) {
+  BindStoreDummy(m);
   m.doc() = "Mooncake Store (upstream-compatible MooncakeDistributedStore); use mooncake.store.";
 
   py::enum_<SoftPinAction>(m, "SoftPinAction")
@@ -392,6 +438,15 @@ void BindStore(py::module_& m) {
   c.def("setup", &PyStore::SetupDict, py::arg("config"),
         "setup from a dict: local_hostname and metadata_server required; sizes may be ints or "
         "strings such as \"16MB\".");
+  c.def("setup_dummy", &PyStore::SetupDummy, py::arg("mem_pool_size"),
+        py::arg("local_buffer_size"), py::arg("server_address"),
+        "Joins the real client (mooncake_client) at server_address (its --port): a client with "
+        "no segment of its own and a memory pool of mem_pool_size bytes (alloc_from_mem_pool). "
+        "0 or a negative error code (-900 when no real client answers). While the real client "
+        "is gone, every call fails (-1, b\"\" or None).");
+  c.def("alloc_from_mem_pool", &PyStore::AllocFromMemPool, py::arg("size"), Release(),
+        "Address of size bytes of the dummy client's memory pool (puts from and gets into it "
+        "are not staged), or 0 when it does not fit or this is not a dummy client.");
   c.def("close", &PyStore::Close, Release());
   c.def("health_check", &PyStore::HealthCheck, Release(),
         "0 healthy, 1 not set up or closed, 2 master unreachable.");

@@ -191,6 +191,11 @@ int StoreClient::Impl::Close() {
       opened.clear();
     }
     if (segment != nullptr) (void)engine->FreeSharedMemory(segment);
+    {
+      std::lock_guard<std::mutex> lock(reg_mu);
+      for (void* p : shared_bufs) (void)engine->FreeSharedMemory(p);
+      shared_bufs.clear();
+    }
     if (local_buf != nullptr) {
       Status s = engine->UnregisterLocalMemory(local_buf);
       // Still in use by a transfer that did not end: leak it rather than free it under one.
@@ -469,6 +474,21 @@ int StoreClient::UnregisterBuffer(void* ptr) {
   return 0;
 }
 
+void* StoreClient::AllocateSharedBuffer(size_t size) {
+  if (size == 0) {
+    LOG(WARNING) << "allocate shared buffer: zero size";
+    return nullptr;
+  }
+  auto mem = impl_->engine->AllocateSharedMemory(size);
+  if (!mem.ok()) {
+    LOG(WARNING) << "allocate shared buffer of " << size << " bytes: " << mem.status().ToString();
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(impl_->reg_mu);
+  impl_->registered[reinterpret_cast<uintptr_t>(*mem)] = size;
+  impl_->shared_bufs.push_back(*mem);
+  return *mem;
+}
 
 }  // namespace store
 }  // namespace mooncake

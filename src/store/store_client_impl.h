@@ -101,6 +101,7 @@ class StoreClient::Impl {
 
   std::mutex reg_mu;
   std::map<uintptr_t, size_t> registered;  // start -> length
+  std::vector<void*> shared_bufs;          // AllocateSharedBuffer's, freed by Close
   // Per key (by a 64-bit hash of it): this client's reads of it in flight, and the lease of
   // its last completed read. A forced remove passes that lease id when no read of the key is
   // in flight, so that the master may free the space at once (KeysRequest.read_lease_ids).

@@ -112,6 +112,10 @@ class StoreClient {
   // Registers memory with the engine so Put/Get move it without staging.
   int RegisterBuffer(void* ptr, size_t size);
   int UnregisterBuffer(void* ptr);
+  // Allocates `size` bytes of shareable memory (TransferEngine::AllocateSharedMemory: a
+  // same-host peer maps it and copies with memcpy), registered as RegisterBuffer does. Freed
+  // by Close(). Null (and a log line) on failure. A dummy client's memory pool.
+  void* AllocateSharedBuffer(size_t size);
 
   class Impl;
 
