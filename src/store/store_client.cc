@@ -195,6 +195,7 @@ int StoreClient::Impl::Close() {
       std::lock_guard<std::mutex> lock(reg_mu);
       for (void* p : shared_bufs) (void)engine->FreeSharedMemory(p);
       shared_bufs.clear();
+      nested.clear();
     }
     if (local_buf != nullptr) {
       Status s = engine->UnregisterLocalMemory(local_buf);
@@ -448,6 +449,16 @@ int StoreClient::RegisterBuffer(void* ptr, size_t size) {
     LOG(WARNING) << "register_buffer: null address or zero size";
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
+  {
+    // Upstream's dummies register ranges of their memory pool (alloc_from_mem_pool), which
+    // is registered as a whole already: nothing to do but remember it.
+    std::lock_guard<std::mutex> lock(impl_->reg_mu);
+    const auto a = reinterpret_cast<uintptr_t>(ptr);
+    if (impl_->InSharedBuf(a, size)) {
+      ++impl_->nested[a];
+      return 0;
+    }
+  }
   Status s = impl_->engine->RegisterLocalMemory(ptr, size, "cpu:0");
   if (!s.ok()) {
     LOG(WARNING) << "register_buffer: " << s.ToString();
@@ -461,6 +472,17 @@ int StoreClient::RegisterBuffer(void* ptr, size_t size) {
 int StoreClient::UnregisterBuffer(void* ptr) {
   {
     std::lock_guard<std::mutex> lock(impl_->reg_mu);
+    auto n = impl_->nested.find(reinterpret_cast<uintptr_t>(ptr));
+    if (n != impl_->nested.end()) {
+      if (--n->second == 0) impl_->nested.erase(n);
+      return 0;
+    }
+    for (void* p : impl_->shared_bufs) {
+      if (p == ptr) {
+        LOG(WARNING) << "unregister_buffer: that is the memory pool; it goes with close()";
+        return ToInt(ErrorCode::INVALID_PARAMS);
+      }
+    }
     if (impl_->registered.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) {
       LOG(WARNING) << "unregister_buffer: address was not registered with register_buffer";
       return ToInt(ErrorCode::INVALID_PARAMS);
@@ -472,6 +494,17 @@ int StoreClient::UnregisterBuffer(void* ptr) {
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
   return 0;
+}
+
+bool StoreClient::Impl::InSharedBuf(uintptr_t a, size_t n) {
+  for (void* p : shared_bufs) {
+    auto it = registered.find(reinterpret_cast<uintptr_t>(p));
+    if (it != registered.end() && a >= it->first && n <= it->second &&
+        a - it->first <= it->second - n) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void* StoreClient::AllocateSharedBuffer(size_t size) {

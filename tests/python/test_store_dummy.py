@@ -132,9 +132,13 @@ result = store.batch_put_from(['z0', 'z1', 'z2'], ptrs, [n] * 3)""") == [0, 0, 0
     assert b.call("""
 n = 1 << 20
 ptrs = [store.alloc_from_mem_pool(n) for _ in range(3)]
+# Registering a range of the pool (as upstream's users do) succeeds; so does undoing it.
+regs = [store.register_buffer(ptrs[0], 3 * n), store.register_buffer(ptrs[0], 3 * n)]
 got = store.batch_get_into(['z0', 'z1', 'z2', 'nope'], ptrs + [ptrs[0]], [n] * 4)
-result = [got, [ctypes.string_at(p, n) == data(20 + i, n) for i, p in enumerate(ptrs)]]""") == [
-        [1 << 20] * 3 + [-704], [True] * 3]
+ok = [ctypes.string_at(p, n) == data(20 + i, n) for i, p in enumerate(ptrs)]
+regs += [store.unregister_buffer(ptrs[0]), store.unregister_buffer(ptrs[0]),
+         store.unregister_buffer(ptrs[0]) < 0]
+result = [got, ok, regs]""") == [[1 << 20] * 3 + [-704], [True] * 3, [0, 0, 0, 0, True]]
     # get_into a registered MooncakeHostMemAllocator buffer (SGLang's host KV pool).
     assert b.call("""
 from mooncake.store import MooncakeHostMemAllocator

@@ -114,7 +114,9 @@ class StoreClient {
   int UnregisterBuffer(void* ptr);
   // Allocates `size` bytes of shareable memory (TransferEngine::AllocateSharedMemory: a
   // same-host peer maps it and copies with memcpy), registered as RegisterBuffer does. Freed
-  // by Close(). Null (and a log line) on failure. A dummy client's memory pool.
+  // by Close(). Null (and a log line) on failure. A dummy client's memory pool. RegisterBuffer
+  // of a range inside it succeeds without registering anything (it is registered as a whole);
+  // UnregisterBuffer of that range undoes it.
   void* AllocateSharedBuffer(size_t size);
 
   class Impl;
