@@ -229,6 +229,24 @@ def test_real_client_killed_then_restarted(cluster):
         real2.stop()
 
 
+def test_a_stopped_real_client_is_noticed_by_its_silence(cluster):
+    """SIGSTOP keeps the connection open but silences the heartbeat: the dummies fail calls
+    within kLostAfter (3 s) plus a margin, and work again once it continues."""
+    m, real, (a, b) = cluster
+    assert a.call("result = store.put('s', data(4, 4096))") == 0
+    os.kill(real.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        wait_until(lambda: b.call("result = store.is_exist('s')") == -1, 6,
+                   what="the dummy to notice the silent real client")
+        assert time.monotonic() - t0 < 6
+        assert a.call("result = store.get('s')") == b""
+    finally:
+        os.kill(real.proc.pid, signal.SIGCONT)
+    wait_until(lambda: b.call("result = store.get('s') == data(4, 4096)"), 15,
+               what="the dummy to reconnect after SIGCONT")
+
+
 def test_garbage_connections_do_not_stop_a_dummy():
     with Master() as m:
         real = RealClient(m)
