@@ -24,8 +24,8 @@
 #include "store/real_client_server.h"
 
 DEFINE_string(host, "0.0.0.0",
-              "Local hostname: the host part of this client's segment name (0.0.0.0: the "
-              "machine's hostname) and the address --port binds");
+              "Local hostname: this client's segment name (host or host:port; 0.0.0.0 names "
+              "it after the machine's hostname) and the address --port binds");
 DEFINE_string(metadata_server, "http://127.0.0.1:8080/metadata",
               "Metadata server connection string (P2PHANDSHAKE, etcd://, redis://, http://)");
 DEFINE_string(device_names, "", "Device names (no RDMA transport in this build: ignored)");
@@ -75,15 +75,15 @@ std::optional<uint64_t> ParseByteSize(const std::string& text) {
   return static_cast<uint64_t>(bytes);
 }
 
+// The store client's local_hostname: --host as given (with its port, if any), except that
+// the wildcard 0.0.0.0 (which names no machine) becomes the machine's hostname.
 std::string SegmentHost(const std::string& host) {
   auto hp = mooncake::ParseHostPort(host);
-  std::string h = hp.ok() ? hp->host : host;
-  if (h.empty() || h == "0.0.0.0") {
-    char name[256] = {0};
-    if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
-    return "127.0.0.1";
-  }
-  return h;
+  if (!hp.ok() || (!hp->host.empty() && hp->host != "0.0.0.0")) return host;
+  char name[256] = {0};
+  std::string h = ::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0' ? name
+                                                                                : "127.0.0.1";
+  return hp->has_port ? mooncake::HostPort{h, hp->port, true}.ToString() : h;
 }
 
 }  // namespace
@@ -129,7 +129,10 @@ int main(int argc, char* argv[]) {
   config.metadata_server = FLAGS_metadata_server;
   config.protocol = FLAGS_protocol;
   config.device_names = FLAGS_device_names;
-  config.host = o.local_hostname;
+  {
+    auto hp = mooncake::ParseHostPort(o.local_hostname);
+    config.host = hp.ok() ? hp->host : o.local_hostname;  // dummies add ports of their own
+  }
   config.segment_name = segment;
   mooncake::store::RealClientServer server(config);
   auto bind = mooncake::ParseHostPort(FLAGS_host);
