@@ -283,8 +283,8 @@ class PyStore {
   }
 
   std::string GetHostname() {
-    auto c = Get();
-    return c ? c->segment_name() : "";
+    std::lock_guard<std::mutex> lock(mu_);  // a dummy keeps its name while its real client is gone
+    return client_ ? client_->segment_name() : "";
   }
 
   std::shared_ptr<StoreClient> Get(const char* method = nullptr) {

@@ -8,18 +8,31 @@ namespace mooncake {
 namespace store {
 namespace {
 
+// A port nothing holds now (below the ephemeral range), with the next one free as well.
+uint16_t FreePair() {
+  for (int i = 0; i < 200; ++i) {
+    auto a = PortHold::Pick(20000, 31998);
+    if (!a) continue;
+    auto b = PortHold::Pick(a->port() + 1, a->port() + 1);
+    if (b) return a->port();
+  }
+  return 0;
+}
+
 TEST(PortHold, HoldsItsPortUntilReleased) {
-  auto a = PortHold::Pick(13390, 13390);
-  ASSERT_NE(a, nullptr) << "port 13390 is busy on this host";
-  EXPECT_EQ(a->port(), 13390);
-  EXPECT_EQ(PortHold::Pick(13390, 13390), nullptr);
-  auto b = PortHold::Pick(13390, 13391);
+  const uint16_t p = FreePair();
+  ASSERT_NE(p, 0);
+  auto a = PortHold::Pick(p, p);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->port(), p);
+  EXPECT_EQ(PortHold::Pick(p, p), nullptr);
+  auto b = PortHold::Pick(p, p + 1);  // 20 draws: p + 1 is all but certainly drawn
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(b->port(), 13391);
+  EXPECT_EQ(b->port(), p + 1);
   a.reset();
-  auto c = PortHold::Pick(13390, 13390);
+  auto c = PortHold::Pick(p, p);
   ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->port(), 13390);
+  EXPECT_EQ(c->port(), p);
 }
 
 TEST(NeedsAutoPort, OnlyHostsWithoutPortUnderAMetadataServer) {
@@ -33,10 +46,10 @@ TEST(NeedsAutoPort, OnlyHostsWithoutPortUnderAMetadataServer) {
 }
 
 TEST(InitClientEngine, FailsWithAMessageWhenNoPortIsFree) {
-  auto hold = PortHold::Pick(13392, 13392);
+  auto hold = PortHold::Pick(20000, 31999);
   ASSERT_NE(hold, nullptr);
   EngineOptions o;
-  o.store_client_min_port = o.store_client_max_port = 13392;
+  o.store_client_min_port = o.store_client_max_port = hold->port();
   o.store_client_setup_retries = 2;
   std::shared_ptr<TransferEngine> engine;
   std::unique_ptr<PortHold> got;

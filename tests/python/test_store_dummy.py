@@ -214,6 +214,7 @@ def test_real_client_killed_then_restarted(cluster):
                   "store.get_size('before'), store.get_into('before', 0, 0)]") == [
         b"", -1, -1, -1]
     assert b.call("result = store.batch_put_from(['x'], [store.alloc_from_mem_pool(64)], [64])") == [-1]
+    assert b.call("result = store.get_hostname()") != ""  # its own name stays
     assert time.monotonic() - t0 < 5
     # Restarted on the same --port: the dummies reconnect (every second) and work again; what
     # was stored in the old real client's segment is gone.

@@ -37,6 +37,28 @@ def metadata_server(request):
     subprocess.run([str(SERVERS), "stop", work], capture_output=True, timeout=60)
 
 
+def free_range(n):
+    """n consecutive ports that nothing holds now (below the ephemeral range, so that the
+    kernel does not hand them out to connections meanwhile)."""
+    import random
+    import socket
+    for _ in range(200):
+        base = random.randint(20000, 32000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("0.0.0.0", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError(f"no {n} consecutive free ports")
+
+
 def named_client(master, name, meta, segment, env=None):
     """A client set up with local_hostname `name` (no port): under a metadata server its
     segment is name:<port>, the port picked in MC_STORE_CLIENT_MIN_PORT..MAX (12300..14300)."""
@@ -78,9 +100,10 @@ def test_clients_find_each_other_through_the_metadata_store(metadata_server):
 
 def test_clients_of_one_host_share_a_local_hostname(metadata_server):
     """Tensor-parallel ranks on one node all call setup("127.0.0.1", <metadata>): each gets its
-    own segment name 127.0.0.1:<port>, and every one of them serves and reads objects. A port
-    range of 3 ports for 3 clients makes the later ones retry past taken ports."""
-    env = {"MC_STORE_CLIENT_MIN_PORT": "13300", "MC_STORE_CLIENT_MAX_PORT": "13302"}
+    own segment name 127.0.0.1:<port>, and every one of them serves and reads objects. A range
+    of 3 ports for 3 clients makes the later ones draw again past held ports."""
+    base = free_range(3)
+    env = {"MC_STORE_CLIENT_MIN_PORT": str(base), "MC_STORE_CLIENT_MAX_PORT": str(base + 2)}
     with Master() as m:
         made = []
         try:
@@ -112,25 +135,27 @@ def test_clients_of_one_host_share_a_local_hostname(metadata_server):
 
 
 def test_a_name_in_use_is_retried_with_another_port(metadata_server):
-    """A client named 127.0.0.1:13310 explicitly (its port not held: the engine listens on a
-    port of its own) and a client asking for a port in 13310..13311: when it draws 13310 the
+    """A client named 127.0.0.1:<base> explicitly (its port not held: the engine listens on a
+    port of its own) and a client asking for a port in base..base+1: when it draws base the
     http metadata server reports the name in use and the client tries another port, so it
-    always ends at 13311. (etcd and redis replace entries without saying so; there the held
+    always ends at base+1. (etcd and redis replace entries without saying so; there the held
     port alone keeps the names of one host apart.)"""
     if not metadata_server.startswith("http"):
         pytest.skip("only the http metadata server reports a name in use")
-    env = {"MC_STORE_CLIENT_MIN_PORT": "13310", "MC_STORE_CLIENT_MAX_PORT": "13311"}
+    base = free_range(2)
+    env = {"MC_STORE_CLIENT_MIN_PORT": str(base), "MC_STORE_CLIENT_MAX_PORT": str(base + 1)}
     with Master() as m:
         made = []
         try:
             first = StoreProc(m, setup=False)
             made.append(first)
-            assert first.call("result = store.setup('127.0.0.1:13310', meta, 8 << 20, 4 << 20, "
-                              "'tcp', '', addr)", meta=metadata_server, addr=m.addr) == 0
+            assert first.call("result = store.setup(f'127.0.0.1:{base}', meta, 8 << 20, 4 << 20, "
+                              "'tcp', '', addr)", base=base, meta=metadata_server,
+                              addr=m.addr) == 0
             retried = False
             for _ in range(12):  # draws are random: until one drew 13310 (2^-12 it never does)
                 p = named_client(m, "127.0.0.1", metadata_server, 8 << 20, env=env)
-                assert p.hostname == "127.0.0.1:13311", p.hostname
+                assert p.hostname == f"127.0.0.1:{base + 1}", p.hostname
                 retried = "trying another port" in pathlib.Path(p.log.name).read_text()
                 p.close()
                 if retried:
