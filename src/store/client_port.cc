@@ -58,9 +58,10 @@ Status InitClientEngine(const std::string& metadata_server, const std::string& l
     std::unique_ptr<PortHold> h =
         PortHold::Pick(options.store_client_min_port, options.store_client_max_port);
     if (!h) {
-      last = Status::Unavailable("no free port in " + std::to_string(options.store_client_min_port) +
-                                 ".." + std::to_string(options.store_client_max_port) +
-                                 " (MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT)");
+      last = Status::Unavailable(
+          "no free port in " + std::to_string(options.store_client_min_port) + ".." +
+          std::to_string(options.store_client_max_port) +
+          " (MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT)");
       LOG(WARNING) << "store setup: " << last.ToString() << ", attempt " << attempt << "/"
                    << attempts;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -76,8 +76,9 @@ class DummyClient::Impl {
         if (!fd.ok()) continue;
         if (!SameCluster(c, config)) {
           LOG(ERROR) << "dummy client: the real client at " << address
-                     << " is back with another master or metadata server (" << c.master_server_address
-                     << ", " << c.metadata_server << "); staying disconnected";
+                     << " is back with another master or metadata server ("
+                     << c.master_server_address << ", " << c.metadata_server
+                     << "); staying disconnected";
           continue;
         }
         LOG(WARNING) << "dummy client: the real client at " << address << " is back (segment "

@@ -213,7 +213,8 @@ def test_real_client_killed_then_restarted(cluster):
     assert b.call("result = [store.get('before'), store.is_exist('before'), "
                   "store.get_size('before'), store.get_into('before', 0, 0)]") == [
         b"", -1, -1, -1]
-    assert b.call("result = store.batch_put_from(['x'], [store.alloc_from_mem_pool(64)], [64])") == [-1]
+    assert b.call("result = store.batch_put_from(['x'], [store.alloc_from_mem_pool(64)], "
+                  "[64])") == [-1]
     assert b.call("result = store.get_hostname()") != ""  # its own name stays
     assert time.monotonic() - t0 < 5
     # Restarted on the same --port: the dummies reconnect (every second) and work again; what
