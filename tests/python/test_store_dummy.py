@@ -153,6 +153,9 @@ ok = ctypes.string_at(h + (3 << 20), 4096) == data(1, 4096)
 result = [r1, r2 < 0, r3, ok, store.unregister_buffer(h), alloc.free(h), alloc.free(h)]""") == [
         0, True, 4096, True, 0, 0, -1]
     assert a.call("result = store.get('h0') == data(30, 3 << 20)") is True
+    # The bytes went over the same-host transport (one copy, by the real client's engine).
+    for p in (a, b):
+        assert "using transport shm" in pathlib.Path(p.log.name).read_text(errors="replace")
     # Removal seen by the other dummy.
     assert a.call("result = store.remove('k0', True)") == 0
     assert b.call("result = store.is_exist('k0')") == 0
