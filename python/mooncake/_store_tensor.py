@@ -1,0 +1,492 @@
+"""The tensor methods of MooncakeDistributedStore, in upstream Mooncake's object layout
+(_tensor_layout.py), with upstream's names, arguments and return conventions:
+
+- writes return 0 or a negative error code (-600 INVALID_PARAMS for something that is not a
+  supported tensor, a bad shard request or mismatched batch lengths); batch writes a list;
+- reads return a torch tensor, or None (missing key, failed read, not a tensor object);
+  batch reads a list with None in place of each miss.
+
+Copies: a put sends the 304-byte header and the tensor's own memory as two parts of one object
+(batch_put_from_multi_buffers): no copy in Python; memory registered with register_buffer moves
+with none at all, other memory is staged through the client's local buffer by the C++ client.
+get_tensor wraps the buffer the object was read into (get_buffer) without copying it;
+get_tensor_into returns a tensor over the caller's buffer. CUDA tensors are copied to the host
+first (this package's Store lends host memory only).
+
+Tensor parallelism (*_with_tp) follows upstream: a put stores every one of the tp_size shards,
+whatever tp_rank says, under "<key>_tp_<rank>" (uniform shards only: the split dimension must
+divide by tp_size); a get reads the shard of tp_rank. Shard objects carry SHARD metadata (the
+full shape and the TP axis), as upstream writes them.
+"""
+import logging
+
+from . import _tensor_layout as layout
+
+log = logging.getLogger("mooncake.store")
+
+INVALID_PARAMS = -600
+INTERNAL_ERROR = -1
+FILE_NOT_FOUND = -1100
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _tp_key(key, rank):
+    return f"{key}_tp_{rank}"
+
+
+def _as_host_tensor(tensor, what):
+    """(contiguous CPU tensor, dtype code) or (None, None) with a log line."""
+    try:
+        torch = _torch()
+    except ImportError:
+        log.error("%s: torch is not installed", what)
+        return None, None
+    if not isinstance(tensor, torch.Tensor):
+        log.error("%s: not a torch.Tensor (%s)", what, type(tensor).__name__)
+        return None, None
+    code = layout.dtype_code(tensor.dtype)
+    if code is None:
+        log.error("%s: unsupported tensor dtype %s", what, tensor.dtype)
+        return None, None
+    if tensor.dim() > layout.MAX_DIMS:
+        log.error("%s: tensor has %d dimensions, at most %d are supported", what, tensor.dim(),
+                  layout.MAX_DIMS)
+        return None, None
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.contiguous(), code
+
+
+def _shards(tensor, code, tp_size, split_dim, what):
+    """[(shard tensor, metadata)] for every TP rank, or None (logged) for a bad request."""
+    shape = tuple(tensor.shape)
+    if not 0 <= split_dim < len(shape) or tp_size <= 0:
+        log.error("%s: invalid shard parameters (split_dim %d of a %d-d tensor, tp_size %d)",
+                  what, split_dim, len(shape), tp_size)
+        return None
+    if shape[split_dim] % tp_size:
+        log.error("%s: only uniform sharding is supported (dimension %d of size %d, tp_size "
+                  "%d)", what, split_dim, shape[split_dim], tp_size)
+        return None
+    step = shape[split_dim] // tp_size
+    out = []
+    for rank in range(tp_size):
+        shard = tensor.narrow(split_dim, rank * step, step).contiguous()
+        out.append((shard, layout.shard_metadata(shape, shard, code, rank, tp_size, split_dim)))
+    return out
+
+
+class _Parts:
+    """The parts of tensor objects to write: a header buffer and each tensor's memory."""
+
+    def __init__(self):
+        self.keys, self.headers, self.tensors = [], [], []
+
+    def add(self, key, tensor, md):
+        self.keys.append(key)
+        self.headers.append(md.pack())
+        self.tensors.append(tensor)
+
+    def ptrs_sizes(self):
+        import numpy as np
+        self._hdr = np.frombuffer(b"".join(self.headers), dtype=np.uint8).copy()
+        base = self._hdr.ctypes.data
+        ptrs, sizes = [], []
+        for i, t in enumerate(self.tensors):
+            n = t.numel() * t.element_size()
+            p, s = [base + i * layout.HEADER_SIZE], [layout.HEADER_SIZE]
+            if n:
+                p.append(t.data_ptr())
+                s.append(n)
+            ptrs.append(p)
+            sizes.append(s)
+        return ptrs, sizes
+
+
+def _first_error(codes):
+    for c in codes:
+        if c != 0:
+            return c
+    return 0
+
+
+class TensorMethods:
+    """Mixed into MooncakeDistributedStore (store.py)."""
+
+    # ---- writing ----
+
+    def _write_parts(self, parts, config, upsert):
+        if not parts.keys:
+            return []
+        ptrs, sizes = parts.ptrs_sizes()
+        if not upsert:
+            return list(self.batch_put_from_multi_buffers(parts.keys, ptrs, sizes,
+                                                          config=self._cfg(config)))
+        if hasattr(self, "batch_upsert_from_multi_buffers"):
+            return list(self.batch_upsert_from_multi_buffers(parts.keys, ptrs, sizes,
+                                                             config=self._cfg(config)))
+        if not hasattr(self, "upsert_parts"):
+            log.error("upsert: this build of the Store has no upsert primitive")
+            return [INTERNAL_ERROR] * len(parts.keys)
+        # upsert_parts takes one object per call (header, then the tensor's memory).
+        out = []
+        for key, header, t in zip(parts.keys, parts.headers, parts.tensors):
+            data = [t.reshape(-1).view(_torch().uint8).numpy()] if t.numel() else []
+            out.append(self.upsert_parts(key, header, *data, config=self._cfg(config)))
+        return out
+
+    def _cfg(self, config):
+        from .store import ReplicateConfig
+        return ReplicateConfig() if config is None else config
+
+    def _put_tensors(self, keys, tensors, config, upsert, what):
+        """Per-key codes for writing full tensors."""
+        if len(keys) != len(tensors):
+            log.error("%s: %d keys but %d tensors", what, len(keys), len(tensors))
+            return [INVALID_PARAMS] * len(keys)
+        codes = [INVALID_PARAMS] * len(keys)
+        parts, index = _Parts(), []
+        for i, (key, tensor) in enumerate(zip(keys, tensors)):
+            t, code = _as_host_tensor(tensor, f"{what} {key!r}")
+            if t is None:
+                continue
+            parts.add(key, t, layout.full_metadata(t, code))
+            index.append(i)
+        for i, c in zip(index, self._write_parts(parts, config, upsert)):
+            codes[i] = c
+        return codes
+
+    def _put_tensors_tp(self, base_keys, tensors, config, tp_size, split_dim, upsert, what):
+        """Per-base-key codes for writing every TP shard of full tensors."""
+        if len(base_keys) != len(tensors):
+            log.error("%s: %d keys but %d tensors", what, len(base_keys), len(tensors))
+            return [INVALID_PARAMS] * len(base_keys)
+        codes = [INVALID_PARAMS] * len(base_keys)
+        parts, index = _Parts(), []
+        for i, (key, tensor) in enumerate(zip(base_keys, tensors)):
+            t, code = _as_host_tensor(tensor, f"{what} {key!r}")
+            if t is None:
+                continue
+            shards = _shards(t, code, tp_size, split_dim, f"{what} {key!r}")
+            if shards is None:
+                continue
+            for rank, (shard, md) in enumerate(shards):
+                parts.add(_tp_key(key, rank), shard, md)
+            index.append(i)
+        results = self._write_parts(parts, config, upsert)
+        for n, i in enumerate(index):
+            codes[i] = _first_error(results[n * tp_size:(n + 1) * tp_size])
+        return codes
+
+    @staticmethod
+    def _check_config(config):
+        if config is not None and config.preferred_segments and \
+                len(config.preferred_segments) != config.replica_num:
+            log.error("preferred_segments (%d) must match replica_num (%d)",
+                      len(config.preferred_segments), config.replica_num)
+            return INVALID_PARAMS
+        return 0
+
+    def put_tensor(self, key, tensor, config=None):
+        """Stores a torch tensor as [TensorMetadata][data] (upstream's layout). 0 or a
+        negative code (-600 for something that is not a supported tensor)."""
+        return self._put_tensors([key], [tensor], config, False, "put_tensor")[0]
+
+    def batch_put_tensor(self, keys, tensors_list, config=None):
+        """put_tensor for each key with one master round trip; a list of codes."""
+        if not keys:
+            return []
+        return self._put_tensors(list(keys), list(tensors_list), config, False,
+                                 "batch_put_tensor")
+
+    def pub_tensor(self, key, tensor, config=None):
+        """put_tensor with a ReplicateConfig (replica_num, pins, preferred segments)."""
+        return self._check_config(config) or self.put_tensor(key, tensor, config)
+
+    def batch_pub_tensor(self, keys, tensors_list, config=None):
+        if self._check_config(config):
+            return [INVALID_PARAMS] * len(keys)
+        return self.batch_put_tensor(keys, tensors_list, config)
+
+    def put_tensor_with_tp(self, key, tensor, tp_rank=0, tp_size=1, split_dim=0, config=None):
+        """Stores all tp_size shards of `tensor` (split along split_dim) under
+        "<key>_tp_<rank>"; tp_rank is not used (as upstream). tp_size <= 1: put_tensor."""
+        if tp_size <= 1:
+            return self.put_tensor(key, tensor, config)
+        return self._put_tensors_tp([key], [tensor], config, tp_size, split_dim, False,
+                                    "put_tensor_with_tp")[0]
+
+    def batch_put_tensor_with_tp(self, base_keys, tensors_list, tp_rank=0, tp_size=1,
+                                 split_dim=0, config=None):
+        if tp_size <= 1:
+            return self.batch_put_tensor(base_keys, tensors_list, config)
+        if not base_keys:
+            return []
+        return self._put_tensors_tp(list(base_keys), list(tensors_list), config, tp_size,
+                                    split_dim, False, "batch_put_tensor_with_tp")
+
+    def pub_tensor_with_tp(self, key, tensor, config=None, tp_rank=0, tp_size=1, split_dim=0):
+        return self._check_config(config) or self.put_tensor_with_tp(
+            key, tensor, tp_rank, tp_size, split_dim, config)
+
+    def batch_pub_tensor_with_tp(self, base_keys, tensors_list, config=None, tp_rank=0,
+                                 tp_size=1, split_dim=0):
+        if self._check_config(config):
+            return [INVALID_PARAMS] * len(base_keys)
+        return self.batch_put_tensor_with_tp(base_keys, tensors_list, tp_rank, tp_size,
+                                             split_dim, config)
+
+    # ---- writing from a caller's buffer holding [TensorMetadata][data] ----
+
+    def _checked_buffers(self, keys, ptrs, sizes, what):
+        if not (len(keys) == len(ptrs) == len(sizes)):
+            log.error("%s: keys, buffer_ptrs and sizes differ in length", what)
+            return False
+        for i, (p, n) in enumerate(zip(ptrs, sizes)):
+            if layout.parse_at(p, n) is None:
+                log.error("%s: buffer %d does not hold a valid tensor object (metadata, then "
+                          "exactly its data)", what, i)
+                return False
+        return True
+
+    def put_tensor_from(self, key, buffer_ptr, size):
+        """Stores the tensor object at buffer_ptr (size bytes: metadata then data, as
+        get_tensor_into leaves it); zero copy when the buffer is registered."""
+        if not self._checked_buffers([key], [buffer_ptr], [size], "put_tensor_from"):
+            return INVALID_PARAMS
+        return self.put_from(key, buffer_ptr, size)
+
+    def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
+        if not keys:
+            return []
+        if not self._checked_buffers(keys, buffer_ptrs, sizes, "batch_put_tensor_from"):
+            return [INVALID_PARAMS] * len(keys)
+        return list(self.batch_put_from(list(keys), list(buffer_ptrs), list(sizes)))
+
+    def _tensor_at(self, ptr, size, what):
+        md = layout.parse_at(ptr, size)
+        if md is None:
+            log.error("%s: the buffer does not hold a valid tensor object", what)
+            return None
+        return layout.tensor_over(_torch(), md, ptr)
+
+    def put_tensor_with_tp_from(self, key, buffer_ptr, size, tp_rank=0, tp_size=1,
+                                split_dim=0):
+        """put_tensor_with_tp of the tensor object held at buffer_ptr."""
+        if tp_size <= 1:
+            return self.put_tensor_from(key, buffer_ptr, size)
+        t = self._tensor_at(buffer_ptr, size, "put_tensor_with_tp_from")
+        if t is None:
+            return INVALID_PARAMS
+        return self.put_tensor_with_tp(key, t, tp_rank, tp_size, split_dim)
+
+    def batch_put_tensor_with_tp_from(self, base_keys, buffer_ptrs, sizes, tp_rank=0,
+                                      tp_size=1, split_dim=0):
+        if tp_size <= 1:
+            return self.batch_put_tensor_from(base_keys, buffer_ptrs, sizes)
+        if not (len(base_keys) == len(buffer_ptrs) == len(sizes)) or not base_keys:
+            return [INVALID_PARAMS] * len(base_keys)
+        codes = [INVALID_PARAMS] * len(base_keys)
+        keys, tensors, index = [], [], []
+        for i, (k, p, n) in enumerate(zip(base_keys, buffer_ptrs, sizes)):
+            t = self._tensor_at(p, n, "batch_put_tensor_with_tp_from")
+            if t is not None:
+                keys.append(k)
+                tensors.append(t)
+                index.append(i)
+        if keys:
+            for i, c in zip(index, self.batch_put_tensor_with_tp(keys, tensors, tp_rank,
+                                                                 tp_size, split_dim)):
+                codes[i] = c
+        return codes
+
+    # ---- upsert (insert or replace) ----
+
+    def upsert_tensor(self, key, tensor, config=None):
+        """put_tensor that replaces an existing object."""
+        return self._put_tensors([key], [tensor], config, True, "upsert_tensor")[0]
+
+    def batch_upsert_tensor(self, keys, tensors_list, config=None):
+        if not keys:
+            return []
+        return self._put_tensors(list(keys), list(tensors_list), config, True,
+                                 "batch_upsert_tensor")
+
+    def upsert_pub_tensor(self, key, tensor, config=None):
+        return self._check_config(config) or self.upsert_tensor(key, tensor, config)
+
+    def batch_upsert_pub_tensor(self, keys, tensors_list, config=None):
+        if self._check_config(config):
+            return [INVALID_PARAMS] * len(keys)
+        return self.batch_upsert_tensor(keys, tensors_list, config)
+
+    def upsert_tensor_with_tp(self, key, tensor, tp_rank=0, tp_size=1, split_dim=0,
+                              config=None):
+        if tp_size <= 1:
+            return self.upsert_tensor(key, tensor, config)
+        return self._put_tensors_tp([key], [tensor], config, tp_size, split_dim, True,
+                                    "upsert_tensor_with_tp")[0]
+
+    def batch_upsert_tensor_with_tp(self, base_keys, tensors_list, tp_rank=0, tp_size=1,
+                                    split_dim=0, config=None):
+        if tp_size <= 1:
+            return self.batch_upsert_tensor(base_keys, tensors_list, config)
+        if not base_keys:
+            return []
+        return self._put_tensors_tp(list(base_keys), list(tensors_list), config, tp_size,
+                                    split_dim, True, "batch_upsert_tensor_with_tp")
+
+    def upsert_tensor_from(self, key, buffer_ptr, size):
+        return self.batch_upsert_tensor_from([key], [buffer_ptr], [size])[0]
+
+    def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
+        if not keys:
+            return []
+        if not self._checked_buffers(keys, buffer_ptrs, sizes, "batch_upsert_tensor_from"):
+            return [INVALID_PARAMS] * len(keys)
+        if hasattr(self, "batch_upsert_from"):
+            return list(self.batch_upsert_from(list(keys), list(buffer_ptrs), list(sizes)))
+        if hasattr(self, "upsert_from"):
+            return [self.upsert_from(k, p, n) for k, p, n in zip(keys, buffer_ptrs, sizes)]
+        log.error("upsert: this build of the Store has no upsert primitive")
+        return [INTERNAL_ERROR] * len(keys)
+
+    # ---- reading ----
+
+    def _tensor_of_handle(self, key, handle):
+        if handle is None:
+            return None
+        md = layout.parse_at(handle.ptr(), handle.size())
+        if md is None:
+            log.error("get_tensor: the object of %r is not a tensor object", key)
+            return None
+        return layout.tensor_over(_torch(), md, handle.ptr(), owner=handle)
+
+    def get_tensor(self, key):
+        """The tensor stored under key (its local shape: the shard for a TP shard key), or
+        None. The tensor owns the memory the object was read into (no further copy)."""
+        return self._tensor_of_handle(key, self.get_buffer(key))
+
+    def batch_get_tensor(self, keys):
+        """get_tensor for each key with one master round trip; None for each miss."""
+        if not keys:
+            return []
+        return [self._tensor_of_handle(k, h)
+                for k, h in zip(keys, self.batch_get_buffer(list(keys)))]
+
+    def get_tensor_with_tp(self, key, tp_rank=0, tp_size=1, split_dim=0):
+        """The shard of tp_rank ("<key>_tp_<tp_rank>"); tp_size <= 1: get_tensor(key)."""
+        return self.get_tensor(key if tp_size <= 1 else _tp_key(key, tp_rank))
+
+    def batch_get_tensor_with_tp(self, base_keys, tp_rank=0, tp_size=1):
+        if tp_size <= 1:
+            return self.batch_get_tensor(base_keys)
+        return self.batch_get_tensor([_tp_key(k, tp_rank) for k in base_keys])
+
+    def get_tensor_into(self, key, buffer_ptr, size):
+        """Reads the object of key into the caller's buffer (zero copy when registered) and
+        returns a tensor over its data part (valid while the buffer is), or None."""
+        if not buffer_ptr:
+            log.error("get_tensor_into: buffer pointer cannot be null")
+            return None
+        n = self.get_into(key, buffer_ptr, size)
+        if n < 0:
+            return None
+        return self._tensor_at(buffer_ptr, n, "get_tensor_into")
+
+    def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
+        """get_tensor_into for each key with one master round trip: a list of tensors (None
+        for each miss); a list of -600 when the arguments are inconsistent (as upstream)."""
+        if not (len(keys) == len(buffer_ptrs) == len(sizes)) or not all(buffer_ptrs):
+            log.error("batch_get_tensor_into: keys, buffer_ptrs and sizes differ in length, "
+                      "or a pointer is null")
+            return [INVALID_PARAMS] * len(keys)
+        if not keys:
+            return []
+        lengths = self.batch_get_into(list(keys), list(buffer_ptrs), list(sizes))
+        return [None if n < 0 else self._tensor_at(p, n, "batch_get_tensor_into")
+                for p, n in zip(buffer_ptrs, lengths)]
+
+    def get_tensor_with_tp_into(self, key, buffer_ptr, size, tp_rank=0, tp_size=1,
+                                split_dim=0):
+        return self.get_tensor_into(key if tp_size <= 1 else _tp_key(key, tp_rank),
+                                    buffer_ptr, size)
+
+    def batch_get_tensor_with_tp_into(self, base_keys, buffer_ptrs, sizes, tp_rank=0,
+                                      tp_size=1):
+        keys = base_keys if tp_size <= 1 else [_tp_key(k, tp_rank) for k in base_keys]
+        return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
+
+    # ---- safetensors files ----
+
+    def save_tensor_to_safetensor(self, key, file_name=None):
+        """Writes the tensor of key into a safetensors file (named key unless file_name is
+        given) under the name key. 0; -1100 when key holds no tensor; -600 when the file
+        cannot be written."""
+        t = self.get_tensor(key)
+        if t is None:
+            log.error("save_tensor_to_safetensor: no tensor for key %r", key)
+            return FILE_NOT_FOUND
+        try:
+            from safetensors.torch import save_file
+            save_file({key: t.contiguous()}, key if file_name is None else file_name)
+        except Exception as e:  # safetensors missing, or an OS error
+            log.error("save_tensor_to_safetensor: %s", e)
+            return INVALID_PARAMS
+        return 0
+
+    def load_tensor_from_safetensor(self, key=None, file_name=None):
+        """Reads a tensor from a safetensors file and put_tensor()s it under key (file_name
+        when key is None). Takes the file's tensor named key, else its first one (logged).
+        Returns the tensor, or None."""
+        if file_name is None:
+            log.error("load_tensor_from_safetensor: file_name is required")
+            return None
+        try:
+            from safetensors.torch import load_file
+            loaded = load_file(file_name)
+        except Exception as e:
+            log.error("load_tensor_from_safetensor: cannot read %s: %s", file_name, e)
+            return None
+        if not loaded:
+            log.error("load_tensor_from_safetensor: no tensors in %s", file_name)
+            return None
+        store_key = file_name if key is None else key
+        if key is not None and key in loaded:
+            t = loaded[key]
+        else:
+            if key is not None:
+                log.warning("load_tensor_from_safetensor: %r not in %s; using its first "
+                            "tensor", key, file_name)
+            t = next(iter(loaded.values()))
+        rc = self.put_tensor(store_key, t)
+        if rc != 0:
+            log.error("load_tensor_from_safetensor: put_tensor(%r) failed: %d", store_key, rc)
+            return None
+        return t
+
+
+def serialize_tensor(tensor):
+    """(metadata bytes, data pointer, data size, owner) of a tensor, as upstream's
+    mooncake.store._serialize_tensor; ValueError for an unsupported tensor."""
+    t, code = _as_host_tensor(tensor, "_serialize_tensor")
+    if t is None:
+        raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    md = layout.full_metadata(t, code)
+    return md.pack(), t.data_ptr(), md.data_bytes, t
+
+
+def deserialize_tensor(payload):
+    """The tensor of an object's bytes (metadata then data), as upstream's
+    mooncake.store._deserialize_tensor; ValueError when they are not a tensor object."""
+    import numpy as np
+    arr = np.frombuffer(bytes(payload), dtype=np.uint8).copy()
+    md = layout.parse(arr, arr.nbytes)
+    if md is None:
+        raise ValueError("invalid serialized Mooncake tensor payload")
+    return layout.tensor_over(_torch(), md, arr.ctypes.data, owner=arr)
