@@ -330,3 +330,33 @@ def test_large_tensor_round_trip(torch, store):
     assert store.put_tensor("big", t) == 0
     assert store.get_size("big") == t.numel() * 4 + 304
     assert torch.equal(store.get_tensor("big"), t)
+
+
+def test_threads_put_overlapping_tensors(torch, store):
+    """Large tensors are registered for the duration of a put; threads putting the same or
+    overlapping memory at once share or wait for those registrations, never lose them."""
+    import threading
+    base = torch.arange(3 << 20, dtype=torch.int32)          # 12 MiB
+    views = [base, base, base[: 1 << 20], base[1 << 19:], base[2 << 20:]]
+    errors = []
+
+    def work(i):
+        try:
+            for r in range(4):
+                key = f"ov_{i}_{r}"
+                if store.put_tensor(key, views[i]) != 0:
+                    errors.append((key, "put"))
+                elif not torch.equal(store.get_tensor(key), views[i]):
+                    errors.append((key, "bytes"))
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(views))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    # none of the temporary registrations is left behind: the memory registers again
+    assert store.register_buffer(base.data_ptr(), base.numel() * 4) == 0
+    assert store.unregister_buffer(base.data_ptr()) == 0
