@@ -88,3 +88,21 @@ def test_async_store(tmp_path):
         s.close()
     finally:
         master.stop()
+
+
+def test_store_stub_lists_the_tensor_methods_as_they_are():
+    import ast
+    import inspect
+    import pathlib
+    import mooncake.store as store_mod
+    stub = pathlib.Path(store_mod.__file__).with_name("store.pyi")
+    tree = ast.parse(stub.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and
+               n.name == "MooncakeDistributedStore")
+    stubbed = {f.name: [a.arg for a in f.args.args[1:]] for f in cls.body
+               if isinstance(f, ast.FunctionDef)}
+    for name in TENSOR_METHODS:
+        assert name in stubbed, f"store.pyi lacks {name}"
+        params = list(inspect.signature(getattr(store_mod.MooncakeDistributedStore,
+                                                name)).parameters)[1:]
+        assert params == stubbed[name], name
