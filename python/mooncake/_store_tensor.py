@@ -7,9 +7,11 @@
   batch reads a list with None in place of each miss.
 
 Copies: a put sends the 304-byte header and the tensor's own memory as two parts of one object
-(batch_put_from_multi_buffers): no copy in Python; memory registered with register_buffer moves
-with none at all, other memory is staged through the client's local buffer by the C++ client.
-get_tensor wraps the buffer the object was read into (get_buffer) without copying it;
+(batch_put_from_multi_buffers): no copy in Python. Memory registered with register_buffer
+moves with no copy at all; other memory is staged through the client's local buffer by the
+C++ client, unless the build can register local-only memory (register_buffer(...,
+remote_accessible=False)): then tensors of 1 MiB or more are registered for the duration of
+the call and move without staging, and get_tensor reads straight into the result's memory.
 get_tensor_into returns a tensor over the caller's buffer. CUDA tensors are copied to the host
 first (this package's Store lends host memory only).
 
@@ -115,6 +117,21 @@ class _Parts:
 _REGISTER_MIN_BYTES = 1 << 20
 
 
+def _register_local(store, ptr, size):
+    """Registers [ptr, ptr+size) with the store's engine as local-only memory (not published
+    to peers, like the client's staging buffer): 0, a negative code, or None when this build's
+    register_buffer cannot register local-only. The temporary registrations below are made
+    only that way: a remote-accessible one would open the caller's tensor to peers for the
+    call and republish the segment descriptor (a metadata-store write) twice per call."""
+    if store.__dict__.get("_mc_no_local_register"):
+        return None
+    try:
+        return store.register_buffer(ptr, size, remote_accessible=False)
+    except TypeError:  # no such keyword: stage through the local buffer instead
+        store.__dict__["_mc_no_local_register"] = True
+        return None
+
+
 class _TempRegistrations:
     """Memory registered with a store for the duration of calls, shared by the threads that
     use it: a range another call registered is reused (counted) rather than unregistered under
@@ -148,7 +165,7 @@ class _TempRegistrations:
                         self._live[s][1] += 1
                         held.append(s)
                         continue
-                    if store.register_buffer(ptr, size) == 0:
+                    if _register_local(store, ptr, size) == 0:
                         self._live[ptr] = [end, 1]
                         held.append(ptr)
             yield
@@ -436,6 +453,8 @@ class TensorMethods:
         """The tensor stored under key (its local shape: the shard for a TP shard key), or
         None. The object is read straight into the tensor's memory (registered for the read):
         no copy after the transfer."""
+        if self.__dict__.get("_mc_no_local_register"):
+            return self._tensor_of_handle(key, self.get_buffer(key))
         size = self.get_size(key)
         if size < 0:
             return None
@@ -445,7 +464,7 @@ class TensorMethods:
         for _ in range(2):  # once more if the object grew between get_size and the read
             dst = torch.empty(size, dtype=torch.uint8)
             ptr = dst.data_ptr()
-            if self.register_buffer(ptr, size) != 0:  # e.g. a stale registration there
+            if _register_local(self, ptr, size) != 0:  # unsupported, or a stale registration
                 return self._tensor_of_handle(key, self.get_buffer(key))
             try:
                 n = self.get_into(key, ptr, size)

@@ -332,10 +332,42 @@ def test_large_tensor_round_trip(torch, store):
     assert torch.equal(store.get_tensor("big"), t)
 
 
-def test_threads_put_overlapping_tensors(torch, store):
-    """Large tensors are registered for the duration of a put; threads putting the same or
-    overlapping memory at once share or wait for those registrations, never lose them."""
+class LocalRegisterStore(MooncakeDistributedStore):
+    """Stands in for a build whose register_buffer can register local-only memory (it
+    registers as the plain call does), counting what is registered and unregistered."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def register_buffer(self, ptr, size, remote_accessible=True):
+        rc = super().register_buffer(ptr, size)
+        self.calls.append(("reg", ptr, size, remote_accessible, rc))
+        return rc
+
+    def unregister_buffer(self, ptr):
+        self.calls.append(("unreg", ptr))
+        return super().unregister_buffer(ptr)
+
+
+def test_plain_build_stages_without_registering(torch, store):
+    t = torch.arange(1 << 20, dtype=torch.int32)
+    assert store.put_tensor("staged", t) == 0
+    assert torch.equal(store.get_tensor("staged"), t)
+    # register_buffer here takes no remote_accessible: no temporary registration was made,
+    # so the tensor's memory registers now without an overlap
+    assert store.register_buffer(t.data_ptr(), t.numel() * 4) == 0
+    assert store.unregister_buffer(t.data_ptr()) == 0
+
+
+def test_threads_put_overlapping_tensors(torch, master):
+    """With local-only registration, large tensors are registered for the duration of a put;
+    threads putting the same or overlapping memory at once share or wait for those
+    registrations, never lose them, and none is left behind."""
     import threading
+    s = LocalRegisterStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 256 << 20, 16 << 20, "tcp", "",
+                   master.addr) == 0
     base = torch.arange(3 << 20, dtype=torch.int32)          # 12 MiB
     views = [base, base, base[: 1 << 20], base[1 << 19:], base[2 << 20:]]
     errors = []
@@ -344,19 +376,30 @@ def test_threads_put_overlapping_tensors(torch, store):
         try:
             for r in range(4):
                 key = f"ov_{i}_{r}"
-                if store.put_tensor(key, views[i]) != 0:
+                if s.put_tensor(key, views[i]) != 0:
                     errors.append((key, "put"))
-                elif not torch.equal(store.get_tensor(key), views[i]):
+                elif not torch.equal(s.get_tensor(key), views[i]):
                     errors.append((key, "bytes"))
         except Exception as e:  # reported below
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(views))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors
-    # none of the temporary registrations is left behind: the memory registers again
-    assert store.register_buffer(base.data_ptr(), base.numel() * 4) == 0
-    assert store.unregister_buffer(base.data_ptr()) == 0
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(views))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        regs = [c for c in s.calls if c[0] == "reg"]
+        assert regs and all(c[3] is False for c in regs)        # local-only, always
+        made = [c[1] for c in regs if c[4] == 0]
+        undone = [c[1] for c in s.calls if c[0] == "unreg"]
+        assert sorted(made) == sorted(undone)
+        # a small tensor is staged, not registered
+        n = len(s.calls)
+        assert s.put_tensor("small", torch.zeros(16)) == 0 and len(s.calls) == n
+        assert s.register_buffer(base.data_ptr(), base.numel() * 4) == 0
+        assert s.unregister_buffer(base.data_ptr()) == 0
+    finally:
+        s.remove_all(force=True)
+        s.close()

@@ -3,7 +3,10 @@ put/get of bytes, put_from/get_into of registered memory, put_tensor/get_tensor,
 put_tensor (registered tensor memory) / get_tensor_into (registered buffer). The object lives
 in another process's segment (a StoreProc holder), as in serving.
 
-    build/py-venv/bin/python tests/python/perf/tensor_round_trip.py [size_mib] [repeats]
+    build/py-venv/bin/python tests/python/perf/tensor_round_trip.py [size_mib] [repeats] [--standin]
+
+--standin: a store whose register_buffer takes remote_accessible=False (registering as the
+plain call does), to time the temporary-registration path a local-only primitive enables.
 """
 import pathlib
 import sys
@@ -26,13 +29,20 @@ def best(fn, repeats):
     return min(times)
 
 
+class StandIn(MooncakeDistributedStore):
+    def register_buffer(self, ptr, size, remote_accessible=True):
+        return super().register_buffer(ptr, size)
+
+
 def main():
-    mib = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    standin = "--standin" in sys.argv
+    mib = int(args[0]) if args else 64
+    repeats = int(args[1]) if len(args) > 1 else 5
     n = mib << 20
     master = Master(default_kv_lease_ttl=1000)
     holder = StoreProc(master, global_segment_size=4 * n + (64 << 20))
-    s = MooncakeDistributedStore()
+    s = StandIn() if standin else MooncakeDistributedStore()
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 << 20, "tcp", "",
                    master.addr) == 0
     try:
@@ -66,7 +76,8 @@ def main():
                           repeats)))
         assert torch.equal(s.get_tensor("t"), t)
         assert torch.equal(s.get_tensor_into("u", reg.ctypes.data, reg.nbytes), t)
-        print(f"{mib} MiB, best of {repeats}; put / get in ms (GB/s)")
+        print(f"{mib} MiB, best of {repeats}{' (stand-in)' if standin else ''}; "
+              "put / get in ms (GB/s)")
         for name, p, g in rows:
             print(f"  {name:55s} {p * 1e3:7.1f} ({n / p / 1e9:5.2f})  "
                   f"{g * 1e3:7.1f} ({n / g / 1e9:5.2f})")
