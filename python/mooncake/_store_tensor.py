@@ -60,10 +60,17 @@ def _as_host_tensor(tensor, what):
         log.error("%s: tensor has %d dimensions, at most %d are supported", what, tensor.dim(),
                   layout.MAX_DIMS)
         return None, None
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    return t.contiguous(), code
+    try:
+        t = tensor.detach()
+        if t.layout != torch.strided:
+            log.error("%s: only dense (strided) tensors can be stored, not %s", what, t.layout)
+            return None, None
+        if t.device.type != "cpu":
+            t = t.cpu()
+        return t.resolve_neg().contiguous(), code
+    except (RuntimeError, NotImplementedError) as e:  # e.g. a meta tensor has no data
+        log.error("%s: cannot read the tensor's data: %s", what, e)
+        return None, None
 
 
 def _shards(tensor, code, tp_size, split_dim, what):
@@ -462,7 +469,11 @@ class TensorMethods:
             return self._tensor_of_handle(key, self.get_buffer(key))
         torch = _torch()
         for _ in range(2):  # once more if the object grew between get_size and the read
-            dst = torch.empty(size, dtype=torch.uint8)
+            try:
+                dst = torch.empty(size, dtype=torch.uint8)
+            except RuntimeError as e:  # out of memory
+                log.error("get_tensor: cannot allocate %d bytes for %r: %s", size, key, e)
+                return None
             ptr = dst.data_ptr()
             if _register_local(self, ptr, size) != 0:  # unsupported, or a stale registration
                 return self._tensor_of_handle(key, self.get_buffer(key))

@@ -164,6 +164,12 @@ def test_not_a_tensor_and_misses(torch, store):
     assert store.put_tensor("x", [1, 2]) == -600
     assert store.put_tensor("x", torch.zeros(2, dtype=torch.complex64)) == -600
     assert store.put_tensor("x", torch.zeros([1] * 9)) == -600
+    assert store.put_tensor("x", torch.zeros(3, device="meta")) == -600
+    assert store.put_tensor("x", torch.zeros(3, 3).to_sparse()) == -600
+    assert store.is_exist("x") == 0
+    neg = torch._neg_view(torch.arange(4.0))
+    assert store.put_tensor("neg", neg) == 0
+    assert same(torch, store.get_tensor("neg"), -torch.arange(4.0))
     assert store.get_tensor("missing") is None
     assert store.put("raw", b"not a tensor object at all" * 20) == 0
     assert store.get_tensor("raw") is None
