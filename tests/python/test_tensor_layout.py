@@ -409,3 +409,57 @@ def test_threads_put_overlapping_tensors(torch, master):
     finally:
         s.remove_all(force=True)
         s.close()
+
+
+def _upstream_python():
+    """Upstream's wheel's interpreter: $MC_UPSTREAM_PYTHON, else build/upstream-venv (made by
+    tests/interop/setup_upstream_venv.sh); None if neither exists."""
+    import os
+    from mc_helpers import REPO
+    for p in (os.environ.get("MC_UPSTREAM_PYTHON"),
+              str(REPO / "build" / "upstream-venv" / "bin" / "python")):
+        if p and pathlib.Path(p).exists():
+            return p
+    return None
+
+
+def test_upstream_reads_our_objects(torch, store, tmp_path):
+    """The objects this Store holds, decoded by upstream's own code (its wheel's
+    _deserialize_tensor), are the tensors that were put."""
+    import importlib.util
+    import os
+    import subprocess
+    py = _upstream_python()
+    if py is None:
+        pytest.skip("upstream's wheel not installed (tests/interop/setup_upstream_venv.sh, or "
+                    "MC_UPSTREAM_PYTHON): not checked against upstream's decoder")
+    # upstream's venv has no torch of its own: lend it ours, without our mooncake package
+    lend = tmp_path / "lend"
+    lend.mkdir()
+    site = pathlib.Path(importlib.util.find_spec("torch").origin).parents[1]
+    for entry in site.iterdir():
+        if not entry.name.startswith(("mooncake", "_distutils", "distutils", "pip", "setup",
+                                      "pkg_resources", "zz_")) and not entry.name.endswith(
+                                          ".pth"):
+            (lend / entry.name).symlink_to(entry)
+    args = []
+    for name in PUT_CASES:
+        assert store.put_tensor("up_" + name, tensor_cases.build(torch, name)) == 0
+        f = tmp_path / f"{name}.bin"
+        f.write_bytes(store.get("up_" + name))
+        args.append(f"{name}={f}")
+    for name in TP_CASES:
+        _, _, (_, tp_size, split_dim) = tensor_cases.CASES[name]
+        assert store.put_tensor_with_tp("up_" + name, tensor_cases.build(torch, name),
+                                        tp_size=tp_size, split_dim=split_dim) == 0
+        for r in range(tp_size):
+            f = tmp_path / f"{name}_tp_{r}.bin"
+            f.write_bytes(store.get(f"up_{name}_tp_{r}"))
+            args.append(f"{name}#{r}={f}")
+    env = dict(os.environ, PYTHONPATH=str(lend))
+    out = subprocess.run([py, str(FIXTURES.parent / "upstream_check_tensors.py")] + args,
+                         capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                         env=env)
+    lines = [l for l in out.stdout.splitlines() if l.startswith(("OK", "BAD"))]
+    assert out.returncode == 0 and len(lines) == len(args), out.stdout + out.stderr[-3000:]
+    assert all(l.startswith("OK") for l in lines), lines
