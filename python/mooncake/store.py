@@ -22,6 +22,12 @@ from . import _tensor_layout
 ReplicateConfig = _store.ReplicateConfig
 SoftPinAction = _store.SoftPinAction
 BufferHandle = _store.BufferHandle
+# The binding's other public names (enums, allocators) under their own names here too.
+for _name in dir(_store):
+    if not _name.startswith("_") and _name not in globals() and \
+            _name != "MooncakeDistributedStore":
+        globals()[_name] = getattr(_store, _name)
+del _name
 
 
 _DEFAULT_LOCAL_BUFFER = 16 << 20  # the binding's default local_buffer_size
