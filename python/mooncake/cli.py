@@ -1,5 +1,5 @@
-"""`python -m mooncake.cli [flags]` runs mooncake_master with those flags (upstream's entry point
-mooncake.cli:main)."""
+"""`python -m mooncake.cli [flags]` runs mooncake_master with those flags
+(upstream's entry point mooncake.cli:main)."""
 import sys
 
 from ._launch import run

@@ -1,5 +1,5 @@
-"""`python -m mooncake.cli_bench [flags]` runs transfer_engine_bench with those flags (upstream's entry point
-mooncake.cli_bench:main)."""
+"""`python -m mooncake.cli_bench [flags]` runs transfer_engine_bench with those flags
+(upstream's entry point mooncake.cli_bench:main)."""
 import sys
 
 from ._launch import run

@@ -1,5 +1,5 @@
-"""`python -m mooncake.cli_client [flags]` runs mooncake_client with those flags (upstream's entry point
-mooncake.cli_client:main)."""
+"""`python -m mooncake.cli_client [flags]` runs mooncake_client with those flags
+(upstream's entry point mooncake.cli_client:main)."""
 import sys
 
 from ._launch import run

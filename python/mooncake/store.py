@@ -16,7 +16,8 @@ upsert_ forms, safetensors export and import) store upstream's tensor object lay
 upstream's client read back here and the other way round.
 """
 from .engine import _store
-from ._store_tensor import TensorMethods, deserialize_tensor, serialize_tensor
+from ._store_tensor import TensorMethods
+from ._store_tensor_read import TensorReadMethods, deserialize_tensor, serialize_tensor
 from . import _tensor_layout
 
 ReplicateConfig = _store.ReplicateConfig
@@ -50,7 +51,7 @@ def _size_of(value):
     return None
 
 
-class MooncakeDistributedStore(TensorMethods, _store.MooncakeDistributedStore):
+class MooncakeDistributedStore(TensorMethods, TensorReadMethods, _store.MooncakeDistributedStore):
     __doc__ = _store.MooncakeDistributedStore.__doc__
 
     _mc_local_buffer_size = None  # set by a successful setup(); BufferPool sizes from it
