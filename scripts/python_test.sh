@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and installs the Python package into a virtual environment, then runs its tests:
 #   1. creates build/py-venv (python3 -m venv) unless it exists;
-#   2. installs what the tests and the build need, if missing: pytest, numpy, torch 2.13.0
+#   2. installs what the tests and the build need, if missing: pytest, numpy, safetensors, torch 2.13.0
 #      (the CPU build, never a CUDA one), scikit-build-core, pybind11;
 #   3. `pip install .` without build isolation, so that the build directory
 #      (build/<wheel tag>, see pyproject.toml) is reused and a rebuild compiles only what changed;
@@ -34,6 +34,7 @@ pip_install() {  # quiet, with the log shown when it fails
 missing=()
 "$py" -c 'import pytest' 2>/dev/null || missing+=(pytest)
 "$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
+"$py" -c 'import safetensors' 2>/dev/null || missing+=(safetensors)  # the safetensors export tests
 "$py" -c 'import scikit_build_core, pybind11' 2>/dev/null ||
   missing+=("scikit-build-core>=0.10" "pybind11>=2.12")
 if [ ${#missing[@]} -gt 0 ]; then

@@ -9,69 +9,88 @@
 A `mooncake_master` must be running (installed beside this package). Conventions as upstream:
 0 (or a count / size) on success, a negative error code on failure, b"" / None for a missing
 key; putting an existing key returns 0 and keeps the stored value.
-"""
-import struct as _struct
 
+The tensor methods (put_tensor, get_tensor, their batch_ / _into / _from / _with_tp / pub_ /
+upsert_ forms, safetensors export and import) store upstream's tensor object layout
+([304-byte TensorMetadata][data], see mooncake/_tensor_layout.py), so tensors written by
+upstream's client read back here and the other way round.
+"""
 from .engine import _store
+from ._store_tensor import TensorMethods
+from ._store_tensor_read import TensorReadMethods, deserialize_tensor, serialize_tensor
+from . import _tensor_layout
 
 ReplicateConfig = _store.ReplicateConfig
 SoftPinAction = _store.SoftPinAction
 BufferHandle = _store.BufferHandle
-MooncakeHostMemAllocator = _store.MooncakeHostMemAllocator
-
-_TENSOR_MAGIC = b"MCT1"
-
-
-def _tensor_header(tensor):
-    dtype = str(tensor.dtype).encode()
-    shape = tuple(tensor.shape)
-    return (_TENSOR_MAGIC + _struct.pack("<B", len(dtype)) + dtype +
-            _struct.pack("<B", len(shape)) + _struct.pack("<%dq" % len(shape), *shape))
+# The binding's other public names (enums, allocators) under their own names here too.
+for _name in dir(_store):
+    if not _name.startswith("_") and _name not in globals() and \
+            _name != "MooncakeDistributedStore":
+        globals()[_name] = getattr(_store, _name)
+del _name
 
 
-class MooncakeDistributedStore(_store.MooncakeDistributedStore):
+_DEFAULT_LOCAL_BUFFER = 16 << 20  # the binding's default local_buffer_size
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30,
+          "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+
+
+def _size_of(value):
+    """An int size, or a string such as "16MB" (as setup's dict form takes); None if not."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        v = value.strip().upper()
+        num = v.rstrip("BIKMGT")
+        try:
+            return int(float(num) * _UNITS[v[len(num):].strip()])
+        except (ValueError, KeyError):
+            return None
+    return None
+
+
+class MooncakeDistributedStore(TensorMethods, TensorReadMethods, _store.MooncakeDistributedStore):
     __doc__ = _store.MooncakeDistributedStore.__doc__
 
-    def put_tensor(self, key, tensor, config=None):
-        """Stores a torch tensor (dtype, shape and data; CPU memory, or copied to it).
+    _mc_local_buffer_size = None  # set by a successful setup(); BufferPool sizes from it
 
-        Returns 0 or a negative error code (-600 for an object that is not a tensor)."""
-        try:
-            import torch
-        except ImportError:
-            return -600
-        if not isinstance(tensor, torch.Tensor):
-            return -600
-        t = tensor.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
-        args = (key, _tensor_header(t), raw)
-        return self.put_parts(*args) if config is None else self.put_parts(*args, config=config)
+    def setup(self, *args, **kwargs):
+        rc = super().setup(*args, **kwargs)
+        if rc == 0:
+            cfg = args[0] if args and isinstance(args[0], dict) else kwargs.get("config")
+            if isinstance(cfg, dict):
+                size = _size_of(cfg.get("local_buffer_size", _DEFAULT_LOCAL_BUFFER))
+            elif len(args) > 3:
+                size = _size_of(args[3])
+            else:
+                size = _size_of(kwargs.get("local_buffer_size", _DEFAULT_LOCAL_BUFFER))
+            self._mc_local_buffer_size = _DEFAULT_LOCAL_BUFFER if size is None else size
+        return rc
+    setup.__doc__ = _store.MooncakeDistributedStore.setup.__doc__
 
-    def get_tensor(self, key):
-        """The tensor stored with put_tensor, or None (missing key, or not a tensor)."""
-        import torch
-        data = self.get(key)
-        if len(data) < 6 or data[:4] != _TENSOR_MAGIC:
-            return None
-        pos = 4
-        (n,) = _struct.unpack_from("<B", data, pos)
-        pos += 1
-        name = data[pos:pos + n].decode()
-        pos += n
-        (ndim,) = _struct.unpack_from("<B", data, pos)
-        pos += 1
-        shape = _struct.unpack_from("<%dq" % ndim, data, pos)
-        pos += 8 * ndim
-        dtype = getattr(torch, name.split(".", 1)[-1], None)
-        if not isinstance(dtype, torch.dtype):
-            return None
-        body = bytearray(data[pos:])
-        if not body:
-            return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(body, dtype=torch.uint8).view(dtype).reshape(shape)
+    def close(self):
+        self._mc_local_buffer_size = None
+        return super().close()
 
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle"]
+def _serialize_tensor(tensor):
+    """(metadata bytes, data pointer, data size, owner) of a torch tensor (upstream's name)."""
+    return serialize_tensor(tensor)
+
+
+def _tensor_metadata_size():
+    """The size of the tensor metadata that precedes a tensor's data: 304."""
+    return _tensor_layout.HEADER_SIZE
+
+
+def _deserialize_tensor(payload):
+    """The tensor of a tensor object's bytes (upstream's name); ValueError if it is not one."""
+    return deserialize_tensor(payload)
+
+
+from .buffer_pool import BufferPool, RegisteredBufferPool  # noqa: E402  (uses the class above)
+
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle",
+           "BufferPool", "RegisteredBufferPool"]
