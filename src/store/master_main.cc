@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
   MasterService master(config);
   GrpcService service(&master);
 
+  std::signal(SIGPIPE, SIG_IGN);  // a peer that closes early is an error on the send, not a kill
   // The metadata server first: engines started once the master says it is up may use it.
   std::unique_ptr<mooncake::http::MetadataHttpServer> metadata;
   if (FLAGS_enable_http_metadata_server) {
