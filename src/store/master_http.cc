@@ -1,5 +1,6 @@
 #include "store/master_http.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -232,15 +233,13 @@ HttpReply QuerySegment(MasterService& master,
                    "\nCapacity(bytes) : " + std::to_string(capacity) + "\n");
 }
 
-}  // namespace
+bool WalksATable(const std::string& path) {
+  return path == "/get_all_keys" || path == "/get_all_segments" || path == "/query_segment" ||
+         path == "/batch_query_keys" || path == "/metrics/summary";
+}
 
-HttpReply ServeMasterHttp(MasterService& master, const std::string& target) {
-  const size_t q = target.find('?');
-  const std::string path = target.substr(0, q);
-  std::map<std::string, std::string> params;
-  if (q != std::string::npos && !ParseQuery(target.substr(q + 1), &params)) {
-    return Reply(400, "text/plain", "bad percent-encoding in the query\n");
-  }
+HttpReply Route(MasterService& master, const std::string& path,
+                const std::map<std::string, std::string>& params) {
   if (path == "/metrics") {
     return Reply(200, "text/plain; version=0.0.4", master.MetricsText());
   }
@@ -276,6 +275,38 @@ HttpReply ServeMasterHttp(MasterService& master, const std::string& target) {
   if (path == "/batch_query_keys") return BatchQueryKeys(master, params);
   return Reply(404, "text/plain", "unknown path " + path + "; this master serves " +
                                       std::string(kEndpoints) + "\n");
+}
+
+}  // namespace
+
+HttpReply MasterHttp::Serve(const std::string& target) {
+  const size_t q = target.find('?');
+  const std::string path = target.substr(0, q);
+  std::map<std::string, std::string> params;
+  if (q != std::string::npos && !ParseQuery(target.substr(q + 1), &params)) {
+    return Reply(400, "text/plain", "bad percent-encoding in the query\n");
+  }
+  if (!WalksATable(path)) return Route(*master_, path, params);
+  const auto start = now_();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (start < heavy_after_) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(heavy_after_ - start).count();
+      HttpReply r = Reply(503, "text/plain",
+                          "the master is busy with listings; retry in " +
+                              std::to_string(ms + 1) + " ms\n");
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+  }
+  HttpReply r = Route(*master_, path, params);
+  const auto took = now_() - start;
+  if (took >= std::chrono::milliseconds(1)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    heavy_after_ = std::max(heavy_after_, start + 5 * took);  // walks take <= 1/5 of the time
+  }
+  return r;
 }
 
 }  // namespace store

@@ -22,7 +22,7 @@ using nlohmann::json;
 
 class MasterHttpTest : public MasterServiceTest {
  protected:
-  HttpReply Serve(const std::string& target) { return ServeMasterHttp(*master_, target); }
+  HttpReply Serve(const std::string& target) { return MasterHttp(master_.get()).Serve(target); }
   json Json(const std::string& target, int status) {
     HttpReply r = Serve(target);
     EXPECT_EQ(r.status, status) << target << ": " << r.body;
@@ -217,6 +217,32 @@ TEST_F(MasterHttpTest, SegmentsHealthSummaryAndUnknownPaths) {
   HttpReply u = Serve("/nope?x=1");
   EXPECT_EQ(u.status, 404);
   EXPECT_NE(u.body.find("/get_all_segments"), std::string::npos);
+}
+
+// A walk that took d >= 1 ms holds the next ones off for 4 d (503 + Retry-After), then they
+// are served again; cheap endpoints are never held off.
+TEST_F(MasterHttpTest, TableWalksTakeAtMostAFifthOfTheTime) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "k", 10), kOk);
+  auto t = MasterHttp::Clock::time_point() + std::chrono::hours(1);
+  int calls = 0;
+  // Each reading of the clock moves it 2 ms on: every handler "takes" 2 ms.
+  MasterHttp http(master_.get(), [&] {
+    ++calls;
+    return t += milliseconds(2);
+  });
+  EXPECT_EQ(http.Serve("/get_all_keys").status, 200);  // took 2 ms: the next wait until +10 ms
+  HttpReply busy = http.Serve("/get_all_keys");        // at +4 ms
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_EQ(Header(busy, "Retry-After"), "1");
+  EXPECT_NE(busy.body.find("retry in"), std::string::npos);
+  EXPECT_EQ(http.Serve("/metrics/summary").status, 503);  // +6 ms
+  EXPECT_EQ(http.Serve("/query_key?key=k").status, 200);   // cheap: not held off
+  EXPECT_EQ(http.Serve("/metrics").status, 200);
+  EXPECT_EQ(http.Serve("/health").status, 200);
+  t += milliseconds(10);
+  EXPECT_EQ(http.Serve("/get_all_segments").status, 200);
+  EXPECT_GT(calls, 0);
 }
 
 }  // namespace

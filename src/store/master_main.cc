@@ -222,10 +222,11 @@ int main(int argc, char** argv) {
   }
 
   // Event-driven (metrics_server.h): idle or slow connections cannot stall it.
+  mooncake::store::MasterHttp http(&master);
   std::unique_ptr<mooncake::store::MetricsServer> metrics;
   if (FLAGS_enable_metric_reporting) {
     metrics = std::make_unique<mooncake::store::MetricsServer>(
-        [&](const std::string& target) { return mooncake::store::ServeMasterHttp(master, target); });
+        [&http](const std::string& target) { return http.Serve(target); });
     const std::string host = FLAGS_metrics_host.empty() ? FLAGS_rpc_address : FLAGS_metrics_host;
     const std::string error = metrics->Start(host, FLAGS_metrics_port);
     if (!error.empty()) {

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <list>
 #include <vector>
 
@@ -181,7 +182,11 @@ void MetricsServer::Loop() {
               reply = Text(400, "malformed request line\n");
             } else {
               head_only = method == "HEAD";
-              reply = handler_(line.substr(sp1 + 1, sp2 - sp1 - 1));
+              try {
+                reply = handler_(line.substr(sp1 + 1, sp2 - sp1 - 1));
+              } catch (const std::exception& e) {  // never let a handler end the loop
+                reply = Text(500, std::string("internal error: ") + e.what() + "\n");
+              }
             }
           }
           if (end != std::string::npos || it->in.size() > kMaxRequestBytes) {

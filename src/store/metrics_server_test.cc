@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,6 +114,19 @@ TEST(MetricsServer, AHandlerSeesTheTargetAndAHeadGetsNoBody) {
   EXPECT_NE(head.find("Content-Length: 9\r\n"), std::string::npos) << head;
   EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << head;  // no body
   EXPECT_NE(Exchange(server.port(), "DELETE /x HTTP/1.1\r\n\r\n").find(" 405 "),
+            std::string::npos);
+}
+
+TEST(MetricsServer, AHandlerThatThrowsGets500AndTheServerGoesOn) {
+  MetricsServer server([](const std::string& target) -> HttpReply {
+    if (target == "/throw") throw std::runtime_error("boom");
+    return HttpReply{};
+  });
+  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  const std::string r = Exchange(server.port(), "GET /throw HTTP/1.1\r\n\r\n");
+  EXPECT_NE(r.find(" 500 "), std::string::npos) << r;
+  EXPECT_NE(r.find("boom"), std::string::npos) << r;
+  EXPECT_NE(Exchange(server.port(), "GET /ok HTTP/1.1\r\n\r\n").find(" 200 "),
             std::string::npos);
 }
 
