@@ -129,6 +129,9 @@ TEST(MasterUpstreamFlags, EmbeddedHttpMetadataServerServesStoreClients) {
   EXPECT_EQ(StatusOf(HttpRequest(meta, "GET", "/metadata")), 400);
   EXPECT_EQ(StatusOf(HttpRequest(meta, "DELETE", "/metadata?key=k1")), 200);
   EXPECT_EQ(StatusOf(HttpRequest(meta, "DELETE", "/metadata?key=k1")), 404);
+  std::string health = HttpRequest(meta, "GET", "/health");
+  EXPECT_EQ(StatusOf(health), 200);
+  EXPECT_EQ(BodyOf(health), "OK");
 
   // Two Store clients whose engines use it instead of P2PHANDSHAKE (names must differ there).
   auto options = [&] {

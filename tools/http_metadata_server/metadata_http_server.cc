@@ -134,6 +134,11 @@ void MetadataHttpServer::Impl::Routes() {
   };
   server.Post("/metadata", not_allowed);
   server.Patch("/metadata", not_allowed);
+  // As upstream's master-embedded server.
+  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content("OK", "text/plain");
+  });
 }
 
 MetadataHttpServer::MetadataHttpServer(MetadataServerOptions options)

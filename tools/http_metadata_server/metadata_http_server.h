@@ -10,8 +10,9 @@
 //           engine that republished the very same address failed to start; like upstream's
 //           later servers, a re-PUT of the identical value is accepted (200 "metadata unchanged").
 //   DELETE  200 "metadata deleted" | 404 "metadata not found"
-//   other methods 405; no or empty key 400 "metadata key is required"; other paths 404.
-// Every reply has Content-Type application/json, as upstream's.
+//   other methods 405; no or empty key 400 "metadata key is required".
+// GET /health: 200 "OK" (as upstream's master-embedded server); other paths 404.
+// The /metadata replies have Content-Type application/json, as upstream's.
 // Bounds: a body over max_body_bytes is 413, whatever its Content-Type (form-encoded bodies
 // too: cpp-httplib's own 8 KiB form limit does not apply); a PUT that would take the stored
 // keys and values over max_total_bytes is 507; URIs and headers are bounded by cpp-httplib
