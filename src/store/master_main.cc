@@ -1,12 +1,17 @@
 // mooncake_master: the Store's master service. Flags and defaults follow upstream's
 // mooncake_master where upstream has them (docs/store_upstream.md); the master serves
-// MasterService over gRPC on --rpc_address:--rpc_port and, with --enable_metric_reporting,
-// Prometheus text on http://<rpc_address>:<metrics_port>/metrics. Upstream's
-// --enable_http_metadata_server is not provided: run mooncake_http_metadata_server beside it.
+// MasterService over gRPC on --rpc_address:--rpc_port, with --enable_metric_reporting its
+// HTTP endpoints (master_http.h: /metrics, /get_all_segments, /query_key, ...) on
+// --metrics_host:--metrics_port, and with --enable_http_metadata_server the transfer
+// engine's HTTP metadata protocol (the same server as mooncake_http_metadata_server) on
+// --http_metadata_server_host:--http_metadata_server_port.
+// Upstream's deprecated aliases: --port (used when --rpc_port is 0, its default) and
+// --max_threads (used when --rpc_thread_num is 0, its default; capped at the CPU count).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,11 +23,16 @@
 #include "master.grpc.pb.h"
 #include "store/limits.h"
 #include "store/master_service.h"
+#include "store/master_http.h"
 #include "store/metrics_server.h"
+#include "metadata_http_server.h"
 
-DEFINE_int32(rpc_port, 50051, "Port of the master's RPC service");
+DEFINE_int32(rpc_port, 0, "Port of the master's RPC service (0: the value of --port)");
+DEFINE_int32(port, 50051, "Port of the master's RPC service (deprecated: use --rpc_port)");
 DEFINE_string(rpc_address, "0.0.0.0", "Address the RPC service binds");
-DEFINE_int32(rpc_thread_num, 4, "Threads serving RPCs");
+DEFINE_int32(rpc_thread_num, 0,
+             "Threads polling for RPCs (0: --max_threads, capped at the number of CPUs)");
+DEFINE_int32(max_threads, 16, "Threads polling for RPCs (deprecated: use --rpc_thread_num)");
 DEFINE_uint64(default_kv_lease_ttl, 10000,
               "Lease an object gets on each get (ms): it cannot be removed or evicted meanwhile");
 DEFINE_uint64(default_kv_soft_pin_ttl, 30 * 60 * 1000,
@@ -35,7 +45,14 @@ DEFINE_double(eviction_high_watermark_ratio, 0.9,
 DEFINE_uint64(put_start_discard_timeout_sec, 30,
               "Seconds after which a put that was started but not ended is discarded");
 DEFINE_bool(enable_metric_reporting, true, "Serve Prometheus metrics and log them periodically");
-DEFINE_int32(metrics_port, 9003, "Port of the /metrics HTTP endpoint");
+DEFINE_int32(metrics_port, 9003,
+             "Port of the HTTP endpoints (/metrics, /get_all_segments, /query_key, ...)");
+DEFINE_string(metrics_host, "",
+              "Address the HTTP endpoints bind (\"\": the --rpc_address; \"::\" for IPv6)");
+DEFINE_bool(enable_http_metadata_server, false,
+            "Serve the transfer engine's HTTP metadata protocol (/metadata) in this process");
+DEFINE_int32(http_metadata_server_port, 8080, "Port of the HTTP metadata server");
+DEFINE_string(http_metadata_server_host, "0.0.0.0", "Address the HTTP metadata server binds");
 
 namespace {
 
@@ -126,7 +143,32 @@ int main(int argc, char** argv) {
     LOG(ERROR) << what;
     return 1;
   };
-  if (FLAGS_rpc_port <= 0 || FLAGS_rpc_port > 65535) return fail("--rpc_port must be 1..65535");
+  // Upstream's deprecated aliases, resolved as upstream does.
+  if (FLAGS_port != 50051) LOG(WARNING) << "--port is deprecated, use --rpc_port instead";
+  if (FLAGS_max_threads != 16) {
+    LOG(WARNING) << "--max_threads is deprecated, use --rpc_thread_num instead";
+  }
+  if (FLAGS_rpc_port < 0 || FLAGS_rpc_port > 65535) return fail("--rpc_port must be 0..65535");
+  const int rpc_port = FLAGS_rpc_port > 0 ? FLAGS_rpc_port : FLAGS_port;
+  if (FLAGS_rpc_port > 0 && FLAGS_port != 50051) {
+    LOG(WARNING) << "both --rpc_port and --port are set: using --rpc_port=" << FLAGS_rpc_port;
+  }
+  if (rpc_port <= 0 || rpc_port > 65535) return fail("--port / --rpc_port must be 1..65535");
+  if (FLAGS_rpc_thread_num < 0 || FLAGS_max_threads <= 0) {
+    return fail("--rpc_thread_num must be >= 0 and --max_threads >= 1");
+  }
+  int rpc_threads = FLAGS_rpc_thread_num;
+  if (rpc_threads == 0) {
+    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+    rpc_threads = cpus > 0 ? std::min(FLAGS_max_threads, cpus) : FLAGS_max_threads;
+  } else if (FLAGS_max_threads != 16) {
+    LOG(WARNING) << "both --rpc_thread_num and --max_threads are set: using --rpc_thread_num="
+                 << FLAGS_rpc_thread_num;
+  }
+  if (FLAGS_metrics_port < 0 || FLAGS_metrics_port > 65535 ||
+      FLAGS_http_metadata_server_port < 0 || FLAGS_http_metadata_server_port > 65535) {
+    return fail("--metrics_port and --http_metadata_server_port must be 0..65535");
+  }
   if (FLAGS_eviction_high_watermark_ratio <= 0 || FLAGS_eviction_high_watermark_ratio > 1 ||
       FLAGS_eviction_ratio < 0 || FLAGS_eviction_ratio > 1) {
     return fail("--eviction_high_watermark_ratio must be in (0, 1] and --eviction_ratio in [0, 1]");
@@ -143,7 +185,24 @@ int main(int argc, char** argv) {
   MasterService master(config);
   GrpcService service(&master);
 
-  const std::string address = FLAGS_rpc_address + ":" + std::to_string(FLAGS_rpc_port);
+  std::signal(SIGPIPE, SIG_IGN);  // a peer that closes early is an error on the send, not a kill
+  // The metadata server first: engines started once the master says it is up may use it.
+  std::unique_ptr<mooncake::http::MetadataHttpServer> metadata;
+  if (FLAGS_enable_http_metadata_server) {
+    metadata = std::make_unique<mooncake::http::MetadataHttpServer>();
+    const std::string error =
+        metadata->Start(FLAGS_http_metadata_server_host, FLAGS_http_metadata_server_port);
+    if (!error.empty()) {
+      return fail("cannot serve HTTP metadata: " + error +
+                  " (choose another port with --http_metadata_server_port, or stop the "
+                  "server holding it)");
+    }
+    LOG(INFO) << "HTTP metadata server listening on " << FLAGS_http_metadata_server_host << ":"
+              << metadata->port() << " (http://<this host>:" << metadata->port()
+              << "/metadata)";
+  }
+
+  const std::string address = FLAGS_rpc_address + ":" + std::to_string(rpc_port);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   // gRPC sets SO_REUSEPORT by default: a second master on the same port would then start
@@ -155,17 +214,21 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(mooncake::store::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(mooncake::store::kMaxMessageBytes);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
-                              FLAGS_rpc_thread_num);
+                              rpc_threads);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
-    return fail("cannot listen on " + address + " (port in use? choose another with --rpc_port)");
+    return fail("cannot listen on " + address +
+                " (port in use? choose another with --rpc_port)");
   }
 
   // Event-driven (metrics_server.h): idle or slow connections cannot stall it.
+  mooncake::store::MasterHttp http(&master);
   std::unique_ptr<mooncake::store::MetricsServer> metrics;
   if (FLAGS_enable_metric_reporting) {
-    metrics = std::make_unique<mooncake::store::MetricsServer>([&] { return master.MetricsText(); });
-    const std::string error = metrics->Start(FLAGS_rpc_address, FLAGS_metrics_port);
+    metrics = std::make_unique<mooncake::store::MetricsServer>(
+        [&http](const std::string& target) { return http.Serve(target); });
+    const std::string host = FLAGS_metrics_host.empty() ? FLAGS_rpc_address : FLAGS_metrics_host;
+    const std::string error = metrics->Start(host, FLAGS_metrics_port);
     if (!error.empty()) {
       return fail("cannot serve metrics on port " + std::to_string(FLAGS_metrics_port) + ": " +
                   error + " (in use? choose another with --metrics_port, or "
@@ -174,8 +237,10 @@ int main(int argc, char** argv) {
   }
   LOG(INFO) << "Master service started on " << address << " (lease " << config.default_kv_lease_ttl_ms
             << " ms, client ttl " << config.client_ttl_s << " s, eviction at "
-            << config.eviction_high_watermark_ratio << " freeing " << config.eviction_ratio << ")"
-            << (metrics ? ", metrics on :" + std::to_string(FLAGS_metrics_port) + "/metrics" : "");
+            << config.eviction_high_watermark_ratio << " freeing " << config.eviction_ratio
+            << ", " << rpc_threads << " RPC pollers)"
+            << (metrics ? ", HTTP endpoints on :" + std::to_string(metrics->port()) : "")
+            << (metadata ? ", HTTP metadata on :" + std::to_string(metadata->port()) : "");
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -186,5 +251,6 @@ int main(int argc, char** argv) {
   LOG(INFO) << "Master service stopping";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (metrics) metrics->Stop();
+  if (metadata) metadata->Stop();
   return 0;
 }

@@ -97,6 +97,34 @@ class MasterService {
   // The Prometheus text exposition of the counters and gauges.
   std::string MetricsText();
 
+  // Read-only views for the master's HTTP endpoints (master_query.cc, master_http.h): none
+  // grants a lease, counts as an access, or changes any state.
+  struct ReplicaView {
+    std::string segment_name;
+    uint64_t addr = 0;
+    uint64_t size = 0;
+  };
+  // OK with the complete object's replicas; INVALID_KEY; OBJECT_NOT_FOUND (absent, or still
+  // being written).
+  ErrorCode QueryKey(const std::string& key, std::vector<ReplicaView>* replicas) const;
+  // Keys of complete objects, in no particular order, until `max_keys` keys or `max_bytes`
+  // bytes of keys; *total: how many complete objects there are.
+  std::vector<std::string> ListKeys(size_t max_keys, size_t max_bytes, size_t* total) const;
+  struct SegmentView {
+    std::string name;
+    std::string client_id;
+    uint64_t base = 0;
+    uint64_t size = 0;
+    uint64_t allocated = 0;
+  };
+  // Mounted segments in mount order, at most `max_segments`; *total: how many are mounted.
+  std::vector<SegmentView> ListSegments(size_t max_segments, size_t* total) const;
+  struct Summary {
+    uint64_t capacity = 0, allocated = 0, keys = 0, soft_pinned_keys = 0;
+    uint64_t segments = 0, clients = 0;
+  };
+  Summary GetSummary() const;
+
   const MasterConfig& config() const { return config_; }
 
  private:

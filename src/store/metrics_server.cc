@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <list>
 #include <vector>
 
@@ -27,16 +28,50 @@ struct Conn {
   size_t sent = 0;
 };
 
-std::string Reply(int status, const char* reason, const std::string& type,
-                  const std::string& body) {
-  return "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + type +
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-         body;
+const char* Reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Status";
+  }
+}
+
+// The bytes of `r` on the wire; without the body for a HEAD.
+std::string Serialize(const HttpReply& r, bool head_only) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + Reason(r.status) +
+                    "\r\nContent-Type: " + r.content_type +
+                    "\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n";
+  for (const auto& h : r.headers) out += h.first + ": " + h.second + "\r\n";
+  out += "Connection: close\r\n\r\n";
+  if (!head_only) out += r.body;
+  return out;
+}
+
+HttpReply Text(int status, std::string body) {
+  HttpReply r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
 }
 
 void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 }  // namespace
+
+MetricsServer::MetricsServer(std::function<std::string()> body)
+    : handler_([body = std::move(body)](const std::string& target) {
+        const std::string path = target.substr(0, target.find('?'));
+        if (path != "/metrics") return Text(404, "only /metrics\n");
+        HttpReply r = Text(200, body());
+        r.content_type = "text/plain; version=0.0.4";
+        return r;
+      }) {}
 
 std::string MetricsServer::Start(const std::string& host, int port) {
   addrinfo hints{};
@@ -95,6 +130,12 @@ void MetricsServer::Loop() {
   int spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // see EMFILE below
   std::vector<pollfd> fds;
   std::vector<std::list<Conn>::iterator> order;
+  size_t pending = 0;  // bytes of the replies in `conns` (bounded by kMaxPendingReplyBytes)
+  auto close_conn = [&](std::list<Conn>::iterator it) {
+    ::close(it->fd);
+    pending -= it->out.size();
+    conns.erase(it);
+  };
   while (!stop_) {
     fds.clear();
     order.clear();
@@ -122,20 +163,41 @@ void MetricsServer::Loop() {
         } else {
           it->in.append(buf, static_cast<size_t>(r));
           const size_t end = it->in.find("\r\n\r\n");
+          HttpReply reply;
+          bool head_only = false;
           if (end == std::string::npos && it->in.size() > kMaxRequestBytes) {
-            it->out = Reply(431, "Request Header Fields Too Large", "text/plain",
-                            "request over 8192 bytes\n");
+            const bool line_done = it->in.find("\r\n") != std::string::npos;
+            reply = line_done ? Text(431, "request head over " +
+                                              std::to_string(kMaxRequestBytes) + " bytes\n")
+                              : Text(414, "request line over " +
+                                              std::to_string(kMaxRequestBytes) + " bytes\n");
           } else if (end != std::string::npos) {
             const std::string line = it->in.substr(0, it->in.find("\r\n"));
-            if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
-              it->out = Reply(405, "Method Not Allowed", "text/plain", "only GET /metrics\n");
+            const size_t sp1 = line.find(' ');
+            const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+            const std::string method = line.substr(0, sp1);
+            if (method != "GET" && method != "HEAD") {
+              reply = Text(405, "only GET and HEAD\n");
+            } else if (sp2 == std::string::npos || line[sp1 + 1] != '/') {
+              reply = Text(400, "malformed request line\n");
             } else {
-              const size_t sp = line.find(' ');
-              const std::string path = line.substr(sp + 1, line.find(' ', sp + 1) - sp - 1);
-              it->out = path == "/metrics" || path.rfind("/metrics?", 0) == 0
-                            ? Reply(200, "OK", "text/plain; version=0.0.4", body_())
-                            : Reply(404, "Not Found", "text/plain", "only /metrics\n");
+              head_only = method == "HEAD";
+              try {
+                reply = handler_(line.substr(sp1 + 1, sp2 - sp1 - 1));
+              } catch (const std::exception& e) {  // never let a handler end the loop
+                reply = Text(500, std::string("internal error: ") + e.what() + "\n");
+              }
             }
+          }
+          if (end != std::string::npos || it->in.size() > kMaxRequestBytes) {
+            it->out = Serialize(reply, head_only);
+            if (pending + it->out.size() > kMaxPendingReplyBytes) {
+              it->out = Serialize(Text(503, "too many replies waiting to be read; retry\n"),
+                                  head_only);
+            }
+            pending += it->out.size();
+            it->in.clear();
+            it->in.shrink_to_fit();
             it->deadline = now + kReplyDeadline;
           }
         }
@@ -149,10 +211,7 @@ void MetricsServer::Loop() {
         close_it = true;
         ++dropped_;
       }
-      if (close_it) {
-        ::close(it->fd);
-        conns.erase(it);
-      }
+      if (close_it) close_conn(it);
     }
     if (fds[1].revents & POLLIN) {
       while (true) {
@@ -162,8 +221,7 @@ void MetricsServer::Loop() {
             // Out of descriptors: make room by closing the oldest connection; with none,
             // refuse the pending one through the spare descriptor (else poll would spin).
             if (!conns.empty()) {
-              ::close(conns.front().fd);
-              conns.pop_front();
+              close_conn(conns.begin());
               ++dropped_;
               continue;
             }
@@ -178,8 +236,7 @@ void MetricsServer::Loop() {
           break;
         }
         if (conns.size() >= kMaxConnections) {
-          ::close(conns.front().fd);
-          conns.pop_front();
+          close_conn(conns.begin());
           ++dropped_;
         }
         conns.push_back(Conn{fd, now + kRequestDeadline, {}, {}, 0});

@@ -335,7 +335,7 @@ TEST_F(MasterProcessTest, SigtermStopsWithExitZero) {
 }
 
 TEST(MasterProcessFlagsTest, InvalidFlagsExitNonZero) {
-  for (const char* bad : {"--rpc_port=0", "--client_ttl=0", "--eviction_high_watermark_ratio=1.5"}) {
+  for (const char* bad : {"--rpc_port=-1", "--client_ttl=0", "--eviction_high_watermark_ratio=1.5"}) {
     MasterProcess m({bad, "--metrics_port=" + std::to_string(FreePort())});
     auto rc = m.WaitExit(seconds(20));
     ASSERT_TRUE(rc.has_value()) << bad;

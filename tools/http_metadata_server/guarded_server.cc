@@ -25,13 +25,18 @@ int64_t NowMs() {
       .count();
 }
 
-bool WaitFd(int fd, short events, int timeout_ms) {
+// Waits up to timeout_ms for `events` on fd; false on timeout, error, or once `server` has
+// been stopped (checked every 100 ms, so that stop() never waits out a slow client).
+bool WaitFd(int fd, short events, int timeout_ms, const httplib::Server* server) {
   pollfd p{fd, events, 0};
+  const int64_t deadline = NowMs() + (timeout_ms < 0 ? 0 : timeout_ms);
   for (;;) {
-    int r = ::poll(&p, 1, timeout_ms < 0 ? 0 : timeout_ms);
+    const int64_t left = deadline - NowMs();
+    int slice = left < 0 ? 0 : static_cast<int>(left < 100 ? left : 100);
+    int r = ::poll(&p, 1, slice);
     if (r > 0) return true;
-    if (r == 0) return false;
-    if (errno != EINTR) return false;
+    if (r < 0 && errno != EINTR) return false;
+    if (r == 0 && (left <= 0 || !server->is_running())) return false;
   }
 }
 
@@ -69,12 +74,14 @@ class DeadlineStream final : public httplib::Stream {
     head_done_ = false;
   }
 
-  bool is_readable() const override { return WaitFd(fd_, POLLIN, ReadWaitMs()); }
-  bool is_writable() const override { return WaitFd(fd_, POLLOUT, limits_.read_timeout_ms); }
+  bool is_readable() const override { return WaitFd(fd_, POLLIN, ReadWaitMs(), server_); }
+  bool is_writable() const override {
+    return WaitFd(fd_, POLLOUT, limits_.read_timeout_ms, server_);
+  }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (!WaitFd(fd_, POLLIN, ReadWaitMs())) {
-      server_->NoteTimeout();
+    if (!WaitFd(fd_, POLLIN, ReadWaitMs(), server_)) {
+      if (server_->is_running()) server_->NoteTimeout();
       return -1;
     }
     ssize_t n;
@@ -86,7 +93,7 @@ class DeadlineStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    if (!WaitFd(fd_, POLLOUT, limits_.read_timeout_ms)) return -1;
+    if (!WaitFd(fd_, POLLOUT, limits_.read_timeout_ms, server_)) return -1;
     ssize_t n;
     do {
       n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
@@ -256,8 +263,8 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     const size_t max_requests = keep_alive_max_count_ ? keep_alive_max_count_ : 1;
     for (size_t i = 0; i < max_requests && is_running(); ++i) {
       // The first request's head is due within head_timeout; the next within keep_alive.
-      if (!WaitFd(sock, POLLIN, i == 0 ? limits_.head_timeout_ms : limits_.keep_alive_ms)) {
-        if (i == 0) NoteTimeout();
+      if (!WaitFd(sock, POLLIN, i == 0 ? limits_.head_timeout_ms : limits_.keep_alive_ms, this)) {
+        if (i == 0 && is_running()) NoteTimeout();
         break;
       }
       stream.BeginRequest();

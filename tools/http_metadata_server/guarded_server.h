@@ -10,6 +10,8 @@
 //   first byte being awaited; its body must keep moving (no read waits more than
 //   `read_timeout_ms`) and end within `request_timeout_ms`. An idle keep-alive connection is
 //   closed after `keep_alive_ms`.
+// - Every wait looks every 100 ms whether the server was stopped: stop() ends the
+//   connections at once instead of waiting out their deadlines.
 // - The listening socket does not set SO_REUSEPORT: a port in use is refused, not shared.
 // Refusals and timeouts are counted (counters()) and logged at most once per 10 s.
 #pragma once
