@@ -16,6 +16,7 @@ from .engine import _store
 
 ReplicateConfig = _store.ReplicateConfig
 SoftPinAction = _store.SoftPinAction
+ObjectDataType = _store.ObjectDataType
 BufferHandle = _store.BufferHandle
 
 _TENSOR_MAGIC = b"MCT1"
