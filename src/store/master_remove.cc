@@ -176,9 +176,12 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
   for (const std::string& key : req.keys()) {
     if (!KeyProblem(key).empty()) continue;
     auto it = objects_.find(key);
-    // Only the writer's own, complete objects that nobody holds a lease on (upstream's rule).
+    // Only the writer's own, complete objects that nobody holds a lease on (upstream's rule;
+    // as upstream, a write counts as a lease of one TTL from its PutEnd).
+    const auto now = now_();
     if (it == objects_.end() || !it->second.complete || it->second.owner != req.client_id() ||
-        LeasedLocked(it->second)) {
+        LeasedLocked(it->second) ||
+        it->second.completed_at + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
       VLOG(1) << "ReplicaClear: " << key << " skipped (absent, in flight, another client's or "
               << "leased)";
       continue;

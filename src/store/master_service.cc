@@ -431,6 +431,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
     if (code == ErrorCode::OK) {
       it->second.complete = true;
       it->second.last_access = now;
+      it->second.completed_at = now;
       in_flight_.erase(key);
     }
     resp.add_codes(Code(code));

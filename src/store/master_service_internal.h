@@ -43,6 +43,7 @@ struct MasterService::Object {
   std::string lease_client;  // ... and who got it
   Clock::time_point foreign_until;  // the latest lease end of grants to other clients
   bool keep_soft_pin = false;  // an upsert in flight: take the replaced value's soft pin
+  Clock::time_point completed_at;  // PutEnd (ReplicaClear treats a fresh write as leased)
 };
 
 struct MasterService::Client {

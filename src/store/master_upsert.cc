@@ -60,6 +60,7 @@ bool MasterService::UpsertEndLocked(const std::string& key, const std::string& c
   const auto now = now_();
   obj.complete = true;
   obj.last_access = now;
+  obj.completed_at = now;
   auto old = objects_.find(key);
   if (old != objects_.end()) {
     if (obj.keep_soft_pin && old->second.complete) {

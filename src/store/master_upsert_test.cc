@@ -192,6 +192,9 @@ TEST_F(MasterUpsertTest, ReplicaClearOwnUnleasedCompleteObjectsOnly) {
   ASSERT_EQ(Put("c1", "leased", 100), kOk);
   ASSERT_EQ(Put("c2", "theirs", 100), kOk);
   ASSERT_EQ(PutStart("c1", "inflight", 100).code(), kOk);
+  // as upstream, a fresh write counts as leased for one TTL
+  EXPECT_EQ(Clear("c1", {"mine"}).cleared_keys_size(), 0);
+  Advance(milliseconds(1100));
   ASSERT_EQ(Get("leased").code(), kOk);
   auto r = Clear("c1", {"mine", "leased", "theirs", "inflight", "absent"}, "seg2");
   ASSERT_EQ(r.code(), kOk);
@@ -206,6 +209,7 @@ TEST_F(MasterUpsertTest, ReplicaClearOwnUnleasedCompleteObjectsOnly) {
   EXPECT_EQ(Exist("theirs"), kOk);
   // the last replica cleared by segment removes the object; its space is free again
   ASSERT_EQ(Put("c1", "one", 100, Config(1, {"seg1"})), kOk);
+  Advance(milliseconds(1100));
   r = Clear("c1", {"one"}, "seg1");
   ASSERT_EQ(r.cleared_keys_size(), 1);
   EXPECT_EQ(Exist("one"), C(ErrorCode::OBJECT_NOT_FOUND));

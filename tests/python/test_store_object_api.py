@@ -251,6 +251,8 @@ def test_get_sessions(store, holder):
 def test_batch_replica_clear(master, store, holder):
     assert store.put("c1", b"1") == 0 and store.put("c2", b"2") == 0 and store.put("c3", b"3") == 0
     assert holder.call("result = store.put('theirs', b'h')") == 0
+    assert store.batch_replica_clear(["c1"]) == []    # a fresh write counts as leased (upstream)
+    time.sleep(0.6)
     assert store.get("c2") == b"2"                     # leased for 500 ms
     assert store.batch_replica_clear(["c1", "c2", "theirs", "absent"]) == ["c1"]
     assert store.is_exist("c1") == 0 and store.is_exist("c2") == 1
