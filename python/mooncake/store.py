@@ -74,4 +74,5 @@ class MooncakeDistributedStore(_store.MooncakeDistributedStore):
         return torch.frombuffer(body, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ObjectDataType",
+           "BufferHandle"]

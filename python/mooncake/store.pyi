@@ -7,6 +7,18 @@ class SoftPinAction:
     ENABLE: "SoftPinAction"
     DISABLE: "SoftPinAction"
 
+class ObjectDataType:
+    UNKNOWN: "ObjectDataType"
+    KVCACHE: "ObjectDataType"
+    TENSOR: "ObjectDataType"
+    WEIGHT: "ObjectDataType"
+    SAMPLE: "ObjectDataType"
+    ACTIVATION: "ObjectDataType"
+    GRADIENT: "ObjectDataType"
+    OPTIMIZER_STATE: "ObjectDataType"
+    METADATA: "ObjectDataType"
+    GENERAL: "ObjectDataType"
+
 class ReplicateConfig:
     replica_num: int
     with_soft_pin: bool
@@ -16,6 +28,11 @@ class ReplicateConfig:
     preferred_segment: str
     preferred_segments: List[str]
     prefer_alloc_in_same_node: bool
+    nof_replica_num: int            # must stay 0 (no NoF replicas here)
+    dfs_replica_num: int            # must stay 0 (no DFS replicas here)
+    preferred_nof_segments: List[str]  # must stay empty
+    data_type: ObjectDataType       # a label
+    group_ids: Optional[List[str]]  # one per key when set; no effect (one master shard)
     def __init__(self) -> None: ...
 
 class BufferHandle:
@@ -28,7 +45,9 @@ class MooncakeDistributedStore:
     def setup(self, local_hostname: Union[str, Dict[str, Any]], metadata_server: str = ...,
               global_segment_size: int = ..., local_buffer_size: int = ..., protocol: str = ...,
               rdma_devices: str = ..., master_server_addr: str = ...,
-              engine: Any = ...) -> int: ...
+              engine: Any = ..., enable_ssd_offload: bool = ..., ssd_offload_path: str = ...,
+              tenant_id: str = ..., enable_client_http_server: bool = ...,
+              client_http_port: int = ...) -> int: ...
     def close(self) -> int: ...
     def health_check(self) -> int: ...
     def get_hostname(self) -> str: ...
@@ -62,5 +81,24 @@ class MooncakeDistributedStore:
     def batch_get_into_multi_buffers(self, keys: List[str], all_buffer_ptrs: List[List[int]],
                                      all_sizes: List[List[int]],
                                      prefer_alloc_in_same_node: bool = ...) -> List[int]: ...
+    def upsert(self, key: str, value: Buffer, config: ReplicateConfig = ...) -> int: ...
+    def upsert_parts(self, key: str, *parts: Buffer, config: ReplicateConfig = ...) -> int: ...
+    def upsert_batch(self, keys: List[str], values: List[Buffer],
+                     config: ReplicateConfig = ...) -> int: ...
+    def upsert_from(self, key: str, buffer_ptr: int, size: int,
+                    config: ReplicateConfig = ...) -> int: ...
+    def batch_upsert_from(self, keys: List[str], buffer_ptrs: List[int], sizes: List[int],
+                          config: ReplicateConfig = ...) -> List[int]: ...
+    def get_into_ranges(self, buffer_ptrs: List[int], all_keys: List[List[str]],
+                        all_dst_offsets: List[List[List[int]]],
+                        all_src_offsets: List[List[List[int]]],
+                        all_sizes: List[List[List[int]]]) -> List[List[List[int]]]: ...
+    def batch_get_session_start(self, keys: List[str]) -> List[int]: ...
+    def batch_get_into_multi_buffer_ranges(self, keys: List[str],
+                                           all_buffer_ptrs: List[List[int]],
+                                           all_sizes: List[List[int]],
+                                           all_src_offsets: List[List[int]]) -> List[int]: ...
+    def batch_get_session_end(self, keys: List[str]) -> int: ...
+    def batch_replica_clear(self, keys: List[str], segment_name: str = ...) -> List[str]: ...
     def put_tensor(self, key: str, tensor: Any, config: Optional[ReplicateConfig] = ...) -> int: ...
     def get_tensor(self, key: str) -> Any: ...
