@@ -109,6 +109,10 @@ struct PyReplicateConfig {
       LOG(WARNING) << method << ": ReplicateConfig." << why;
       return ToInt(ErrorCode::INVALID_PARAMS);
     };
+    if (soft_pin_ttl_ms && soft_pin_action != SoftPinAction::ENABLE && !with_soft_pin) {
+      return refuse("soft_pin_ttl_ms=" + std::to_string(*soft_pin_ttl_ms) +
+                    " needs soft_pin_action=SoftPinAction.ENABLE (as upstream)");
+    }
     if (nof_replica_num != 0) {
       return refuse("nof_replica_num=" + std::to_string(nof_replica_num) +
                     ": NoF (NVMe-oF) replicas are not provided by this build; leave it 0");

@@ -138,6 +138,16 @@ def test_object_data_type_and_replicate_config_fields(store):
         assert store.put("nof", b"x", bad) == -600, field
         assert store.upsert("nof", b"x", bad) == -600, field
         assert store.is_exist("nof") == 0
+    from mooncake.store import SoftPinAction
+    ttl = ReplicateConfig()
+    ttl.soft_pin_ttl_ms = 1000                     # a TTL needs ENABLE (upstream's rule)
+    assert store.put("ttl", b"x", ttl) == -600 and store.upsert("ttl", b"x", ttl) == -600
+    ttl.soft_pin_action = SoftPinAction.DISABLE
+    assert store.upsert("ttl", b"x", ttl) == -600
+    ttl.soft_pin_action = SoftPinAction.ENABLE
+    assert store.put("ttl", b"x", ttl) == 0
+    ttl.soft_pin_action, ttl.with_soft_pin = SoftPinAction.PRESERVE, True   # the older spelling
+    assert store.upsert("ttl", b"y", ttl) == 0 and store.get("ttl") == b"y"
     g = ReplicateConfig()
     g.group_ids = ["g1", ""]                       # one per key
     a = buf(64, seed=1)
