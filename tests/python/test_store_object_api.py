@@ -276,7 +276,7 @@ def test_batch_replica_clear(master, store, holder):
 
 _WRITER = """
 def mk(w, v):
-    n = 1024 + (v * 7919) % (64 * 1024)
+    n = 1024 + (v * 7919) % (32 * 1024)
     return b"%08d:%08d:%08d:" % (w, v, n) + data(w * 1000003 + v, n)
 t_end = time.monotonic() + dur
 v, bad = 0, []
@@ -328,7 +328,7 @@ def test_concurrent_upserts_every_get_is_one_complete_version():
     two reader processes get it: every get returns one writer's complete version."""
     # Each replaced version that was read keeps its space for one lease TTL (the readers may
     # still copy it): a short lease keeps that bounded at this upsert rate.
-    with Master(default_kv_lease_ttl=1000) as m:
+    with Master(default_kv_lease_ttl=2000) as m:
         holder = StoreProc(m, global_segment_size=32 << 20)
         writers = [StoreProc(m, global_segment_size=16 << 20) for _ in range(2)]
         readers = [StoreProc(m, global_segment_size=0) for _ in range(2)]
