@@ -672,6 +672,66 @@ void BindObjectApi(py::class_<PyStore>& c, const PyReplicateConfig& kDefault) {
       Release(), py::arg("keys"));
 
   c.def(
+      "batch_put_session_start",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes,
+         const PyReplicateConfig& config) {
+        if (int rc = config.Check("batch_put_session_start", keys.size()); rc != 0) {
+          return std::vector<int>(keys.size(), rc);
+        }
+        auto cl = s.Get("batch_put_session_start");
+        return cl ? cl->PutSessionStart(keys, sizes, config.ToCpp()) : std::vector<int>{};
+      },
+      Release(), py::arg("keys"), py::arg("sizes"), py::arg("config") = kDefault,
+      "Reserves each object (invisible to readers until batch_put_session_end): per key 0 or a "
+      "negative code.");
+  c.def(
+      "batch_put_from_multi_buffer_ranges",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
+         const std::vector<Sizes>& sizes, const std::vector<Sizes>& dst_offsets) {
+        auto cl = s.Get("batch_put_from_multi_buffer_ranges");
+        if (!cl) return std::vector<int64_t>{};
+        if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
+            dst_offsets.size() != keys.size()) {
+          LOG(WARNING) << "batch_put_from_multi_buffer_ranges: keys, all_buffer_ptrs, all_sizes "
+                          "and all_dst_offsets differ in length";
+          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        std::vector<StoreClient::RangeRead> ranges;
+        std::vector<char> bad(keys.size(), 0);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != dst_offsets[i].size()) {
+            bad[i] = 1;
+            continue;
+          }
+          for (size_t j = 0; j < ptrs[i].size(); ++j) {
+            ranges.push_back({i, dst_offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
+          }
+        }
+        auto out = cl->PutSessionRanges(keys, ranges);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+        }
+        return out;
+      },
+      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
+      py::arg("all_dst_offsets"),
+      "Writes ranges of put-session objects: per key the bytes written or a negative code.");
+  c.def(
+      "batch_put_session_end",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        auto cl = s.Get("batch_put_session_end");
+        return cl ? cl->PutSessionEnd(keys) : std::vector<int>{};
+      },
+      Release(), py::arg("keys"), "Makes the session objects readable: per key 0 or a code.");
+  c.def(
+      "batch_put_session_revoke",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        auto cl = s.Get("batch_put_session_revoke");
+        return cl ? cl->PutSessionRevoke(keys) : std::vector<int>{};
+      },
+      Release(), py::arg("keys"), "Drops the session objects: per key 0 or a code.");
+
+  c.def(
       "batch_replica_clear",
       [](PyStore& s, const std::vector<std::string>& keys, const std::string& segment_name) {
         auto cl = s.Get("batch_replica_clear");

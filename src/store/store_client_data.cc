@@ -33,6 +33,8 @@ rpc::ReplicateConfig ToProto(const ReplicateConfig& c) {
 
 }  // namespace
 
+rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c) { return ToProto(c); }
+
 void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>* failed) {
   struct Staged {
     const Job* job;

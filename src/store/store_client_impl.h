@@ -36,6 +36,7 @@ struct Job {
 };
 
 std::string RandomClientId();
+rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c);
 
 class StoreClient::Impl {
  public:
@@ -130,6 +131,14 @@ class StoreClient::Impl {
   };
   std::mutex session_mu;  // before reads_mu
   std::unordered_map<std::string, Session> sessions;
+  // Put sessions: key -> its PutStart's replicas (PROCESSING at the master until the end).
+  struct PutSession {
+    uint64_t size = 0;
+    std::vector<rpc::Replica> replicas;
+    int writing = 0;  // PutSessionRanges calls in flight; end / revoke wait for them
+  };
+  std::unordered_map<std::string, PutSession> put_sessions;  // GUARDED_BY(session_mu)
+  std::condition_variable put_session_cv;
   // Reads `ranges` of keys whose replicas and deadlines are known; per range its size or a
   // negative code.
   struct KeyPlan {

@@ -258,6 +258,32 @@ def test_get_sessions(store, holder):
         store.unregister_buffer(ptr(a))
 
 
+def test_put_sessions(store, holder):
+    a = buf(1 << 16, seed=31)
+    assert store.register_buffer(ptr(a), a.nbytes) == 0
+    try:
+        assert store.batch_put_session_start(["p1", "p2"], [3000, 100]) == [0, 0]
+        assert store.batch_put_session_start(["p1"], [10]) == [-600]      # already open
+        assert store.is_exist("p1") == 0                                   # invisible until end
+        # p1 in two calls, p2 in one; a range past p2's end and a key without a session
+        assert store.batch_put_from_multi_buffer_ranges(
+            ["p1", "p2", "none"], [[ptr(a), ptr(a, 1000)], [ptr(a)], [ptr(a)]],
+            [[1000, 1000], [101], [1]], [[0, 1000], [0], [0]]) == [2000, -600, -600]
+        assert store.batch_put_from_multi_buffer_ranges(
+            ["p1", "p2"], [[ptr(a, 2000)], [ptr(a, 5)]], [[1000], [100]], [[2000], [0]]) == [1000, 100]
+        assert holder.call("result = store.is_exist('p1')") == 0
+        assert store.batch_put_session_end(["p1", "none"]) == [0, -600]
+        assert store.batch_put_session_revoke(["p2"]) == [0]
+        assert store.get("p1") == bytes(a[:3000])
+        assert holder.call("result = store.get('p1')") == bytes(a[:3000])
+        assert store.is_exist("p2") == 0
+        assert store.batch_put_session_start(["p1"], [10]) == [-705]       # exists now
+        assert store.batch_put_session_end(["p1"]) == [-600]                # session is over
+        assert MooncakeDistributedStore().batch_put_session_start(["x"], [1]) == []
+    finally:
+        store.unregister_buffer(ptr(a))
+
+
 def test_batch_replica_clear(master, store, holder):
     assert store.put("c1", b"1") == 0 and store.put("c2", b"2") == 0 and store.put("c3", b"3") == 0
     assert holder.call("result = store.put('theirs', b'h')") == 0
