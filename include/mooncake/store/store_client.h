@@ -127,6 +127,19 @@ class StoreClient {
   std::vector<int64_t> GetSessionRanges(const std::vector<std::string>& keys,
                                         const std::vector<RangeRead>& ranges);
   int GetSessionEnd(const std::vector<std::string>& keys);
+  // Put sessions (upstream's batch_put_session_*): PutSessionStart reserves each object
+  // (PutStart; invisible to readers) and returns 0 or the key's code; PutSessionRanges writes
+  // ranges (RangeRead.offset: where in the object; dst: the source bytes) into every replica,
+  // per key the bytes written or a negative code (INVALID_PARAMS for a key without a session
+  // or a range past the object's end); PutSessionEnd makes the objects readable (PutEnd's
+  // codes), PutSessionRevoke drops them; both wait for ranges in flight and end the sessions.
+  // A session not ended within the master's put_start_discard_timeout is discarded.
+  std::vector<int> PutSessionStart(const std::vector<std::string>& keys,
+                                   const std::vector<uint64_t>& sizes, const ReplicateConfig& config);
+  std::vector<int64_t> PutSessionRanges(const std::vector<std::string>& keys,
+                                        const std::vector<RangeRead>& ranges);
+  std::vector<int> PutSessionEnd(const std::vector<std::string>& keys);
+  std::vector<int> PutSessionRevoke(const std::vector<std::string>& keys);
   // Bytes of registered memory (its segment, its local buffer, RegisterBuffer) from `p` to
   // the end of the registration holding it; 0 when `p` is not in one.
   uint64_t RegisteredRoom(const void* p);
