@@ -22,6 +22,7 @@ from . import _tensor_layout
 
 ReplicateConfig = _store.ReplicateConfig
 SoftPinAction = _store.SoftPinAction
+ObjectDataType = _store.ObjectDataType
 BufferHandle = _store.BufferHandle
 # The binding's other public names (enums, allocators) under their own names here too.
 for _name in dir(_store):
@@ -92,5 +93,5 @@ def _deserialize_tensor(payload):
 
 from .buffer_pool import BufferPool, RegisteredBufferPool  # noqa: E402  (uses the class above)
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle",
-           "BufferPool", "RegisteredBufferPool"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ObjectDataType",
+           "BufferHandle", "BufferPool", "RegisteredBufferPool"]

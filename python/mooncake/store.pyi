@@ -7,6 +7,18 @@ class SoftPinAction:
     ENABLE: "SoftPinAction"
     DISABLE: "SoftPinAction"
 
+class ObjectDataType:
+    UNKNOWN: "ObjectDataType"
+    KVCACHE: "ObjectDataType"
+    TENSOR: "ObjectDataType"
+    WEIGHT: "ObjectDataType"
+    SAMPLE: "ObjectDataType"
+    ACTIVATION: "ObjectDataType"
+    GRADIENT: "ObjectDataType"
+    OPTIMIZER_STATE: "ObjectDataType"
+    METADATA: "ObjectDataType"
+    GENERAL: "ObjectDataType"
+
 class ReplicateConfig:
     replica_num: int
     with_soft_pin: bool
@@ -16,6 +28,11 @@ class ReplicateConfig:
     preferred_segment: str
     preferred_segments: List[str]
     prefer_alloc_in_same_node: bool
+    nof_replica_num: int            # must stay 0 (no NoF replicas here)
+    dfs_replica_num: int            # must stay 0 (no DFS replicas here)
+    preferred_nof_segments: List[str]  # must stay empty
+    data_type: ObjectDataType       # a label
+    group_ids: Optional[List[str]]  # one per key when set; no effect (one master shard)
     def __init__(self) -> None: ...
 
 class BufferHandle:
@@ -33,7 +50,9 @@ class MooncakeDistributedStore:
     def setup(self, local_hostname: Union[str, Dict[str, Any]], metadata_server: str = ...,
               global_segment_size: int = ..., local_buffer_size: int = ..., protocol: str = ...,
               rdma_devices: str = ..., master_server_addr: str = ...,
-              engine: Any = ...) -> int: ...
+              engine: Any = ..., enable_ssd_offload: bool = ..., ssd_offload_path: str = ...,
+              tenant_id: str = ..., enable_client_http_server: bool = ...,
+              client_http_port: int = ...) -> int: ...
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
                     server_address: str) -> int: ...
     def alloc_from_mem_pool(self, size: int) -> int: ...
@@ -70,7 +89,12 @@ class MooncakeDistributedStore:
     def batch_get_into_multi_buffers(self, keys: List[str], all_buffer_ptrs: List[List[int]],
                                      all_sizes: List[List[int]],
                                      prefer_alloc_in_same_node: bool = ...) -> List[int]: ...
-    # ---- tensors (upstream's layout: [304-byte TensorMetadata][data]; _store_tensor.py) ----
+              engine: Any = ..., enable_ssd_offload: bool = ..., ssd_offload_path: str = ...,
+              tenant_id: str = ..., enable_client_http_server: bool = ...,
+              client_http_port: int = ...) -> int: ...
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
+                    server_address: str) -> int: ...
+    def alloc_from_mem_pool(self, size: int) -> int: ...
     def put_tensor(self, key: str, tensor: Any, config: Optional[ReplicateConfig] = ...) -> int: ...
     def get_tensor(self, key: str) -> Any: ...
     def batch_put_tensor(self, keys: List[str], tensors_list: List[Any],

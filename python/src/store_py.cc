@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mooncake/store/dummy_client.h"
@@ -76,6 +77,12 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
 // object it means no pin, as DISABLE.
 enum class SoftPinAction : int { PRESERVE = 0, ENABLE = 1, DISABLE = 2 };
 
+// upstream's ObjectDataType: a label of what an object holds (vLLM's embedding cache sets it).
+enum class ObjectDataType : int {
+  UNKNOWN = 0, KVCACHE = 1, TENSOR = 2, WEIGHT = 3, SAMPLE = 4, ACTIVATION = 5, GRADIENT = 6,
+  OPTIMIZER_STATE = 7, METADATA = 8, GENERAL = 9
+};
+
 // Python-facing ReplicateConfig: upstream's fields (both the 0.3.13 and the older spelling of
 // the soft pin).
 struct PyReplicateConfig {
@@ -87,6 +94,44 @@ struct PyReplicateConfig {
   std::string preferred_segment;
   std::vector<std::string> preferred_segments;
   bool prefer_alloc_in_same_node = false;
+  // upstream's newer fields. data_type is a label (accepted, not stored); group_ids route
+  // metadata to shards upstream, and this master has one, so they have no effect beyond the
+  // length check; NoF and DFS replicas do not exist here: anything but the default is refused.
+  size_t nof_replica_num = 0;
+  size_t dfs_replica_num = 0;
+  std::vector<std::string> preferred_nof_segments;
+  ObjectDataType data_type = ObjectDataType::UNKNOWN;
+  std::optional<std::vector<std::string>> group_ids;
+
+  // 0, or INVALID_PARAMS after a log line naming the field. `keys`: how many keys the call
+  // puts (group_ids, when set, has one entry per key).
+  int Check(const char* method, size_t keys) const {
+    auto refuse = [&](const std::string& why) {
+      LOG(WARNING) << method << ": ReplicateConfig." << why;
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    };
+    if (soft_pin_ttl_ms && soft_pin_action != SoftPinAction::ENABLE && !with_soft_pin) {
+      return refuse("soft_pin_ttl_ms=" + std::to_string(*soft_pin_ttl_ms) +
+                    " needs soft_pin_action=SoftPinAction.ENABLE (as upstream)");
+    }
+    if (nof_replica_num != 0) {
+      return refuse("nof_replica_num=" + std::to_string(nof_replica_num) +
+                    ": NoF (NVMe-oF) replicas are not provided by this build; leave it 0");
+    }
+    if (dfs_replica_num != 0) {
+      return refuse("dfs_replica_num=" + std::to_string(dfs_replica_num) +
+                    ": DFS replicas are not provided by this build; leave it 0");
+    }
+    if (!preferred_nof_segments.empty()) {
+      return refuse("preferred_nof_segments: NoF segments are not provided by this build; "
+                    "leave it empty");
+    }
+    if (group_ids && group_ids->size() != keys) {
+      return refuse("group_ids has " + std::to_string(group_ids->size()) +
+                    " entries for " + std::to_string(keys) + " keys (one per key)");
+    }
+    return 0;
+  }
 
   ReplicateConfig ToCpp() const {
     ReplicateConfig c;
@@ -97,6 +142,7 @@ struct PyReplicateConfig {
     if (!preferred_segment.empty()) c.preferred_segments.push_back(preferred_segment);
     for (const auto& s : preferred_segments) c.preferred_segments.push_back(s);
     c.prefer_alloc_in_same_node = prefer_alloc_in_same_node;
+    c.keep_soft_pin = soft_pin_action == SoftPinAction::PRESERVE && !with_soft_pin;
     return c;
   }
   std::string Str() const {
@@ -110,7 +156,10 @@ struct PyReplicateConfig {
            (soft_pin_ttl_ms ? std::to_string(*soft_pin_ttl_ms) : std::string("default")) +
            ", with_hard_pin: " + std::to_string(with_hard_pin) + ", preferred_segment: " +
            preferred_segment + ", preferred_segments: [" + segs +
-           "], prefer_alloc_in_same_node: " + std::to_string(prefer_alloc_in_same_node) + " }";
+           "], prefer_alloc_in_same_node: " + std::to_string(prefer_alloc_in_same_node) +
+           ", nof_replica_num: " + std::to_string(nof_replica_num) +
+           ", dfs_replica_num: " + std::to_string(dfs_replica_num) +
+           ", data_type: " + std::to_string(static_cast<int>(data_type)) + " }";
   }
 };
 
@@ -140,12 +189,57 @@ int PutCode(int code) {
   return code == ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) ? 0 : code;
 }
 
+// setup()'s keyword arguments for upstream features this build does not have. Accepted at
+// their defaults; anything else is refused (INVALID_PARAMS) with a line naming the argument,
+// since ignoring it would change what the caller gets (another tenant's keys, no SSD tier).
+struct SetupExtras {
+  bool enable_ssd_offload = false;
+  std::string ssd_offload_path;
+  std::string tenant_id = "default";
+  bool enable_client_http_server = false;
+  int client_http_port = 9300;
+
+  // 0, or INVALID_PARAMS after logging why.
+  int Check() const {
+    if (enable_ssd_offload) {
+      LOG(WARNING) << "setup: enable_ssd_offload=True: SSD offload is not provided by this "
+                      "build (no ssd tier); leave it False";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    if (!tenant_id.empty() && tenant_id != "default") {
+      LOG(WARNING) << "setup: tenant_id='" << tenant_id
+                   << "': tenants are not provided by this build (every client shares one key "
+                      "space); use tenant_id='default'";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    if (enable_client_http_server) {
+      LOG(WARNING) << "setup: enable_client_http_server=True: the client HTTP server is not "
+                      "provided by this build; leave it False";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    return 0;
+  }
+};
+
+// "1", "true", "True", "yes", "on" (and Python's True through str()) -> true.
+std::optional<bool> ParseBool(const py::object& v) {
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+  if (py::isinstance<py::int_>(v)) return v.cast<long long>() != 0;
+  if (!py::isinstance<py::str>(v)) return std::nullopt;
+  std::string t = v.cast<std::string>();
+  for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off" || t.empty()) return false;
+  return std::nullopt;
+}
+
 class PyStore {
  public:
   int Setup(const std::string& local_hostname, const std::string& metadata_server,
             uint64_t global_segment_size, uint64_t local_buffer_size, const std::string& protocol,
             const std::string& rdma_devices, const std::string& master_server_addr,
-            const py::object& engine) {
+            const py::object& engine, const SetupExtras& extras = SetupExtras()) {
+    if (int rc = extras.Check(); rc != 0) return rc;
     store::StoreClientOptions o;
     o.local_hostname = local_hostname;
     o.metadata_server = metadata_server;
@@ -156,15 +250,19 @@ class PyStore {
     (void)rdma_devices;  // no RDMA transport in this build; the engine picks tcp / shm
     std::shared_ptr<EngineHolder> holder;
     if (!engine.is_none()) {
-      PyTransferEngine* te = nullptr;
-      try {
-        te = engine.cast<PyTransferEngine*>();
-      } catch (const py::cast_error&) {
-        LOG(WARNING) << "setup: engine must be a mooncake.engine.TransferEngine";
+      // Either the Python TransferEngine or what its get_engine() returns (SGLang's HiCache
+      // passes the latter, as upstream's binding expects a shared C++ engine).
+      if (py::isinstance<EngineHolder>(engine)) {
+        holder = engine.cast<std::shared_ptr<EngineHolder>>();
+      } else if (py::isinstance<PyTransferEngine>(engine)) {
+        holder = engine.cast<PyTransferEngine*>()->GetEngine();
+      } else {
+        LOG(WARNING) << "setup: engine must be a mooncake.engine.TransferEngine or what its "
+                        "get_engine() returns, not "
+                     << py::str(py::type::of(engine)).cast<std::string>();
         return ToInt(ErrorCode::INVALID_PARAMS);
       }
-      holder = te->GetEngine();
-      if (!holder) {
+      if (!holder || !holder->engine) {
         LOG(WARNING) << "setup: the engine passed in is not initialized (call initialize first)";
         return ToInt(ErrorCode::INVALID_PARAMS);
       }
@@ -227,7 +325,20 @@ class PyStore {
       return ToInt(ErrorCode::INVALID_PARAMS);
     }
     py::object engine = config.contains("engine") ? py::object(config["engine"]) : py::none();
-    return Setup(*host, *meta, *gseg, *lbuf, *proto, *rdma, *master, engine);
+    SetupExtras extras;
+    for (auto [key, field] : {std::pair<const char*, bool*>{"enable_ssd_offload",
+                                                             &extras.enable_ssd_offload},
+                              {"enable_client_http_server", &extras.enable_client_http_server}}) {
+      if (!config.contains(key)) continue;
+      auto b = ParseBool(config[key]);
+      if (!b) {
+        LOG(WARNING) << "setup: " << key << " must be a boolean (True/False, \"true\"/\"false\")";
+        return ToInt(ErrorCode::INVALID_PARAMS);
+      }
+      *field = *b;
+    }
+    if (config.contains("tenant_id")) extras.tenant_id = py::str(config["tenant_id"]);
+    return Setup(*host, *meta, *gseg, *lbuf, *proto, *rdma, *master, engine, extras);
   }
 
   // A dummy client (dummy_client.h): the object API runs on its own StoreClient, refused
@@ -320,13 +431,33 @@ std::vector<int64_t> GetIntoMany(PyStore& s, const char* method,
 
 std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<std::string>& keys,
                              const std::vector<std::vector<Span>>& parts,
-                             const PyReplicateConfig& config) {
+                             const PyReplicateConfig& config, bool upsert = false) {
+  if (int rc = config.Check(method, keys.size()); rc != 0) return std::vector<int>(keys.size(), rc);
   auto c = s.Get(method);
-  if (!c) return std::vector<int>(keys.size(), kNotReady);
+  // upstream: an upsert on a store not set up answers INVALID_PARAMS
+  if (!c) return std::vector<int>(keys.size(), upsert ? ToInt(ErrorCode::INVALID_PARAMS) : kNotReady);
+  if (upsert) return c->BatchUpsert(keys, parts, config.ToCpp());
   auto codes = c->BatchPut(keys, parts, config.ToCpp());
   for (int& code : codes) code = PutCode(code);
   return codes;
 }
+
+// The first failure of a batch, or 0 (put_batch / upsert_batch return one code).
+int FirstFailure(const std::vector<int>& codes) {
+  for (int code : codes) {
+    if (code != 0) return code;
+  }
+  return 0;
+}
+
+// Views of Python buffers, kept alive while the spans are used.
+struct Views {
+  std::vector<std::unique_ptr<PyBufferView>> views;
+  Span Add(const py::handle& obj) {
+    views.push_back(std::make_unique<PyBufferView>(obj));
+    return views.back()->span();
+  }
+};
 
 std::vector<std::vector<Span>> MultiSpans(const std::vector<Ptrs>& ptrs,
                                           const std::vector<Sizes>& sizes, bool* ok) {
@@ -392,6 +523,268 @@ std::vector<py::object> GetBuffers(PyStore& s, const char* method,
   return out;
 }
 
+using Offsets3 = std::vector<std::vector<std::vector<size_t>>>;
+
+// get_into_ranges: buffer i receives, for each key j of all_keys[i], the ranges
+// (all_src_offsets[i][j][k] in the object -> all_dst_offsets[i][j][k] in the buffer,
+// all_sizes[i][j][k] bytes). The buffer must be registered (its room is its registration's
+// end); result[i][j][k] is the bytes read or a negative code.
+std::vector<std::vector<std::vector<int64_t>>> GetIntoRanges(
+    PyStore& s, const Ptrs& buffers, const std::vector<std::vector<std::string>>& all_keys,
+    const Offsets3& dst, const Offsets3& src, const Offsets3& sizes) {
+  const int64_t bad = ToInt(ErrorCode::INVALID_PARAMS);
+  std::vector<std::vector<std::vector<int64_t>>> out(all_keys.size());
+  for (size_t i = 0; i < all_keys.size(); ++i) {
+    out[i].resize(all_keys[i].size());
+    for (size_t j = 0; j < all_keys[i].size(); ++j) {
+      const size_t n = i < dst.size() && j < dst[i].size() ? dst[i][j].size() : 0;
+      out[i][j].assign(n, bad);
+    }
+  }
+  auto c = s.Get("get_into_ranges");
+  if (!c) return out;
+  if (buffers.size() != all_keys.size() || dst.size() != all_keys.size() ||
+      src.size() != all_keys.size() || sizes.size() != all_keys.size()) {
+    LOG(WARNING) << "get_into_ranges: buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets "
+                    "and all_sizes differ in length";
+    return out;
+  }
+  std::vector<std::string> keys;
+  std::vector<StoreClient::RangeRead> ranges;
+  std::vector<std::tuple<size_t, size_t, size_t>> where;  // range -> (i, j, k)
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    char* base = reinterpret_cast<char*>(buffers[i]);
+    const uint64_t room = c->RegisteredRoom(base);
+    if (room == 0) {
+      LOG(WARNING) << "get_into_ranges: buffer " << i << " is not registered (register_buffer "
+                   << "it first)";
+      continue;
+    }
+    for (size_t j = 0; j < all_keys[i].size(); ++j) {
+      if (j >= dst[i].size() || j >= src[i].size() || j >= sizes[i].size() ||
+          dst[i][j].size() != src[i][j].size() || dst[i][j].size() != sizes[i][j].size()) {
+        LOG(WARNING) << "get_into_ranges: the offsets and sizes of key " << all_keys[i][j]
+                     << " differ in shape";
+        continue;
+      }
+      keys.push_back(all_keys[i][j]);
+      for (size_t k = 0; k < dst[i][j].size(); ++k) {
+        const size_t d = dst[i][j][k], n = sizes[i][j][k];
+        if (d > room || n > room - d) {
+          LOG(WARNING) << "get_into_ranges: range " << k << " of key " << all_keys[i][j]
+                       << " ends past buffer " << i << "'s registered room (" << room
+                       << " bytes)";
+          continue;
+        }
+        ranges.push_back({keys.size() - 1, src[i][j][k], {base + d, n}});
+        where.emplace_back(i, j, k);
+      }
+    }
+  }
+  std::vector<int64_t> got;
+  {
+    py::gil_scoped_release release;
+    got = c->GetRanges(keys, ranges);
+  }
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    auto [i, j, k] = where[r];
+    out[i][j][k] = got[r];
+  }
+  return out;
+}
+
+void BindObjectApi(py::class_<PyStore>& c, const PyReplicateConfig& kDefault) {
+  // ---- upsert: put that replaces an existing value ----
+  c.def(
+      "upsert",
+      [](PyStore& s, const std::string& key, const py::buffer& value,
+         const PyReplicateConfig& config) {
+        Views v;
+        std::vector<std::vector<Span>> parts{{v.Add(value)}};
+        py::gil_scoped_release release;
+        return PutFromMany(s, "upsert", {key}, parts, config, true)[0];
+      },
+      py::arg("key"), py::arg("value"), py::arg("config") = kDefault,
+      "Stores value under key, replacing an existing value. Readers see the old value or the "
+      "new one, never a mix. 0 or a negative code.");
+  c.def(
+      "upsert_parts",
+      [](PyStore& s, const std::string& key, const py::args& args,
+         const PyReplicateConfig& config) {
+        Views v;
+        std::vector<std::vector<Span>> parts(1);
+        for (const auto& p : args) parts[0].push_back(v.Add(p));
+        py::gil_scoped_release release;
+        return PutFromMany(s, "upsert_parts", {key}, parts, config, true)[0];
+      },
+      py::arg("key"), py::arg("config") = kDefault);
+  c.def(
+      "upsert_batch",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<py::buffer>& values,
+         const PyReplicateConfig& config) {
+        if (keys.size() != values.size()) {
+          LOG(WARNING) << "upsert_batch: " << keys.size() << " keys but " << values.size()
+                       << " values";
+          return ToInt(ErrorCode::INVALID_PARAMS);
+        }
+        Views v;
+        std::vector<std::vector<Span>> parts;
+        for (const auto& b : values) parts.push_back({v.Add(b)});
+        py::gil_scoped_release release;
+        return FirstFailure(PutFromMany(s, "upsert_batch", keys, parts, config, true));
+      },
+      py::arg("keys"), py::arg("values"), py::arg("config") = kDefault);
+  c.def(
+      "upsert_from",
+      [](PyStore& s, const std::string& key, uintptr_t ptr, size_t size,
+         const PyReplicateConfig& config) {
+        return PutFromMany(s, "upsert_from", {key}, {{{reinterpret_cast<void*>(ptr), size}}},
+                           config, true)[0];
+      },
+      Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("size"),
+      py::arg("config") = kDefault);
+  c.def(
+      "batch_upsert_from",
+      [](PyStore& s, const std::vector<std::string>& keys, const Ptrs& ptrs, const Sizes& sizes,
+         const PyReplicateConfig& config) {
+        if (keys.size() != ptrs.size() || keys.size() != sizes.size()) {
+          LOG(WARNING) << "batch_upsert_from: keys, buffer_ptrs and sizes differ in length";
+          return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        std::vector<std::vector<Span>> parts;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          parts.push_back({{reinterpret_cast<void*>(ptrs[i]), sizes[i]}});
+        }
+        return PutFromMany(s, "batch_upsert_from", keys, parts, config, true);
+      },
+      Release(), py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"),
+      py::arg("config") = kDefault);
+
+  // ---- ranged reads and get sessions ----
+  c.def("get_into_ranges", &GetIntoRanges, py::arg("buffer_ptrs"), py::arg("all_keys"),
+        py::arg("all_dst_offsets"), py::arg("all_src_offsets"), py::arg("all_sizes"),
+        "Reads byte ranges of objects into registered buffers: result[i][j][k] is the bytes "
+        "read for range k of key all_keys[i][j] into buffer_ptrs[i], or a negative code.");
+  c.def(
+      "batch_get_session_start",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        auto cl = s.Get("batch_get_session_start");
+        return cl ? cl->GetSessionStart(keys) : std::vector<int>{};
+      },
+      Release(), py::arg("keys"),
+      "Looks the keys up once and holds their leases: per key 0 or a negative code.");
+  c.def(
+      "batch_get_into_multi_buffer_ranges",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
+         const std::vector<Sizes>& sizes, const std::vector<Sizes>& src_offsets) {
+        auto cl = s.Get("batch_get_into_multi_buffer_ranges");
+        if (!cl) return std::vector<int64_t>{};
+        if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
+            src_offsets.size() != keys.size()) {
+          LOG(WARNING) << "batch_get_into_multi_buffer_ranges: keys, all_buffer_ptrs, all_sizes "
+                          "and all_src_offsets differ in length";
+          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        std::vector<StoreClient::RangeRead> ranges;
+        std::vector<char> bad(keys.size(), 0);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != src_offsets[i].size()) {
+            bad[i] = 1;
+            continue;
+          }
+          for (size_t j = 0; j < ptrs[i].size(); ++j) {
+            ranges.push_back({i, src_offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
+          }
+        }
+        auto out = cl->GetSessionRanges(keys, ranges);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+        }
+        return out;
+      },
+      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
+      py::arg("all_src_offsets"),
+      "Reads ranges of session keys (no master round trip): per key the bytes read or a "
+      "negative code.");
+  c.def(
+      "batch_get_session_end",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        auto cl = s.Get("batch_get_session_end");
+        return cl ? cl->GetSessionEnd(keys) : kNotReady;
+      },
+      Release(), py::arg("keys"));
+
+  c.def(
+      "batch_put_session_start",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes,
+         const PyReplicateConfig& config) {
+        if (int rc = config.Check("batch_put_session_start", keys.size()); rc != 0) {
+          return std::vector<int>(keys.size(), rc);
+        }
+        auto cl = s.Get("batch_put_session_start");
+        return cl ? cl->PutSessionStart(keys, sizes, config.ToCpp()) : std::vector<int>{};
+      },
+      Release(), py::arg("keys"), py::arg("sizes"), py::arg("config") = kDefault,
+      "Reserves each object (invisible to readers until batch_put_session_end): per key 0 or a "
+      "negative code.");
+  c.def(
+      "batch_put_from_multi_buffer_ranges",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
+         const std::vector<Sizes>& sizes, const std::vector<Sizes>& dst_offsets) {
+        auto cl = s.Get("batch_put_from_multi_buffer_ranges");
+        if (!cl) return std::vector<int64_t>{};
+        if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
+            dst_offsets.size() != keys.size()) {
+          LOG(WARNING) << "batch_put_from_multi_buffer_ranges: keys, all_buffer_ptrs, all_sizes "
+                          "and all_dst_offsets differ in length";
+          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+        }
+        std::vector<StoreClient::RangeRead> ranges;
+        std::vector<char> bad(keys.size(), 0);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != dst_offsets[i].size()) {
+            bad[i] = 1;
+            continue;
+          }
+          for (size_t j = 0; j < ptrs[i].size(); ++j) {
+            ranges.push_back({i, dst_offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
+          }
+        }
+        auto out = cl->PutSessionRanges(keys, ranges);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+        }
+        return out;
+      },
+      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
+      py::arg("all_dst_offsets"),
+      "Writes ranges of put-session objects: per key the bytes written or a negative code.");
+  c.def(
+      "batch_put_session_end",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        auto cl = s.Get("batch_put_session_end");
+        return cl ? cl->PutSessionEnd(keys) : std::vector<int>{};
+      },
+      Release(), py::arg("keys"), "Makes the session objects readable: per key 0 or a code.");
+  c.def(
+      "batch_put_session_revoke",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        auto cl = s.Get("batch_put_session_revoke");
+        return cl ? cl->PutSessionRevoke(keys) : std::vector<int>{};
+      },
+      Release(), py::arg("keys"), "Drops the session objects: per key 0 or a code.");
+
+  c.def(
+      "batch_replica_clear",
+      [](PyStore& s, const std::vector<std::string>& keys, const std::string& segment_name) {
+        auto cl = s.Get("batch_replica_clear");
+        return cl ? cl->BatchReplicaClear(keys, segment_name) : std::vector<std::string>{};
+      },
+      Release(), py::arg("keys"), py::arg("segment_name") = "",
+      "Of the keys this client put, complete and with no lease, drops the replicas on "
+      "segment_name ('' : the whole object). Returns the keys cleared.");
+}
+
 }  // namespace
 
 void BindStoreDummy(py::module_& m);  // store_dummy_py.cc
@@ -405,6 +798,19 @@ void BindStore(py::module_& m) {
       .value("ENABLE", SoftPinAction::ENABLE)
       .value("DISABLE", SoftPinAction::DISABLE);
 
+  py::enum_<ObjectDataType>(m, "ObjectDataType")
+      .value("UNKNOWN", ObjectDataType::UNKNOWN)
+      .value("KVCACHE", ObjectDataType::KVCACHE)
+      .value("TENSOR", ObjectDataType::TENSOR)
+      .value("WEIGHT", ObjectDataType::WEIGHT)
+      .value("SAMPLE", ObjectDataType::SAMPLE)
+      .value("ACTIVATION", ObjectDataType::ACTIVATION)
+      .value("GRADIENT", ObjectDataType::GRADIENT)
+      .value("OPTIMIZER_STATE", ObjectDataType::OPTIMIZER_STATE)
+      .value("METADATA", ObjectDataType::METADATA)
+      .value("GENERAL", ObjectDataType::GENERAL)
+      .export_values();
+
   py::class_<PyReplicateConfig>(m, "ReplicateConfig")
       .def(py::init<>())
       .def_readwrite("replica_num", &PyReplicateConfig::replica_num)
@@ -415,6 +821,11 @@ void BindStore(py::module_& m) {
       .def_readwrite("preferred_segment", &PyReplicateConfig::preferred_segment)
       .def_readwrite("preferred_segments", &PyReplicateConfig::preferred_segments)
       .def_readwrite("prefer_alloc_in_same_node", &PyReplicateConfig::prefer_alloc_in_same_node)
+      .def_readwrite("nof_replica_num", &PyReplicateConfig::nof_replica_num)
+      .def_readwrite("dfs_replica_num", &PyReplicateConfig::dfs_replica_num)
+      .def_readwrite("preferred_nof_segments", &PyReplicateConfig::preferred_nof_segments)
+      .def_readwrite("data_type", &PyReplicateConfig::data_type)
+      .def_readwrite("group_ids", &PyReplicateConfig::group_ids)
       .def("__str__", &PyReplicateConfig::Str);
 
   py::class_<BufferHandle, std::shared_ptr<BufferHandle>>(m, "BufferHandle", py::buffer_protocol())
@@ -429,12 +840,31 @@ void BindStore(py::module_& m) {
   const PyReplicateConfig kDefault;
   py::class_<PyStore> c(m, "MooncakeDistributedStore");
   c.def(py::init<>());
-  c.def("setup", &PyStore::Setup, py::arg("local_hostname"), py::arg("metadata_server"),
-        py::arg("global_segment_size") = kDefaultSize, py::arg("local_buffer_size") = kDefaultSize,
-        py::arg("protocol") = "tcp", py::arg("rdma_devices") = "",
-        py::arg("master_server_addr") = "127.0.0.1:50051", py::arg("engine") = py::none(),
-        "Connects to the master, starts (or shares) a transfer engine and mounts a segment of "
-        "global_segment_size bytes. 0 or a negative error code.");
+  c.def(
+      "setup",
+      [](PyStore& s, const std::string& local_hostname, const std::string& metadata_server,
+         uint64_t global_segment_size, uint64_t local_buffer_size, const std::string& protocol,
+         const std::string& rdma_devices, const std::string& master_server_addr,
+         const py::object& engine, bool enable_ssd_offload, const std::string& ssd_offload_path,
+         const std::string& tenant_id, bool enable_client_http_server, int client_http_port) {
+        SetupExtras extras{enable_ssd_offload, ssd_offload_path, tenant_id,
+                           enable_client_http_server, client_http_port};
+        return s.Setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+                       protocol, rdma_devices, master_server_addr, engine, extras);
+      },
+      py::arg("local_hostname"), py::arg("metadata_server"),
+      py::arg("global_segment_size") = kDefaultSize, py::arg("local_buffer_size") = kDefaultSize,
+      py::arg("protocol") = "tcp", py::arg("rdma_devices") = "",
+      py::arg("master_server_addr") = "127.0.0.1:50051", py::arg("engine") = py::none(),
+      py::arg("enable_ssd_offload") = false, py::arg("ssd_offload_path") = "",
+      py::arg("tenant_id") = "default", py::arg("enable_client_http_server") = false,
+      py::arg("client_http_port") = 9300,
+      "Connects to the master, starts (or shares) a transfer engine and mounts a segment of "
+      "global_segment_size bytes. engine: a mooncake.engine.TransferEngine or its get_engine(). "
+      "local_buffer_size may be 0 (then only registered memory can be put or got). "
+      "enable_ssd_offload, tenant_id other than 'default' and enable_client_http_server are "
+      "upstream features this build lacks: refused (-600) with a log line. 0 or a negative "
+      "error code.");
   c.def("setup", &PyStore::SetupDict, py::arg("config"),
         "setup from a dict: local_hostname and metadata_server required; sizes may be ints or "
         "strings such as \"16MB\".");
@@ -458,6 +888,7 @@ void BindStore(py::module_& m) {
       [](PyStore& s, const std::string& key, const py::buffer& value,
          const PyReplicateConfig& config) {
         PyBufferView v(value);
+        if (int rc = config.Check("put", 1); rc != 0) return rc;
         auto cl = s.Get("put");
         if (!cl) return kNotReady;
         py::gil_scoped_release release;
@@ -474,6 +905,7 @@ void BindStore(py::module_& m) {
           views.push_back(std::make_unique<PyBufferView>(p));
           spans.push_back(views.back()->span());
         }
+        if (int rc = config.Check("put_parts", 1); rc != 0) return rc;
         auto cl = s.Get("put_parts");
         if (!cl) return kNotReady;
         py::gil_scoped_release release;
@@ -666,6 +1098,8 @@ void BindStore(py::module_& m) {
       },
       Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
       py::arg("prefer_alloc_in_same_node") = false);
+
+  BindObjectApi(c, kDefault);
 }
 
 }  // namespace pyapi

@@ -30,6 +30,7 @@ enum class ErrorCode : int32_t {
   OBJECT_ALREADY_EXISTS = -705,
   OBJECT_HAS_LEASE = -706,
   LEASE_EXPIRED = -707,
+  OBJECT_REPLICA_BUSY = -714,  // upsert: another put or upsert of the key is in flight
   TRANSFER_FAIL = -800,
   RPC_FAIL = -900,
   ETCD_OPERATION_ERROR = -1000,

@@ -49,6 +49,17 @@ void MasterService::Tick() {
     EraseObjectLocked(objects_.find(key));
     ++counters_.discarded_puts;
   }
+  for (auto it = upserts_.begin(); it != upserts_.end();) {
+    if (it->second.put_started + discard > now) {
+      ++it;
+      continue;
+    }
+    LOG(WARNING) << "discarding upsert of " << it->first << ": no PutEnd within "
+                 << config_.put_start_discard_timeout_s << " s (the old value stays)";
+    FreeObjectLocked(it->second);
+    it = upserts_.erase(it);
+    ++counters_.discarded_puts;
+  }
   ReapGraveyardLocked(now);
   for (auto it = dropped_names_.begin(); it != dropped_names_.end();) {
     it = it->second <= now ? dropped_names_.erase(it) : std::next(it);

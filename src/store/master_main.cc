@@ -117,6 +117,11 @@ class GrpcService final : public rpc::MasterService::Service {
     *r = m_->RemoveAll(*q);
     return grpc::Status::OK;
   }
+  grpc::Status ReplicaClear(grpc::ServerContext*, const rpc::ReplicaClearRequest* q,
+                            rpc::ReplicaClearResponse* r) override {
+    *r = m_->ReplicaClear(*q);
+    return grpc::Status::OK;
+  }
   grpc::Status GetStats(grpc::ServerContext*, const rpc::StatsRequest*,
                         rpc::StatsResponse* r) override {
     *r = m_->GetStats();

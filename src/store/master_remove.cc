@@ -159,5 +159,56 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
   return resp;
 }
 
+rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearRequest& req) {
+  rpc::ReplicaClearResponse resp;
+  std::string problem = BatchProblem("ReplicaClear", req.keys_size());
+  if (problem.empty()) problem = NameProblem("client id", req.client_id());
+  if (problem.empty() && !req.segment_name().empty()) {
+    problem = NameProblem("segment name", req.segment_name());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!problem.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(problem);
+    ++counters_.refused_requests;
+    return resp;
+  }
+  for (const std::string& key : req.keys()) {
+    if (!KeyProblem(key).empty()) continue;
+    auto it = objects_.find(key);
+    // Only the writer's own, complete objects that nobody holds a lease on (upstream's rule;
+    // as upstream, a write counts as a lease of one TTL from its PutEnd).
+    const auto now = now_();
+    if (it == objects_.end() || !it->second.complete || it->second.owner != req.client_id() ||
+        LeasedLocked(it->second) ||
+        it->second.completed_at + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
+      VLOG(1) << "ReplicaClear: " << key << " skipped (absent, in flight, another client's or "
+              << "leased)";
+      continue;
+    }
+    if (req.segment_name().empty()) {
+      EraseObjectLocked(it);
+      resp.add_cleared_keys(key);
+      continue;
+    }
+    auto& reps = it->second.replicas;
+    const size_t before = reps.size();
+    for (auto r = reps.begin(); r != reps.end();) {
+      auto seg = segments_.find(r->segment_id);
+      if (seg != segments_.end() && seg->second->name == req.segment_name()) {
+        seg->second->alloc.Free(r->offset);  // unleased: nobody reads it
+        r = reps.erase(r);
+      } else {
+        ++r;
+      }
+    }
+    if (reps.size() == before) continue;  // no replica there
+    if (reps.empty()) objects_.erase(it);
+    resp.add_cleared_keys(key);
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  return resp;
+}
+
 }  // namespace store
 }  // namespace mooncake

@@ -116,6 +116,14 @@ void MasterService::UnmountLocked(uint64_t segment_id) {
                reps.end());
     ++obj;
   }
+  for (auto up = upserts_.begin(); up != upserts_.end();) {
+    const auto& reps = up->second.replicas;
+    const bool on_segment = std::any_of(reps.begin(), reps.end(), [&](const auto& p) {
+      return p.segment_id == segment_id;
+    });
+    if (on_segment) FreeObjectLocked(up->second);
+    up = on_segment ? upserts_.erase(up) : std::next(up);
+  }
   auto client = clients_.find(it->second->client_id);
   if (client != clients_.end()) client->second.segments.erase(segment_id);
   // Readers may hold addresses in this segment for one more lease TTL: a segment mounted
@@ -297,9 +305,14 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
       ++counters_.put_start_fail;
       continue;
     }
+    if (req.upsert()) {
+      UpsertStartLocked(req, item, result);
+      if (result->code() != Code(ErrorCode::OK)) ++counters_.put_start_fail;
+      continue;
+    }
     auto existing = objects_.find(item.key());
-    if (existing != objects_.end()) {
-      const bool stale = !existing->second.complete &&
+    if (existing != objects_.end() || upserts_.count(item.key())) {
+      const bool stale = existing != objects_.end() && !existing->second.complete &&
                          existing->second.put_started +
                                  std::chrono::seconds(config_.put_start_discard_timeout_s) <= now;
       if (!stale) {
@@ -311,46 +324,62 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
       EraseObjectLocked(existing);
       ++counters_.discarded_puts;
     }
-    Object obj;
-    obj.size = item.size();
-    obj.owner = req.client_id();
-    obj.soft_pin = req.config().with_soft_pin();
-    obj.soft_pin_ttl = std::chrono::milliseconds(req.config().soft_pin_ttl_ms() > 0
-                                                     ? req.config().soft_pin_ttl_ms()
-                                                     : config_.default_kv_soft_pin_ttl_ms);
-    obj.hard_pin = req.config().with_hard_pin();
-    obj.put_started = now;
-    obj.last_access = now;
-    if (!PlaceLocked(item.key(), item.size(), req.config(), &obj)) {
-      // Nothing fits: make room (approximately LRU) until the object fits, since the bytes
-      // freed need not be contiguous, or nothing evictable is left. An object larger than
-      // every segment can never fit: evicting for it would only lose data.
-      bool could_fit = false;
-      for (const auto& [id, seg] : segments_) could_fit |= seg->alloc.capacity() >= item.size();
-      while (could_fit && EvictLocked(item.size()) > 0 &&
-             !PlaceLocked(item.key(), item.size(), req.config(), &obj)) {
-      }
-    }
-    if (obj.replicas.empty()) {
-      bool waiting = false;
-      for (const auto& [id, seg] : segments_) waiting |= seg->alloc_after > now;
-      result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
-      result->set_message(segments_.empty()
-                              ? "no segment is mounted: start a client with global_segment_size > 0"
-                              : "no space for " + std::to_string(item.size()) +
-                                    " bytes and nothing evictable" +
-                                    (waiting ? " (segments mounted again take new objects one "
-                                               "lease TTL after their mount)"
-                                             : ""));
+    Object obj = NewObjectLocked(req, item.size());
+    if (!PlaceOrFailLocked(item.key(), item.size(), req.config(), &obj, result)) {
       ++counters_.put_start_fail;
       continue;
     }
-    result->set_code(Code(ErrorCode::OK));
-    FillReplicasLocked(obj, false, result->mutable_replicas());
     in_flight_.insert(item.key());
     objects_.emplace(item.key(), std::move(obj));
   }
   return resp;
+}
+
+MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest& req,
+                                                     uint64_t size) {
+  const auto now = now_();
+  Object obj;
+  obj.size = size;
+  obj.owner = req.client_id();
+  obj.soft_pin = req.config().with_soft_pin();
+  obj.soft_pin_ttl = std::chrono::milliseconds(req.config().soft_pin_ttl_ms() > 0
+                                                   ? req.config().soft_pin_ttl_ms()
+                                                   : config_.default_kv_soft_pin_ttl_ms);
+  obj.hard_pin = req.config().with_hard_pin();
+  obj.put_started = now;
+  obj.last_access = now;
+  return obj;
+}
+
+bool MasterService::PlaceOrFailLocked(const std::string& key, uint64_t size,
+                                      const rpc::ReplicateConfig& config, Object* obj,
+                                      rpc::PutStartResult* result) {
+  const auto now = now_();
+  if (!PlaceLocked(key, size, config, obj)) {
+    // Nothing fits: make room (approximately LRU) until the object fits, since the bytes
+    // freed need not be contiguous, or nothing evictable is left. An object larger than
+    // every segment can never fit: evicting for it would only lose data.
+    bool could_fit = false;
+    for (const auto& [id, seg] : segments_) could_fit |= seg->alloc.capacity() >= size;
+    while (could_fit && EvictLocked(size) > 0 && !PlaceLocked(key, size, config, obj)) {
+    }
+  }
+  if (obj->replicas.empty()) {
+    bool waiting = false;
+    for (const auto& [id, seg] : segments_) waiting |= seg->alloc_after > now;
+    result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
+    result->set_message(segments_.empty()
+                            ? "no segment is mounted: start a client with global_segment_size > 0"
+                            : "no space for " + std::to_string(size) +
+                                  " bytes and nothing evictable" +
+                                  (waiting ? " (segments mounted again take new objects one "
+                                             "lease TTL after their mount)"
+                                           : ""));
+    return false;
+  }
+  result->set_code(Code(ErrorCode::OK));
+  FillReplicasLocked(*obj, false, result->mutable_replicas());
+  return true;
 }
 
 void MasterService::FillReplicasLocked(
@@ -393,11 +422,16 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
     }
+    if (UpsertEndLocked(key, req.client_id(), /*commit=*/true)) {
+      resp.add_codes(Code(ErrorCode::OK));
+      continue;
+    }
     ObjectMap::iterator it;
     const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
     if (code == ErrorCode::OK) {
       it->second.complete = true;
       it->second.last_access = now;
+      it->second.completed_at = now;
       in_flight_.erase(key);
     }
     resp.add_codes(Code(code));
@@ -419,6 +453,10 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
     ++counters_.put_revoke;
     if (!KeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
+      continue;
+    }
+    if (UpsertEndLocked(key, req.client_id(), /*commit=*/false)) {
+      resp.add_codes(Code(ErrorCode::OK));
       continue;
     }
     ObjectMap::iterator it;

@@ -11,6 +11,10 @@
 // - Put is PutStart (replicas allocated, PROCESSING, invisible to readers) -> the client
 //   writes -> PutEnd (COMPLETE, visible) or PutRevoke (freed). A PutStart older than
 //   put_start_discard_timeout without PutEnd is discarded by Tick().
+// - Upsert (PutStartRequest.upsert) of an existing key writes the new value into new space
+//   while readers keep seeing the old one; its PutEnd makes the new value the object and frees
+//   the old space as a removal does (after the old value's leases). One put or upsert of a key
+//   at a time: another gets OBJECT_REPLICA_BUSY.
 // - GetReplicaList grants a lease of default_kv_lease_ttl: until it expires the object cannot
 //   be removed (OBJECT_HAS_LEASE) or evicted, and its space is not reused: a forced removal
 //   (or any other) of a leased object hides it at once but frees its space only once the
@@ -88,6 +92,7 @@ class MasterService {
   rpc::CodesResponse Remove(const rpc::KeysRequest& req);
   rpc::CountResponse RemoveByRegex(const rpc::RemoveByRegexRequest& req);
   rpc::CountResponse RemoveAll(const rpc::KeysRequest& req);
+  rpc::ReplicaClearResponse ReplicaClear(const rpc::ReplicaClearRequest& req);
   rpc::StatsResponse GetStats();
 
   // Housekeeping, called about once a second: expires silent clients, discards stale puts,
@@ -144,6 +149,16 @@ class MasterService {
   using ObjectMap = std::unordered_map<std::string, Object>;
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
+  // PutStart of one item with req.upsert(): OK (result filled), or why not.
+  void UpsertStartLocked(const rpc::PutStartRequest& req, const rpc::PutStartItem& item,
+                         rpc::PutStartResult* result);
+  // PutEnd / PutRevoke of an upsert in flight: true when `key` was one of `client`'s.
+  bool UpsertEndLocked(const std::string& key, const std::string& client, bool commit);
+  // Builds the record of a new object (not placed yet).
+  Object NewObjectLocked(const rpc::PutStartRequest& req, uint64_t size);
+  // Places `obj` (evicting if needed); false after filling `result` with the failure.
+  bool PlaceOrFailLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
+                         Object* obj, rpc::PutStartResult* result);
   // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
   ErrorCode FindInFlightLocked(const std::string& key, const std::string& client,
                                ObjectMap::iterator* it);
@@ -177,6 +192,9 @@ class MasterService {
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, Client> clients_;
   ObjectMap objects_;
+  // Upserts in flight of keys whose current value (in objects_) stays visible until their
+  // PutEnd replaces it (master_upsert.cc).
+  ObjectMap upserts_;
   std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
   // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
   // unmounted since are dropped when they come up (segment ids are never reused).

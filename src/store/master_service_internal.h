@@ -42,6 +42,8 @@ struct MasterService::Object {
   uint64_t lease_id = 0;     // the latest grant
   std::string lease_client;  // ... and who got it
   Clock::time_point foreign_until;  // the latest lease end of grants to other clients
+  bool keep_soft_pin = false;  // an upsert in flight: take the replaced value's soft pin
+  Clock::time_point completed_at;  // PutEnd (ReplicaClear treats a fresh write as leased)
 };
 
 struct MasterService::Client {

@@ -33,9 +33,10 @@ int StoreClient::Impl::Start(std::string* message) {
   if (opt.local_hostname.empty()) {
     return fail(ErrorCode::INVALID_PARAMS, "local_hostname is empty");
   }
-  if (opt.local_buffer_size < kMinLocalBuffer) {
+  if (opt.local_buffer_size != 0 && opt.local_buffer_size < kMinLocalBuffer) {
     return fail(ErrorCode::INVALID_PARAMS,
-                "local_buffer_size must be at least " + std::to_string(kMinLocalBuffer) +
+                "local_buffer_size must be 0 (no staging: only registered memory moves) or at "
+                "least " + std::to_string(kMinLocalBuffer) +
                     " bytes (it stages puts and gets of unregistered memory)");
   }
   // Reconnect quickly after a master restart: gRPC's default backoff grows to 120 s, during
@@ -81,22 +82,28 @@ int StoreClient::Impl::Start(std::string* message) {
   // The staging buffer holds values being put or got: only this process uses it, so it is
   // registered without remote access (not in the segment's descriptor; a peer's request for
   // a range in it is refused), as upstream does.
-  void* buf = ::mmap(nullptr, opt.local_buffer_size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // local_buffer_size 0 (zero-copy users): no staging; unregistered memory is refused.
+  void* buf = opt.local_buffer_size == 0
+                  ? nullptr
+                  : ::mmap(nullptr, opt.local_buffer_size, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (buf == MAP_FAILED) {
     return fail(ErrorCode::INTERNAL_ERROR, "cannot allocate the local buffer of " +
                                                std::to_string(opt.local_buffer_size) +
                                                " bytes: " + std::strerror(errno));
   }
-  Status reg = engine->RegisterLocalMemory(buf, opt.local_buffer_size, "cpu:0",
-                                           /*remote_accessible=*/false);
-  if (!reg.ok()) {
-    ::munmap(buf, opt.local_buffer_size);
-    return fail(ErrorCode::INTERNAL_ERROR, "cannot register the local buffer: " + reg.ToString());
+  if (buf != nullptr) {
+    Status reg = engine->RegisterLocalMemory(buf, opt.local_buffer_size, "cpu:0",
+                                             /*remote_accessible=*/false);
+    if (!reg.ok()) {
+      ::munmap(buf, opt.local_buffer_size);
+      return fail(ErrorCode::INTERNAL_ERROR,
+                  "cannot register the local buffer: " + reg.ToString());
+    }
+    local_buf = buf;
+    staging = std::make_unique<OffsetAllocator>(opt.local_buffer_size, 64);
+    registered[reinterpret_cast<uintptr_t>(local_buf)] = opt.local_buffer_size;
   }
-  local_buf = buf;
-  staging = std::make_unique<OffsetAllocator>(opt.local_buffer_size, 64);
-  registered[reinterpret_cast<uintptr_t>(local_buf)] = opt.local_buffer_size;
   if (opt.global_segment_size > 0) {
     auto seg = engine->AllocateSharedMemory(opt.global_segment_size);
     if (!seg.ok()) {
@@ -302,6 +309,17 @@ std::vector<int> StoreClient::BatchPut(const std::vector<std::string>& keys,
                                        const std::vector<std::vector<Span>>& parts,
                                        const ReplicateConfig& config) {
   return impl_->PutMany(keys, parts, config);
+}
+
+int StoreClient::Upsert(const std::string& key, const std::vector<Span>& parts,
+                        const ReplicateConfig& config) {
+  return impl_->PutMany({key}, {parts}, config, /*upsert=*/true)[0];
+}
+
+std::vector<int> StoreClient::BatchUpsert(const std::vector<std::string>& keys,
+                                          const std::vector<std::vector<Span>>& parts,
+                                          const ReplicateConfig& config) {
+  return impl_->PutMany(keys, parts, config, /*upsert=*/true);
 }
 
 int64_t StoreClient::Get(const std::string& key, const std::vector<Span>& parts) {

@@ -2,6 +2,7 @@
 // fallback to the next replica), and staging of unregistered memory through the local buffer.
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "store/store_client_impl.h"
 
@@ -26,10 +27,13 @@ rpc::ReplicateConfig ToProto(const ReplicateConfig& c) {
   out.set_with_hard_pin(c.with_hard_pin);
   for (const auto& s : c.preferred_segments) out.add_preferred_segments(s);
   out.set_prefer_alloc_in_same_node(c.prefer_alloc_in_same_node);
+  out.set_keep_soft_pin(c.keep_soft_pin);
   return out;
 }
 
 }  // namespace
+
+rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c) { return ToProto(c); }
 
 void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>* failed) {
   struct Staged {
@@ -40,7 +44,8 @@ void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>*
   std::vector<TransferRequest> direct;
   std::vector<size_t> direct_owner;
   std::vector<Staged> staged;
-  const size_t chunk = std::min<size_t>(kMaxStagingChunk, staging->capacity());
+  // No local buffer: PutMany / GetRound refused unregistered memory before this.
+  const size_t chunk = staging ? std::min<size_t>(kMaxStagingChunk, staging->capacity()) : 0;
   for (const Job& job : jobs) {
     if ((*failed)[job.owner]) continue;
     if (*job.segment == seg_name) {  // a replica in our own segment: plain memory
@@ -62,6 +67,9 @@ void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>*
     if (IsRegistered(job.local, job.len)) {
       direct.push_back({job.op, job.local, *target, job.remote, job.len});
       direct_owner.push_back(job.owner);
+    } else if (chunk == 0) {
+      LOG(ERROR) << "store: unregistered memory and no local buffer to stage it";
+      (*failed)[job.owner] = 1;
     } else {
       for (size_t off = 0; off < job.len; off += chunk) {
         staged.push_back({&job, off, std::min(chunk, job.len - off)});
@@ -159,19 +167,86 @@ static void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
   }
 }
 
+bool StoreClient::Impl::Stageable(const char* what, const std::string& key,
+                                  const std::vector<Span>& parts) {
+  if (local_buf != nullptr) return true;
+  for (const auto& p : parts) {
+    if (p.size != 0 && !IsRegistered(p.ptr, p.size)) {
+      LOG(WARNING) << what << " " << key << ": the memory is not registered and this client has "
+                   << "no local buffer to stage it (local_buffer_size=0): register_buffer it, "
+                   << "or set up with a local_buffer_size > 0";
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<int> StoreClient::Impl::PutMany(const std::vector<std::string>& keys,
                                             const std::vector<std::vector<Span>>& parts,
-                                            const ReplicateConfig& config) {
+                                            const ReplicateConfig& config, bool upsert) {
   if (keys.size() != parts.size()) {
     LOG(WARNING) << "put: " << keys.size() << " keys but " << parts.size() << " values";
     return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
   }
-  if (keys.size() <= kMaxBatchItems) return PutRound(keys, parts, config);
+  if (local_buf == nullptr) {  // refuse unregistered values up front, put the rest
+    std::vector<int> codes(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+    std::vector<std::string> ok_keys;
+    std::vector<std::vector<Span>> ok_parts;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!Stageable("put", keys[i], parts[i])) continue;
+      ok_keys.push_back(keys[i]);
+      ok_parts.push_back(parts[i]);
+      idx.push_back(i);
+    }
+    if (idx.size() != keys.size()) {
+      if (!idx.empty()) {
+        auto got = PutMany(ok_keys, ok_parts, config, upsert);
+        for (size_t j = 0; j < idx.size(); ++j) codes[idx[j]] = got[j];
+      }
+      return codes;
+    }
+  }
+  std::vector<int> codes = PutSplit(keys, parts, config, upsert);
+  if (!upsert) return codes;
+  // Another writer's put or upsert of a key is in flight: wait for it (bounded), then ours.
+  const auto deadline = std::chrono::steady_clock::now() + opt.rpc_timeout;
+  auto pause = std::chrono::milliseconds(2);
+  const int busy = ToInt(ErrorCode::OBJECT_REPLICA_BUSY);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::vector<std::string> again_keys;
+    std::vector<std::vector<Span>> again_parts;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (codes[i] != busy) continue;
+      again_keys.push_back(keys[i]);
+      again_parts.push_back(parts[i]);
+      idx.push_back(i);
+    }
+    if (idx.empty()) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    auto got = PutSplit(again_keys, again_parts, config, upsert);
+    for (size_t j = 0; j < idx.size(); ++j) codes[idx[j]] = got[j];
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (codes[i] == busy) {
+      LOG(WARNING) << "upsert " << keys[i] << ": another put or upsert of the key was still in "
+                   << "flight after " << opt.rpc_timeout.count() << " ms (OBJECT_REPLICA_BUSY)";
+    }
+  }
+  return codes;
+}
+
+std::vector<int> StoreClient::Impl::PutSplit(const std::vector<std::string>& keys,
+                                             const std::vector<std::vector<Span>>& parts,
+                                             const ReplicateConfig& config, bool upsert) {
+  if (keys.size() <= kMaxBatchItems) return PutRound(keys, parts, config, upsert);
   std::vector<int> codes;
   for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
     const size_t end = std::min(keys.size(), at + kMaxBatchItems);
     auto part = PutRound({keys.begin() + at, keys.begin() + end},
-                         {parts.begin() + at, parts.begin() + end}, config);
+                         {parts.begin() + at, parts.begin() + end}, config, upsert);
     codes.insert(codes.end(), part.begin(), part.end());
   }
   return codes;
@@ -179,11 +254,12 @@ std::vector<int> StoreClient::Impl::PutMany(const std::vector<std::string>& keys
 
 std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& keys,
                                              const std::vector<std::vector<Span>>& parts,
-                                             const ReplicateConfig& config) {
+                                             const ReplicateConfig& config, bool upsert) {
   std::vector<int> codes(keys.size(), 0);
   if (keys.empty()) return codes;
   rpc::PutStartRequest req;
   req.set_client_id(client_id);
+  req.set_upsert(upsert);
   *req.mutable_config() = ToProto(config);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto* item = req.add_items();
@@ -207,7 +283,8 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
     const auto& r = resp.results(static_cast<int>(i));
     codes[i] = r.code();
     if (r.code() != 0) {
-      if (r.code() != ToInt(ErrorCode::OBJECT_ALREADY_EXISTS)) {
+      if (r.code() != ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) &&
+          r.code() != ToInt(ErrorCode::OBJECT_REPLICA_BUSY)) {
         LOG(WARNING) << "put " << keys[i] << ": " << ErrorCodeName(r.code()) << ": " << r.message();
       }
       continue;
@@ -363,6 +440,10 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
       continue;
     }
     parts[i] = parts_for(i, r.size());
+    if (!Stageable("get", keys[i], parts[i])) {
+      out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+      continue;
+    }
     if (r.size() > Total(parts[i])) {
       LOG(WARNING) << "get " << keys[i] << ": the buffer holds " << Total(parts[i])
                    << " bytes but the object has " << r.size();

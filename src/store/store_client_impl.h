@@ -37,6 +37,7 @@ struct Job {
 };
 
 std::string RandomClientId();
+rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c);
 
 class StoreClient::Impl {
  public:
@@ -64,15 +65,22 @@ class StoreClient::Impl {
   }
 
   bool IsRegistered(const void* p, size_t n);
+  // False (after a log line) when `parts` need staging and there is no local buffer.
+  bool Stageable(const char* what, const std::string& key, const std::vector<Span>& parts);
   Result<SegmentID> Open(const std::string& name);
   // Runs the copies; sets failed[owner] for every job that did not complete.
   void RunJobs(const std::vector<Job>& jobs, std::vector<char>* failed);
   void* AllocStaging(size_t size, bool wait);
   void FreeStaging(void* p);
 
+  // upsert: replace existing values (PutStartRequest.upsert); keys another writer is putting
+  // (OBJECT_REPLICA_BUSY) are retried until rpc_timeout has passed.
   std::vector<int> PutMany(const std::vector<std::string>& keys,
                            const std::vector<std::vector<Span>>& parts,
-                           const ReplicateConfig& config);
+                           const ReplicateConfig& config, bool upsert = false);
+  std::vector<int> PutSplit(const std::vector<std::string>& keys,
+                            const std::vector<std::vector<Span>>& parts,
+                            const ReplicateConfig& config, bool upsert);
   // Splits at kMaxBatchItems; a read that ended after its lease (GetRound's `lapsed`) is
   // tried once more, then reported as LEASE_EXPIRED.
   std::vector<int64_t> GetMany(const std::vector<std::string>& keys,
@@ -83,7 +91,7 @@ class StoreClient::Impl {
                                 const StoreClient::PartsFor& parts_for, std::vector<char>* lapsed);
   std::vector<int> PutRound(const std::vector<std::string>& keys,
                             const std::vector<std::vector<Span>>& parts,
-                            const ReplicateConfig& config);
+                            const ReplicateConfig& config, bool upsert);
 
   StoreClientOptions opt;
   const std::string client_id;
@@ -119,6 +127,38 @@ class StoreClient::Impl {
   std::unordered_map<uint64_t, ReadMark> reads;  // entries with readers > 0 stay put
   size_t active_reads = 0;                       // GetRound calls in flight
   static uint64_t KeyHash(const std::string& k) { return std::hash<std::string>()(k); }
+  // Get sessions (store_client_ranges.cc): key -> what GetSessionStart found. A session
+  // counts as a reader of its key (ReadMark) until it ends.
+  struct Session {
+    uint64_t size = 0;
+    std::vector<rpc::Replica> replicas;  // ours first
+    std::chrono::steady_clock::time_point deadline;
+    uint64_t lease_id = 0;
+    ReadMark* mark = nullptr;
+  };
+  std::mutex session_mu;  // before reads_mu
+  std::unordered_map<std::string, Session> sessions;
+  // Put sessions: key -> its PutStart's replicas (PROCESSING at the master until the end).
+  struct PutSession {
+    uint64_t size = 0;
+    std::vector<rpc::Replica> replicas;
+    int writing = 0;  // PutSessionRanges calls in flight; end / revoke wait for them
+  };
+  std::unordered_map<std::string, PutSession> put_sessions;  // GUARDED_BY(session_mu)
+  std::condition_variable put_session_cv;
+  // Reads `ranges` of keys whose replicas and deadlines are known; per range its size or a
+  // negative code.
+  struct KeyPlan {
+    uint64_t size = 0;
+    std::vector<rpc::Replica> replicas;
+    std::chrono::steady_clock::time_point deadline;
+    int code = 0;  // non-zero: every range of the key fails with it
+  };
+  std::vector<int64_t> ReadRanges(const std::vector<std::string>& keys,
+                                  const std::vector<KeyPlan>& plans,
+                                  const std::vector<StoreClient::RangeRead>& ranges);
+  // GetReplicaList for `keys` with the lease deadline of each (sent + ttl - margin).
+  std::vector<KeyPlan> Plan(const std::vector<std::string>& keys, std::vector<uint64_t>* lease_ids);
   std::mutex open_mu;
   std::unordered_map<std::string, SegmentID> opened;
 

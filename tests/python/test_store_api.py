@@ -455,5 +455,5 @@ def test_local_buffer_size_not_a_multiple_of_64(master, holder, lbuf):
 def test_local_buffer_too_small_is_refused(master):
     s = MooncakeDistributedStore()
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 1000, "tcp", "", master.addr) == -600
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", master.addr) == -600
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4095, "tcp", "", master.addr) == -600
     assert s.health_check() == 1

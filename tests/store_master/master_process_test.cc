@@ -1,7 +1,8 @@
 // Smoke test of the real mooncake_master binary (MC_MASTER_PATH) with the client library:
 // start on free ports, put / get through staging and zero copy, /metrics over HTTP, a client
 // in a forked child killed with SIGKILL loses its segment after --client_ttl, a port in use
-// is refused with a clear message, SIGTERM stops the master with exit status 0.
+// is refused with a clear message, SIGTERM stops the master with exit status 0; upsert,
+// ranged reads, get sessions and batch_replica_clear through the client library.
 //
 // The child role runs in this same binary: the forked child execs /proc/self/exe with
 // --store-child (no gRPC state is inherited across the fork that way).
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -186,6 +188,51 @@ int ChildMain(int rpc_port, int n) {
   std::printf("READY %s\n", c->segment_name().c_str());
   std::fflush(stdout);
   while (true) ::pause();  // until SIGKILL
+}
+
+TEST_F(MasterProcessTest, UpsertRangesSessionsAndReplicaClear) {
+  auto a = Client();
+  auto b = Client();
+  ASSERT_TRUE(a && b);
+  ReplicateConfig on_b;
+  on_b.preferred_segments = {b->segment_name()};
+  std::vector<char> v1 = Pattern(MiB, 1), v2 = Pattern(2 * MiB + 3, 2);
+  ASSERT_EQ(a->Upsert("u", {{v1.data(), v1.size()}}, on_b), 0);  // new key: a put
+  ASSERT_EQ(a->Upsert("u", {{v2.data(), v2.size()}}, on_b), 0);  // replaced, another size
+  std::vector<char> out(v2.size());
+  ASSERT_EQ(b->Get("u", {{out.data(), out.size()}}), static_cast<int64_t>(v2.size()));
+  EXPECT_TRUE(out == v2);
+  EXPECT_EQ(a->Put("u", {{v1.data(), v1.size()}}, on_b), ToInt(ErrorCode::OBJECT_ALREADY_EXISTS));
+
+  // Ranges into unregistered memory (staged), one of them past the end.
+  std::vector<char> r(300, 0);
+  auto got = a->GetRanges({"u", "missing"}, {{0, 10, {r.data(), 100}},
+                                             {0, v2.size() - 200, {r.data() + 100, 200}},
+                                             {1, 0, {r.data(), 1}},
+                                             {0, v2.size(), {r.data(), 1}}});
+  EXPECT_EQ(got, (std::vector<int64_t>{100, 200, ToInt(ErrorCode::OBJECT_NOT_FOUND),
+                                       ToInt(ErrorCode::INVALID_PARAMS)}));
+  EXPECT_TRUE(std::equal(v2.begin() + 10, v2.begin() + 110, r.begin()));
+  EXPECT_TRUE(std::equal(v2.end() - 200, v2.end(), r.begin() + 100));
+
+  // A get session: one lookup, then ranges with no master round trip.
+  EXPECT_EQ(a->GetSessionStart({"u", "missing"}),
+            (std::vector<int>{0, ToInt(ErrorCode::OBJECT_NOT_FOUND)}));
+  std::vector<char> sbuf(64, 0);
+  EXPECT_EQ(a->GetSessionRanges({"u"}, {{0, 5, {sbuf.data(), 32}}, {0, MiB, {sbuf.data() + 32, 32}}}),
+            std::vector<int64_t>{64});
+  EXPECT_TRUE(std::equal(v2.begin() + 5, v2.begin() + 37, sbuf.begin()));
+  EXPECT_TRUE(std::equal(v2.begin() + MiB, v2.begin() + MiB + 32, sbuf.begin() + 32));
+  EXPECT_EQ(a->Remove("u"), ToInt(ErrorCode::OBJECT_HAS_LEASE));  // the session's lease
+  EXPECT_EQ(a->GetSessionEnd({"u"}), 0);
+  EXPECT_EQ(a->GetSessionRanges({"u"}, {{0, 0, {sbuf.data(), 1}}}),
+            std::vector<int64_t>{ToInt(ErrorCode::INVALID_PARAMS)});
+
+  // batch_replica_clear: a's own key only, and not while leased (the get above leased it).
+  EXPECT_TRUE(a->BatchReplicaClear({"u"}, "").empty());
+  std::vector<char> w = Pattern(100, 3);
+  ASSERT_EQ(b->Put("theirs", {{w.data(), w.size()}}, on_b), 0);
+  EXPECT_TRUE(a->BatchReplicaClear({"theirs"}, "").empty());
 }
 
 TEST_F(MasterProcessTest, KilledClientLosesItsSegmentAfterClientTtl) {

@@ -35,6 +35,8 @@ struct ReplicateConfig {
   bool with_hard_pin = false;
   std::vector<std::string> preferred_segments;  // transfer-engine segment names, tried first
   bool prefer_alloc_in_same_node = false;
+  // Upsert without with_soft_pin: keep the replaced value's soft pin (SoftPinAction.PRESERVE).
+  bool keep_soft_pin = false;
 };
 
 struct StoreClientOptions {
@@ -43,7 +45,7 @@ struct StoreClientOptions {
   std::string local_hostname;
   std::string metadata_server = "P2PHANDSHAKE";  // as TransferEngine::Init
   uint64_t global_segment_size = 0;              // bytes contributed to the pool (0: none)
-  uint64_t local_buffer_size = 16 << 20;         // staging buffer
+  uint64_t local_buffer_size = 16 << 20;  // staging buffer; 0: none (only registered memory moves)
   std::string protocol = "tcp";
   std::string master_server_addr = "127.0.0.1:50051";
   // A running engine to share (the Python `engine=` argument); null: the client makes its own.
@@ -86,6 +88,14 @@ class StoreClient {
   std::vector<int> BatchPut(const std::vector<std::string>& keys,
                             const std::vector<std::vector<Span>>& parts,
                             const ReplicateConfig& config);
+  // As Put, but an existing value is replaced (upstream's upsert): the new value is written
+  // into new space while readers keep getting the old one, then becomes the object at once;
+  // the old space is reused only after the leases of its readers. While another put or upsert
+  // of the key is in flight this waits for it (up to rpc_timeout, then OBJECT_REPLICA_BUSY).
+  int Upsert(const std::string& key, const std::vector<Span>& parts, const ReplicateConfig& config);
+  std::vector<int> BatchUpsert(const std::vector<std::string>& keys,
+                               const std::vector<std::vector<Span>>& parts,
+                               const ReplicateConfig& config);
   // Reads the object into `parts` (filled in order). Returns its size, or a negative code
   // (OBJECT_NOT_FOUND, INVALID_PARAMS when the parts are smaller than the object, ...).
   int64_t Get(const std::string& key, const std::vector<Span>& parts);
@@ -97,6 +107,48 @@ class StoreClient {
   using PartsFor = std::function<std::vector<Span>(size_t index, uint64_t size)>;
   std::vector<int64_t> BatchGetWith(const std::vector<std::string>& keys,
                                     const PartsFor& parts_for);
+  // One byte range of object `key` (an index into the keys passed with it), from `offset`
+  // in the object into `dst`.
+  struct RangeRead {
+    size_t key;
+    uint64_t offset;
+    Span dst;
+  };
+  // Reads each range: one master round trip for all the keys, one engine batch for all the
+  // ranges. Per range, its size or a negative code: the key's (OBJECT_NOT_FOUND, ...),
+  // INVALID_PARAMS for a range past the object's end, TRANSFER_FAIL, LEASE_EXPIRED.
+  std::vector<int64_t> GetRanges(const std::vector<std::string>& keys,
+                                 const std::vector<RangeRead>& ranges);
+  // Get sessions (upstream's batch_get_session_*, used by SGLang's unified cache):
+  // GetSessionStart looks each key up once and holds its lease (0 or the key's code, e.g.
+  // OBJECT_NOT_FOUND); GetSessionRanges reads ranges of session keys with no master round trip
+  // (per key: the bytes read, INVALID_PARAMS for a key without a session or a range past the
+  // end, LEASE_EXPIRED once the lease has lapsed, which also ends the session);
+  // GetSessionEnd forgets the keys (0).
+  std::vector<int> GetSessionStart(const std::vector<std::string>& keys);
+  std::vector<int64_t> GetSessionRanges(const std::vector<std::string>& keys,
+                                        const std::vector<RangeRead>& ranges);
+  int GetSessionEnd(const std::vector<std::string>& keys);
+  // Put sessions (upstream's batch_put_session_*): PutSessionStart reserves each object
+  // (PutStart; invisible to readers) and returns 0 or the key's code; PutSessionRanges writes
+  // ranges (RangeRead.offset: where in the object; dst: the source bytes) into every replica,
+  // per key the bytes written or a negative code (INVALID_PARAMS for a key without a session
+  // or a range past the object's end); PutSessionEnd makes the objects readable (PutEnd's
+  // codes), PutSessionRevoke drops them; both wait for ranges in flight and end the sessions.
+  // A session not ended within the master's put_start_discard_timeout is discarded.
+  std::vector<int> PutSessionStart(const std::vector<std::string>& keys,
+                                   const std::vector<uint64_t>& sizes, const ReplicateConfig& config);
+  std::vector<int64_t> PutSessionRanges(const std::vector<std::string>& keys,
+                                        const std::vector<RangeRead>& ranges);
+  std::vector<int> PutSessionEnd(const std::vector<std::string>& keys);
+  std::vector<int> PutSessionRevoke(const std::vector<std::string>& keys);
+  // Bytes of registered memory (its segment, its local buffer, RegisterBuffer) from `p` to
+  // the end of the registration holding it; 0 when `p` is not in one.
+  uint64_t RegisteredRoom(const void* p);
+  // upstream's batch_replica_clear: of the keys this client put that are complete and not
+  // leased, drops the replicas on `segment_name` ("" : the whole object). The keys cleared.
+  std::vector<std::string> BatchReplicaClear(const std::vector<std::string>& keys,
+                                             const std::string& segment_name);
   // Size of a complete object, or a negative code.
   int64_t GetSize(const std::string& key);
   std::vector<int64_t> BatchGetSize(const std::vector<std::string>& keys);
