@@ -473,7 +473,9 @@ int StoreClient::RegisterBuffer(void* ptr, size_t size) {
     std::lock_guard<std::mutex> lock(impl_->reg_mu);
     const auto a = reinterpret_cast<uintptr_t>(ptr);
     if (impl_->InSharedBuf(a, size)) {
-      ++impl_->nested[a];
+      auto& n = impl_->nested[a];
+      n.size = std::max(n.size, size);
+      ++n.count;
       return 0;
     }
   }
@@ -492,7 +494,7 @@ int StoreClient::UnregisterBuffer(void* ptr) {
     std::lock_guard<std::mutex> lock(impl_->reg_mu);
     auto n = impl_->nested.find(reinterpret_cast<uintptr_t>(ptr));
     if (n != impl_->nested.end()) {
-      if (--n->second == 0) impl_->nested.erase(n);
+      if (--n->second.count == 0) impl_->nested.erase(n);
       return 0;
     }
     for (void* p : impl_->shared_bufs) {

@@ -111,8 +111,13 @@ class StoreClient::Impl {
   std::map<uintptr_t, size_t> registered;  // start -> length
   std::vector<void*> shared_bufs;          // AllocateSharedBuffer's, freed by Close
   // RegisterBuffer calls for ranges inside a shared buffer (a dummy's pool, registered as a
-  // whole already): start -> count of such calls not yet undone by UnregisterBuffer.
-  std::map<uintptr_t, int> nested;
+  // whole already): start -> the largest size registered there and the count of such calls
+  // not yet undone by UnregisterBuffer. Ranged reads bound their destinations by these.
+  struct NestedRange {
+    size_t size = 0;
+    int count = 0;
+  };
+  std::map<uintptr_t, NestedRange> nested;
   bool InSharedBuf(uintptr_t a, size_t n);  // REQUIRES: reg_mu held
   // Per key (by a 64-bit hash of it): this client's reads of it in flight, and the lease of
   // its last completed read. A forced remove passes that lease id when no read of the key is

@@ -254,6 +254,13 @@ int StoreClient::GetSessionEnd(const std::vector<std::string>& keys) {
 uint64_t StoreClient::RegisteredRoom(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(impl_->reg_mu);
+  // A range the caller registered inside a dummy's pool bounds the room by its own size, as
+  // it would if it were registered by itself.
+  auto n = impl_->nested.upper_bound(a);
+  if (n != impl_->nested.begin()) {
+    --n;
+    if (a >= n->first && a < n->first + n->second.size) return n->first + n->second.size - a;
+  }
   auto it = impl_->registered.upper_bound(a);
   if (it == impl_->registered.begin()) return 0;
   --it;

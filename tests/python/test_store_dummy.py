@@ -153,6 +153,16 @@ ok = ctypes.string_at(h + (3 << 20), 4096) == data(1, 4096)
 result = [r1, r2 < 0, r3, ok, store.unregister_buffer(h), alloc.free(h), alloc.free(h)]""") == [
         0, True, 4096, True, 0, 0, -1]
     assert a.call("result = store.get('h0') == data(30, 3 << 20)") is True
+    # Ranged reads into a registered range of the pool are bounded by that range, not by the
+    # whole pool (as if the range were registered by itself).
+    assert b.call("""
+p = store.alloc_from_mem_pool(64)
+assert store.register_buffer(p, 32) == 0
+inside = store.get_into_ranges([p], [['k1']], [[[0]]], [[[8]]], [[[4]]])
+past = store.get_into_ranges([p], [['k1']], [[[30]]], [[[0]]], [[[4]]])
+ok = ctypes.string_at(p, 4) == data(1, 4096)[8:12]
+result = [inside, past[0][0][0] < 0, ok, store.unregister_buffer(p)]""") == [
+        [[[4]]], True, True, 0]
     # The bytes went over the same-host transport (one copy, by the real client's engine).
     for p in (a, b):
         assert "using transport shm" in pathlib.Path(p.log.name).read_text(errors="replace")
