@@ -1011,11 +1011,12 @@ void BindStore(py::module_& m) {
   // ---- registered memory (zero copy) ----
   c.def(
       "register_buffer",
-      [](PyStore& s, uintptr_t ptr, size_t size) {
+      [](PyStore& s, uintptr_t ptr, size_t size, bool remote_accessible) {
         auto cl = s.Get("register_buffer");
-        return cl ? cl->RegisterBuffer(reinterpret_cast<void*>(ptr), size) : kNotReady;
+        return cl ? cl->RegisterBuffer(reinterpret_cast<void*>(ptr), size, remote_accessible)
+                  : kNotReady;
       },
-      Release(), py::arg("buffer_ptr"), py::arg("size"));
+      Release(), py::arg("buffer_ptr"), py::arg("size"), py::arg("remote_accessible") = true);
   c.def(
       "unregister_buffer",
       [](PyStore& s, uintptr_t ptr) {

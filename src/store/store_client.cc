@@ -462,7 +462,7 @@ int64_t StoreClient::RemoveAll(bool force) {
   return resp.code() != 0 ? resp.code() : resp.count();
 }
 
-int StoreClient::RegisterBuffer(void* ptr, size_t size) {
+int StoreClient::RegisterBuffer(void* ptr, size_t size, bool remote_accessible) {
   if (ptr == nullptr || size == 0) {
     LOG(WARNING) << "register_buffer: null address or zero size";
     return ToInt(ErrorCode::INVALID_PARAMS);
@@ -479,7 +479,7 @@ int StoreClient::RegisterBuffer(void* ptr, size_t size) {
       return 0;
     }
   }
-  Status s = impl_->engine->RegisterLocalMemory(ptr, size, "cpu:0");
+  Status s = impl_->engine->RegisterLocalMemory(ptr, size, "cpu:0", remote_accessible);
   if (!s.ok()) {
     LOG(WARNING) << "register_buffer: " << s.ToString();
     return ToInt(ErrorCode::INVALID_PARAMS);

@@ -163,6 +163,14 @@ past = store.get_into_ranges([p], [['k1']], [[[30]]], [[[0]]], [[[4]]])
 ok = ctypes.string_at(p, 4) == data(1, 4096)[8:12]
 result = [inside, past[0][0][0] < 0, ok, store.unregister_buffer(p)]""") == [
         [[[4]]], True, True, 0]
+    # Tensors of 1 MiB or more are registered local-only for the call (not staged): through a
+    # dummy too, written by one and read by the other.
+    if a.call("import importlib.util; result = importlib.util.find_spec('torch') is not None"):
+        assert a.call("import torch; t = torch.arange(1 << 20, dtype=torch.float32); "
+                      "result = store.put_tensor('t0', t)") == 0
+        assert b.call("import torch; t = store.get_tensor('t0'); "
+                      "result = t is not None and torch.equal(t, torch.arange(1 << 20, "
+                      "dtype=torch.float32))") is True
     # The bytes went over the same-host transport (one copy, by the real client's engine).
     for p in (a, b):
         assert "using transport shm" in pathlib.Path(p.log.name).read_text(errors="replace")

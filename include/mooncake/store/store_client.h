@@ -162,7 +162,9 @@ class StoreClient {
   int64_t RemoveAll(bool force = false);                                // count, or negative
 
   // Registers memory with the engine so Put/Get move it without staging.
-  int RegisterBuffer(void* ptr, size_t size);
+  // remote_accessible = false: local-only memory (not published to peers, their requests for
+  // it refused), as the staging buffer; enough for the client's own puts and gets.
+  int RegisterBuffer(void* ptr, size_t size, bool remote_accessible = true);
   int UnregisterBuffer(void* ptr);
   // Allocates `size` bytes of shareable memory (TransferEngine::AllocateSharedMemory: a
   // same-host peer maps it and copies with memcpy), registered as RegisterBuffer does. Freed
