@@ -244,7 +244,8 @@ class TensorParallelWriteMethods:
         tensors = list(tensors_list)
         return self._pw_batch(
             keys, len(tensors), parallelisms, writer_partitions, config,
-            lambda: self._put_tensors(list(keys), tensors, config, upsert, what),
+            lambda: ([INVALID_PARAMS] * len(keys) if self._check_config(config) else
+                     self._put_tensors(list(keys), tensors, config, upsert, what)),
             lambda i, p, w, c: self._pw_route(keys[i], tensors[i], p, w, c, upsert, what),
             what)
 
