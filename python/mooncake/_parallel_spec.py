@@ -85,14 +85,6 @@ class ReadTarget:
         return f"ReadTarget(mode={self._mode!r}, parallelism={self.parallelism!r})"
 
 
-class WriterPartition:
-    """A writer_partition request: store shard `rank` of `size` of a full tensor split along
-    split_dim (any object with these three attributes will do)."""
-
-    def __init__(self, rank=0, size=1, split_dim=0):
-        self.rank, self.size, self.split_dim = rank, size, split_dim
-
-
 class Axis:
     """A validated axis: kind in lower case, ints or None."""
     __slots__ = ("kind", "rank", "size", "split_dim", "expert_id", "stage_id")

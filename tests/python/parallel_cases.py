@@ -24,6 +24,10 @@ def par(mod, *axes):
     return p
 
 
+def tp(mod, rank, size, split_dim):
+    return par(mod, axis(mod, "tp", rank, size, split_dim))
+
+
 def target(mod, mode, parallelism=None):
     t = mod.ReadTarget()
     t.mode = mode
@@ -54,6 +58,7 @@ OBJECTS = {
     "ep": ["__ep_1of4_eid5"],
     "dp_tp_from": ["__dp_0of2__tp_0of2_sd0", "__dp_0of2__tp_1of2_sd0"],
     "writer": ["__writer_1of2_sd0", "__writer_manifest"],
+    "tp_from": ["_tp_0", "_tp_1", "_tp_2"],
 }
 
 
@@ -93,6 +98,16 @@ def run(store, mod, torch, name, base):
         assert store.put_tensor_with_parallelism(base, t, writer_partition=w) == 0
         reads["shard"] = store.get_tensor_with_parallelism(
             base, target(mod, "shard", par(mod, axis(mod, "tp", 1, 2, 0))))
+    elif name == "tp_from":
+        t = full(torch, (3, 2, 3), torch.float16)
+        buf, ptr, size = serialized(mod, t)
+        assert store.put_tensor_with_parallelism_from(base, ptr, size, tp(mod, 2, 3, 2)) == 0
+        reads["shard"] = store.get_tensor_with_parallelism(
+            base, target(mod, "shard", tp(mod, 1, 3, 2)))
+        reads["full"] = store.get_tensor_with_parallelism(
+            base, target(mod, "full", tp(mod, 0, 1, 2)))
+        reads["manifest"] = store.get_tensor_with_parallelism(
+            base + "__parallelism_manifest", target(mod, "as_stored"))
     for suffix in OBJECTS[name]:
         objects[suffix] = store.get(base + suffix)
     return objects, reads
