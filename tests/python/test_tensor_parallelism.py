@@ -224,3 +224,32 @@ def test_corrupt_shard_is_refused(torch, store):
     # rank 1's object replaced by a shard that names another TP size
     assert store.upsert_tensor_with_tp("c", torch.zeros(2, 6), tp_size=3, split_dim=1) == 0
     assert store.get_tensor_with_parallelism("c", P.target(mod, "full", tp(0, 2, 1))) is None
+
+
+# ---- TP ranks in separate processes (dummy clients of one real client) ----
+
+def test_ranks_in_dummy_processes_write_and_reshard(torch):
+    from test_store_dummy import RealClient, dummy
+    t = torch.arange(24, dtype=torch.float32).reshape(2, 12)
+    prelude = ("import torch, mooncake.store as mod\n"
+               "def tp(r, n): return mod.TensorParallelism([mod.ParallelAxis('tp', r, n, 1)])\n"
+               "t = torch.arange(24, dtype=torch.float32).reshape(2, 12)\n")
+    with Master() as m:
+        real = RealClient(m)
+        procs = []
+        try:
+            procs = [dummy(real), dummy(real)]
+            for r, p in enumerate(procs):
+                p.call(prelude + "result = 0")
+                assert p.call("result = store.put_tensor_with_parallelism("
+                              "'w', t.narrow(1, 6 * r, 6).contiguous(), tp(r, 2))", r=r) == 0
+            got = procs[0].call("result = store.get_tensor_with_parallelism("
+                                "'w', mod.ReadTarget('shard', tp(1, 3))).tolist()")
+            assert got == t.narrow(1, 4, 4).tolist()
+            got = procs[1].call("result = store.get_tensor_with_parallelism("
+                                "'w', mod.ReadTarget('full', tp(0, 4))).tolist()")
+            assert got == t.tolist()
+        finally:
+            for p in procs:
+                p.close()
+            real.stop()
