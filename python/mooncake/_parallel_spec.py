@@ -20,6 +20,7 @@ tp/dp/ep/pp (any case), 0 <= rank < size; TP needs split_dim; DP, EP and PP take
 needs expert_id, PP needs stage_id. Every parse returns None (and logs) for a bad request.
 """
 import logging
+import operator
 import struct
 
 from . import _tensor_layout as layout
@@ -102,23 +103,27 @@ class Axis:
                 self.stage_id)
 
 
+def _as_int(v, name):
+    """v as an int (anything with __index__, as pybind11 takes; not a bool)."""
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} must be an int") from None
+
+
 def _int_or_none(obj, name):
     v = getattr(obj, name, None)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int or None")
-    return v
+    return None if v is None else _as_int(v, name)
 
 
 def _axis_of(obj):
     kind = getattr(obj, "kind", None)
-    rank, size = getattr(obj, "rank", None), getattr(obj, "size", None)
     if not isinstance(kind, str) or kind.lower() not in KIND_CODES:
         raise ValueError(f"unsupported parallel axis kind {kind!r}")
-    for name, v in (("rank", rank), ("size", size)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"ParallelAxis {name} must be an int")
+    rank = _as_int(getattr(obj, "rank", None), "ParallelAxis rank")
+    size = _as_int(getattr(obj, "size", None), "ParallelAxis size")
     return Axis(kind.lower(), rank, size, _int_or_none(obj, "split_dim"),
                 _int_or_none(obj, "expert_id"), _int_or_none(obj, "stage_id"))
 
@@ -167,7 +172,9 @@ def parse_writer_partition(obj, what):
     except AttributeError:
         log.error("%s: writer_partition must provide rank, size, and split_dim", what)
         return None
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in vals):
+    try:
+        vals = tuple(_as_int(v, "writer_partition field") for v in vals)
+    except TypeError:
         log.error("%s: writer_partition rank, size and split_dim must be ints", what)
         return None
     rank, size, split_dim = vals

@@ -31,8 +31,8 @@ def _shard_range(extent, rank, count):
 
 
 class _Stored:
-    """The shards of one tensor: the tensors in TP-rank order, the global shape, split_dim,
-    dtype code and the element size."""
+    """The shards of one tensor: the tensors in TP-rank order, the global shape, split_dim
+    and the dtype code."""
 
     def __init__(self, tensors, global_shape, split_dim, code):
         self.tensors, self.global_shape = tensors, tuple(global_shape)

@@ -253,3 +253,12 @@ def test_ranks_in_dummy_processes_write_and_reshard(torch):
             for p in procs:
                 p.close()
             real.stop()
+
+
+def test_index_like_ranks_are_ints(torch, store):
+    np = pytest.importorskip("numpy")
+    a = P.axis(mod, "tp", np.int64(1), np.int32(2), np.int64(0))
+    assert store.put_tensor_with_parallelism("n", torch.ones(2, 2), P.par(mod, a)) == 0
+    assert store.is_exist("n_tp_1") == 1
+    bad = P.axis(mod, "tp", True, 2, 0)
+    assert store.put_tensor_with_parallelism("n", torch.ones(2, 2), P.par(mod, bad)) == -600
