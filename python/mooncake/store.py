@@ -13,11 +13,16 @@ key; putting an existing key returns 0 and keeps the stored value.
 The tensor methods (put_tensor, get_tensor, their batch_ / _into / _from / _with_tp / pub_ /
 upsert_ forms, safetensors export and import) store upstream's tensor object layout
 ([304-byte TensorMetadata][data], see mooncake/_tensor_layout.py), so tensors written by
-upstream's client read back here and the other way round.
+upstream's client read back here and the other way round. The *_with_parallelism family
+(ParallelAxis, TensorParallelism, ReadTarget) stores shards by their parallel identity, in
+upstream's key names and shard manifest (mooncake/_parallel_spec.py).
 """
 from .engine import _store
 from ._store_tensor import TensorMethods
 from ._store_tensor_read import TensorReadMethods, deserialize_tensor, serialize_tensor
+from ._store_tensor_parallel import TensorParallelWriteMethods
+from ._store_tensor_parallel_read import TensorParallelReadMethods
+from ._parallel_spec import ParallelAxis, ReadTarget, TensorParallelism
 from . import _tensor_layout
 
 ReplicateConfig = _store.ReplicateConfig
@@ -52,7 +57,9 @@ def _size_of(value):
     return None
 
 
-class MooncakeDistributedStore(TensorMethods, TensorReadMethods, _store.MooncakeDistributedStore):
+class MooncakeDistributedStore(TensorParallelWriteMethods, TensorParallelReadMethods,
+                               TensorMethods, TensorReadMethods,
+                               _store.MooncakeDistributedStore):
     __doc__ = _store.MooncakeDistributedStore.__doc__
 
     _mc_local_buffer_size = None  # set by a successful setup(); BufferPool sizes from it
@@ -94,4 +101,5 @@ def _deserialize_tensor(payload):
 from .buffer_pool import BufferPool, RegisteredBufferPool  # noqa: E402  (uses the class above)
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ObjectDataType",
-           "BufferHandle", "BufferPool", "RegisteredBufferPool"]
+           "BufferHandle", "BufferPool", "RegisteredBufferPool", "ParallelAxis",
+           "TensorParallelism", "ReadTarget"]

@@ -19,6 +19,26 @@ class ObjectDataType:
     METADATA: "ObjectDataType"
     GENERAL: "ObjectDataType"
 
+class ParallelAxis:
+    kind: str
+    rank: int
+    size: int
+    split_dim: Optional[int]
+    expert_id: Optional[int]
+    stage_id: Optional[int]
+    def __init__(self, kind: str = ..., rank: int = ..., size: int = ...,
+                 split_dim: Optional[int] = ..., expert_id: Optional[int] = ...,
+                 stage_id: Optional[int] = ...) -> None: ...
+
+class TensorParallelism:
+    axes: List[ParallelAxis]
+    def __init__(self, axes: Optional[List[ParallelAxis]] = ...) -> None: ...
+
+class ReadTarget:
+    mode: str
+    parallelism: Optional[TensorParallelism]
+    def __init__(self, mode: str = ..., parallelism: Optional[TensorParallelism] = ...) -> None: ...
+
 class ReplicateConfig:
     replica_num: int
     with_soft_pin: bool
@@ -173,6 +193,45 @@ class MooncakeDistributedStore:
     def save_tensor_to_safetensor(self, key: str, file_name: Optional[str] = ...) -> int: ...
     def load_tensor_from_safetensor(self, key: Optional[str] = ...,
                                     file_name: Optional[str] = ...) -> Any: ...
+    def put_tensor_with_parallelism(self, key: str, tensor: Any, parallelism: Any = ...,
+                                    config: Optional[ReplicateConfig] = ...,
+                                    writer_partition: Any = ...) -> int: ...
+    def upsert_tensor_with_parallelism(self, key: str, tensor: Any, parallelism: Any = ...,
+                                       config: Optional[ReplicateConfig] = ...,
+                                       writer_partition: Any = ...) -> int: ...
+    def put_tensor_with_parallelism_from(self, key: str, buffer_ptr: int, size: int,
+                                         parallelism: Any = ...,
+                                         config: Optional[ReplicateConfig] = ...,
+                                         writer_partition: Any = ...) -> int: ...
+    def upsert_tensor_with_parallelism_from(self, key: str, buffer_ptr: int, size: int,
+                                            parallelism: Any = ...,
+                                            config: Optional[ReplicateConfig] = ...,
+                                            writer_partition: Any = ...) -> int: ...
+    def batch_put_tensor_with_parallelism(self, keys: List[str], tensors_list: List[Any],
+                                          parallelisms: Any = ...,
+                                          config: Optional[ReplicateConfig] = ...,
+                                          writer_partitions: Any = ...) -> List[int]: ...
+    def batch_upsert_tensor_with_parallelism(self, keys: List[str], tensors_list: List[Any],
+                                             parallelisms: Any = ...,
+                                             config: Optional[ReplicateConfig] = ...,
+                                             writer_partitions: Any = ...) -> List[int]: ...
+    def batch_put_tensor_with_parallelism_from(self, keys: List[str], buffer_ptrs: List[int],
+                                               sizes: List[int], parallelisms: Any = ...,
+                                               config: Optional[ReplicateConfig] = ...,
+                                               writer_partitions: Any = ...) -> List[int]: ...
+    def batch_upsert_tensor_with_parallelism_from(self, keys: List[str],
+                                                  buffer_ptrs: List[int], sizes: List[int],
+                                                  parallelisms: Any = ...,
+                                                  config: Optional[ReplicateConfig] = ...,
+                                                  writer_partitions: Any = ...) -> List[int]: ...
+    def get_tensor_with_parallelism(self, key: str, target: Optional[ReadTarget] = ...) -> Any: ...
+    def batch_get_tensor_with_parallelism(self, keys: List[str],
+                                          targets: Optional[List[Any]] = ...) -> List[Any]: ...
+    def get_tensor_with_parallelism_into(self, key: str, buffer_ptr: int, size: int,
+                                         target: Optional[ReadTarget] = ...) -> Any: ...
+    def batch_get_tensor_with_parallelism_into(self, keys: List[str], buffer_ptrs: List[int],
+                                               sizes: List[int],
+                                               targets: Optional[List[Any]] = ...) -> List[Any]: ...
 
 def _serialize_tensor(tensor: Any) -> tuple: ...
 def _tensor_metadata_size() -> int: ...
