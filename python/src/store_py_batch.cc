@@ -129,6 +129,43 @@ std::vector<std::vector<std::vector<int64_t>>> GetIntoRanges(
   return out;
 }
 
+// batch_get_into_multi_buffer_ranges / batch_put_from_multi_buffer_ranges: key i's ranges are
+// buffers ptrs[i][j] of sizes[i][j] bytes at offsets[i][j] of its object; run(client, ranges)
+// does the call (per key the bytes moved or a negative code). A key whose lists differ in
+// length gets INVALID_PARAMS; lists of another length than keys, INVALID_PARAMS for every key
+// after a log line (`offsets_name`: the argument's name); not set up, an empty list.
+template <class Run>
+std::vector<int64_t> SessionRangeCall(PyStore& s, const char* method, const char* offsets_name,
+                                      const std::vector<std::string>& keys,
+                                      const std::vector<Ptrs>& ptrs,
+                                      const std::vector<Sizes>& sizes,
+                                      const std::vector<Sizes>& offsets, Run run) {
+  auto cl = s.Get(method);
+  if (!cl) return {};
+  if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
+      offsets.size() != keys.size()) {
+    LOG(WARNING) << method << ": keys, all_buffer_ptrs, all_sizes and " << offsets_name
+                 << " differ in length";
+    return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
+  }
+  std::vector<StoreClient::RangeRead> ranges;
+  std::vector<char> bad(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != offsets[i].size()) {
+      bad[i] = 1;
+      continue;
+    }
+    for (size_t j = 0; j < ptrs[i].size(); ++j) {
+      ranges.push_back({i, offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
+    }
+  }
+  std::vector<int64_t> out = run(*cl, ranges);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  return out;
+}
+
 void BindZeroCopy(py::class_<PyStore>& c, const PyReplicateConfig& kDefault) {
   // ---- registered memory (zero copy) ----
   c.def(
@@ -307,30 +344,11 @@ void BindObjectApi(py::class_<PyStore>& c, const PyReplicateConfig& kDefault) {
       "batch_get_into_multi_buffer_ranges",
       [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
          const std::vector<Sizes>& sizes, const std::vector<Sizes>& src_offsets) {
-        auto cl = s.Get("batch_get_into_multi_buffer_ranges");
-        if (!cl) return std::vector<int64_t>{};
-        if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
-            src_offsets.size() != keys.size()) {
-          LOG(WARNING) << "batch_get_into_multi_buffer_ranges: keys, all_buffer_ptrs, all_sizes "
-                          "and all_src_offsets differ in length";
-          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        std::vector<StoreClient::RangeRead> ranges;
-        std::vector<char> bad(keys.size(), 0);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != src_offsets[i].size()) {
-            bad[i] = 1;
-            continue;
-          }
-          for (size_t j = 0; j < ptrs[i].size(); ++j) {
-            ranges.push_back({i, src_offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
-          }
-        }
-        auto out = cl->GetSessionRanges(keys, ranges);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
-        }
-        return out;
+        return SessionRangeCall(
+            s, "batch_get_into_multi_buffer_ranges", "all_src_offsets", keys, ptrs, sizes,
+            src_offsets, [&](StoreClient& cl, const std::vector<StoreClient::RangeRead>& ranges) {
+              return cl.GetSessionRanges(keys, ranges);
+            });
       },
       Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
       py::arg("all_src_offsets"),
@@ -361,30 +379,11 @@ void BindObjectApi(py::class_<PyStore>& c, const PyReplicateConfig& kDefault) {
       "batch_put_from_multi_buffer_ranges",
       [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
          const std::vector<Sizes>& sizes, const std::vector<Sizes>& dst_offsets) {
-        auto cl = s.Get("batch_put_from_multi_buffer_ranges");
-        if (!cl) return std::vector<int64_t>{};
-        if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
-            dst_offsets.size() != keys.size()) {
-          LOG(WARNING) << "batch_put_from_multi_buffer_ranges: keys, all_buffer_ptrs, all_sizes "
-                          "and all_dst_offsets differ in length";
-          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        std::vector<StoreClient::RangeRead> ranges;
-        std::vector<char> bad(keys.size(), 0);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != dst_offsets[i].size()) {
-            bad[i] = 1;
-            continue;
-          }
-          for (size_t j = 0; j < ptrs[i].size(); ++j) {
-            ranges.push_back({i, dst_offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
-          }
-        }
-        auto out = cl->PutSessionRanges(keys, ranges);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
-        }
-        return out;
+        return SessionRangeCall(
+            s, "batch_put_from_multi_buffer_ranges", "all_dst_offsets", keys, ptrs, sizes,
+            dst_offsets, [&](StoreClient& cl, const std::vector<StoreClient::RangeRead>& ranges) {
+              return cl.PutSessionRanges(keys, ranges);
+            });
       },
       Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
       py::arg("all_dst_offsets"),
