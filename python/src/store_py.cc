@@ -8,7 +8,11 @@
 // size) on success and a negative ErrorCode on failure; get() returns b"" and get_buffer()
 // None for a missing key; putting an existing key returns 0 and keeps the stored value. Every
 // call that can block releases the GIL; close() waits for calls in flight.
-#include <pybind11/pybind11.h>
+//
+// This file: setup, close, the bytes API and the module's types; store_py_batch.cc the rest of
+// MooncakeDistributedStore's methods; store_py.h what they share.
+#include "store_py.h"
+
 #include <pybind11/stl.h>
 
 #include <glog/logging.h>
@@ -19,29 +23,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "mooncake/store/dummy_client.h"
-#include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
 #include "py_engine.h"
-#include "store/error_code.h"
-
-namespace py = pybind11;
 
 namespace mooncake {
 namespace pyapi {
+namespace store_py {
+
 namespace {
-
-using store::ErrorCode;
-using store::ReplicateConfig;
-using store::Span;
-using store::StoreClient;
-using store::ToInt;
-
-constexpr int kNotReady = -1;  // upstream: "Client is not initialized"
-constexpr uint64_t kDefaultSize = 16ull << 20;
 
 // "16MB", "1gb", "64 MiB", "512k", "4096" -> bytes (binary units, as upstream). nullopt if bad.
 std::optional<uint64_t> ParseSize(const std::string& text) {
@@ -73,154 +64,6 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
   return value << shift;
 }
 
-// upstream 0.3.13's SoftPinAction. PRESERVE keeps an existing object's pin (upsert); for a new
-// object it means no pin, as DISABLE.
-enum class SoftPinAction : int { PRESERVE = 0, ENABLE = 1, DISABLE = 2 };
-
-// upstream's ObjectDataType: a label of what an object holds (vLLM's embedding cache sets it).
-enum class ObjectDataType : int {
-  UNKNOWN = 0, KVCACHE = 1, TENSOR = 2, WEIGHT = 3, SAMPLE = 4, ACTIVATION = 5, GRADIENT = 6,
-  OPTIMIZER_STATE = 7, METADATA = 8, GENERAL = 9
-};
-
-// Python-facing ReplicateConfig: upstream's fields (both the 0.3.13 and the older spelling of
-// the soft pin).
-struct PyReplicateConfig {
-  size_t replica_num = 1;
-  bool with_soft_pin = false;                            // older upstream
-  SoftPinAction soft_pin_action = SoftPinAction::PRESERVE;  // upstream 0.3.13
-  std::optional<uint64_t> soft_pin_ttl_ms;               // None: the master's default
-  bool with_hard_pin = false;
-  std::string preferred_segment;
-  std::vector<std::string> preferred_segments;
-  bool prefer_alloc_in_same_node = false;
-  // upstream's newer fields. data_type is a label (accepted, not stored); group_ids route
-  // metadata to shards upstream, and this master has one, so they have no effect beyond the
-  // length check; NoF and DFS replicas do not exist here: anything but the default is refused.
-  size_t nof_replica_num = 0;
-  size_t dfs_replica_num = 0;
-  std::vector<std::string> preferred_nof_segments;
-  ObjectDataType data_type = ObjectDataType::UNKNOWN;
-  std::optional<std::vector<std::string>> group_ids;
-
-  // 0, or INVALID_PARAMS after a log line naming the field. `keys`: how many keys the call
-  // puts (group_ids, when set, has one entry per key).
-  int Check(const char* method, size_t keys) const {
-    auto refuse = [&](const std::string& why) {
-      LOG(WARNING) << method << ": ReplicateConfig." << why;
-      return ToInt(ErrorCode::INVALID_PARAMS);
-    };
-    if (soft_pin_ttl_ms && soft_pin_action != SoftPinAction::ENABLE && !with_soft_pin) {
-      return refuse("soft_pin_ttl_ms=" + std::to_string(*soft_pin_ttl_ms) +
-                    " needs soft_pin_action=SoftPinAction.ENABLE (as upstream)");
-    }
-    if (nof_replica_num != 0) {
-      return refuse("nof_replica_num=" + std::to_string(nof_replica_num) +
-                    ": NoF (NVMe-oF) replicas are not provided by this build; leave it 0");
-    }
-    if (dfs_replica_num != 0) {
-      return refuse("dfs_replica_num=" + std::to_string(dfs_replica_num) +
-                    ": DFS replicas are not provided by this build; leave it 0");
-    }
-    if (!preferred_nof_segments.empty()) {
-      return refuse("preferred_nof_segments: NoF segments are not provided by this build; "
-                    "leave it empty");
-    }
-    if (group_ids && group_ids->size() != keys) {
-      return refuse("group_ids has " + std::to_string(group_ids->size()) +
-                    " entries for " + std::to_string(keys) + " keys (one per key)");
-    }
-    return 0;
-  }
-
-  ReplicateConfig ToCpp() const {
-    ReplicateConfig c;
-    c.replica_num = replica_num;
-    c.with_soft_pin = with_soft_pin || soft_pin_action == SoftPinAction::ENABLE;
-    c.soft_pin_ttl_ms = soft_pin_ttl_ms.value_or(0);
-    c.with_hard_pin = with_hard_pin;
-    if (!preferred_segment.empty()) c.preferred_segments.push_back(preferred_segment);
-    for (const auto& s : preferred_segments) c.preferred_segments.push_back(s);
-    c.prefer_alloc_in_same_node = prefer_alloc_in_same_node;
-    c.keep_soft_pin = soft_pin_action == SoftPinAction::PRESERVE && !with_soft_pin;
-    return c;
-  }
-  std::string Str() const {
-    std::string segs;
-    for (const auto& s : preferred_segments) segs += (segs.empty() ? "" : ", ") + s;
-    static const char* kActions[] = {"PRESERVE", "ENABLE", "DISABLE"};
-    return "ReplicateConfig: { replica_num: " + std::to_string(replica_num) +
-           ", with_soft_pin: " + std::to_string(with_soft_pin) +
-           ", soft_pin_action: " + kActions[static_cast<int>(soft_pin_action)] +
-           ", soft_pin_ttl_ms: " +
-           (soft_pin_ttl_ms ? std::to_string(*soft_pin_ttl_ms) : std::string("default")) +
-           ", with_hard_pin: " + std::to_string(with_hard_pin) + ", preferred_segment: " +
-           preferred_segment + ", preferred_segments: [" + segs +
-           "], prefer_alloc_in_same_node: " + std::to_string(prefer_alloc_in_same_node) +
-           ", nof_replica_num: " + std::to_string(nof_replica_num) +
-           ", dfs_replica_num: " + std::to_string(dfs_replica_num) +
-           ", data_type: " + std::to_string(static_cast<int>(data_type)) + " }";
-  }
-};
-
-// What get_buffer returns: the object's bytes in memory it owns (buffer protocol, ptr(),
-// size()); valid after the store is closed.
-struct BufferHandle {
-  std::unique_ptr<char[]> data;
-  size_t length = 0;
-};
-
-// A contiguous view of a Python buffer (bytes, bytearray, memoryview, numpy array, ...).
-struct PyBufferView {
-  explicit PyBufferView(const py::handle& obj) {
-    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
-      throw py::error_already_set();
-    }
-  }
-  ~PyBufferView() { PyBuffer_Release(&view); }
-  PyBufferView(const PyBufferView&) = delete;
-  PyBufferView& operator=(const PyBufferView&) = delete;
-  Span span() const { return {view.buf, static_cast<size_t>(view.len)}; }
-  Py_buffer view{};
-};
-
-int PutCode(int code) {
-  // Upstream: putting a key that exists succeeds and keeps the stored value.
-  return code == ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) ? 0 : code;
-}
-
-// setup()'s keyword arguments for upstream features this build does not have. Accepted at
-// their defaults; anything else is refused (INVALID_PARAMS) with a line naming the argument,
-// since ignoring it would change what the caller gets (another tenant's keys, no SSD tier).
-struct SetupExtras {
-  bool enable_ssd_offload = false;
-  std::string ssd_offload_path;
-  std::string tenant_id = "default";
-  bool enable_client_http_server = false;
-  int client_http_port = 9300;
-
-  // 0, or INVALID_PARAMS after logging why.
-  int Check() const {
-    if (enable_ssd_offload) {
-      LOG(WARNING) << "setup: enable_ssd_offload=True: SSD offload is not provided by this "
-                      "build (no ssd tier); leave it False";
-      return ToInt(ErrorCode::INVALID_PARAMS);
-    }
-    if (!tenant_id.empty() && tenant_id != "default") {
-      LOG(WARNING) << "setup: tenant_id='" << tenant_id
-                   << "': tenants are not provided by this build (every client shares one key "
-                      "space); use tenant_id='default'";
-      return ToInt(ErrorCode::INVALID_PARAMS);
-    }
-    if (enable_client_http_server) {
-      LOG(WARNING) << "setup: enable_client_http_server=True: the client HTTP server is not "
-                      "provided by this build; leave it False";
-      return ToInt(ErrorCode::INVALID_PARAMS);
-    }
-    return 0;
-  }
-};
-
 // "1", "true", "True", "yes", "on" (and Python's True through str()) -> true.
 std::optional<bool> ParseBool(const py::object& v) {
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
@@ -233,247 +76,12 @@ std::optional<bool> ParseBool(const py::object& v) {
   return std::nullopt;
 }
 
-class PyStore {
- public:
-  int Setup(const std::string& local_hostname, const std::string& metadata_server,
-            uint64_t global_segment_size, uint64_t local_buffer_size, const std::string& protocol,
-            const std::string& rdma_devices, const std::string& master_server_addr,
-            const py::object& engine, const SetupExtras& extras = SetupExtras()) {
-    if (int rc = extras.Check(); rc != 0) return rc;
-    store::StoreClientOptions o;
-    o.local_hostname = local_hostname;
-    o.metadata_server = metadata_server;
-    o.global_segment_size = global_segment_size;
-    o.local_buffer_size = local_buffer_size;
-    o.protocol = protocol.empty() ? "tcp" : protocol;
-    o.master_server_addr = master_server_addr;
-    (void)rdma_devices;  // no RDMA transport in this build; the engine picks tcp / shm
-    std::shared_ptr<EngineHolder> holder;
-    if (!engine.is_none()) {
-      // Either the Python TransferEngine or what its get_engine() returns (SGLang's HiCache
-      // passes the latter, as upstream's binding expects a shared C++ engine).
-      if (py::isinstance<EngineHolder>(engine)) {
-        holder = engine.cast<std::shared_ptr<EngineHolder>>();
-      } else if (py::isinstance<PyTransferEngine>(engine)) {
-        holder = engine.cast<PyTransferEngine*>()->GetEngine();
-      } else {
-        LOG(WARNING) << "setup: engine must be a mooncake.engine.TransferEngine or what its "
-                        "get_engine() returns, not "
-                     << py::str(py::type::of(engine)).cast<std::string>();
-        return ToInt(ErrorCode::INVALID_PARAMS);
-      }
-      if (!holder || !holder->engine) {
-        LOG(WARNING) << "setup: the engine passed in is not initialized (call initialize first)";
-        return ToInt(ErrorCode::INVALID_PARAMS);
-      }
-      // Keeps the engine (and its managed buffers) alive as long as the store uses it.
-      o.engine = std::shared_ptr<TransferEngine>(holder, holder->engine.get());
-    }
-    py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (client_) {
-      LOG(WARNING) << "setup: this store is already set up (close() it first)";
-      return kNotReady;
-    }
-    int code = 0;
-    std::string message;
-    auto client = StoreClient::Create(std::move(o), &code, &message);
-    if (!client) return code != 0 ? code : ToInt(ErrorCode::INTERNAL_ERROR);
-    client_ = std::shared_ptr<StoreClient>(std::move(client));
-    return 0;
-  }
-
-  int SetupDict(const py::dict& config) {
-    auto str = [&](const char* k, const std::string& def) -> std::optional<std::string> {
-      if (!config.contains(k)) return def;
-      py::object v = config[k];
-      if (!py::isinstance<py::str>(v)) return std::nullopt;
-      return v.cast<std::string>();
-    };
-    auto size = [&](const char* k) -> std::optional<uint64_t> {
-      if (!config.contains(k)) return kDefaultSize;
-      py::object v = config[k];
-      if (py::isinstance<py::int_>(v)) {
-        long long n = v.cast<long long>();
-        if (n < 0) return std::nullopt;
-        return static_cast<uint64_t>(n);
-      }
-      if (py::isinstance<py::str>(v)) return ParseSize(v.cast<std::string>());
-      return std::nullopt;
-    };
-    for (const char* required : {"local_hostname", "metadata_server"}) {
-      if (!config.contains(required)) {
-        LOG(WARNING) << "setup: the config has no '" << required << "'";
-        return ToInt(ErrorCode::INVALID_PARAMS);
-      }
-    }
-    auto host = str("local_hostname", "");
-    auto meta = str("metadata_server", "");
-    auto proto = str("protocol", "tcp");
-    auto rdma = str("rdma_devices", "");
-    auto master = str("master_server_addr", "127.0.0.1:50051");
-    auto gseg = size("global_segment_size");
-    auto lbuf = size("local_buffer_size");
-    if (!host || !meta || !proto || !rdma || !master) {
-      LOG(WARNING) << "setup: local_hostname, metadata_server, protocol, rdma_devices and "
-                      "master_server_addr must be strings";
-      return ToInt(ErrorCode::INVALID_PARAMS);
-    }
-    if (!gseg || !lbuf) {
-      LOG(WARNING) << "setup: global_segment_size and local_buffer_size must be a byte count or a "
-                      "size such as \"16MB\" or \"1GB\"";
-      return ToInt(ErrorCode::INVALID_PARAMS);
-    }
-    py::object engine = config.contains("engine") ? py::object(config["engine"]) : py::none();
-    SetupExtras extras;
-    for (auto [key, field] : {std::pair<const char*, bool*>{"enable_ssd_offload",
-                                                             &extras.enable_ssd_offload},
-                              {"enable_client_http_server", &extras.enable_client_http_server}}) {
-      if (!config.contains(key)) continue;
-      auto b = ParseBool(config[key]);
-      if (!b) {
-        LOG(WARNING) << "setup: " << key << " must be a boolean (True/False, \"true\"/\"false\")";
-        return ToInt(ErrorCode::INVALID_PARAMS);
-      }
-      *field = *b;
-    }
-    if (config.contains("tenant_id")) extras.tenant_id = py::str(config["tenant_id"]);
-    return Setup(*host, *meta, *gseg, *lbuf, *proto, *rdma, *master, engine, extras);
-  }
-
-  // A dummy client (dummy_client.h): the object API runs on its own StoreClient, refused
-  // (kNotReady) while its real client is gone.
-  int SetupDummy(uint64_t mem_pool_size, uint64_t local_buffer_size, const std::string& address) {
-    py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (client_) {
-      LOG(WARNING) << "setup_dummy: this store is already set up (close() it first)";
-      return kNotReady;
-    }
-    int code = 0;
-    std::string message;
-    auto d = store::DummyClient::Create(mem_pool_size, local_buffer_size, address, &code, &message);
-    if (!d) return code != 0 ? code : ToInt(ErrorCode::INTERNAL_ERROR);
-    dummy_ = std::shared_ptr<store::DummyClient>(std::move(d));
-    client_ = dummy_->client();
-    return 0;
-  }
-
-  uint64_t AllocFromMemPool(size_t size) {
-    std::shared_ptr<store::DummyClient> d;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      d = dummy_;
-    }
-    if (!d) {
-      LOG(WARNING) << "alloc_from_mem_pool: not a dummy client (call setup_dummy)";
-      return 0;
-    }
-    return reinterpret_cast<uint64_t>(d->AllocFromMemPool(size));
-  }
-
-  int Close() {
-    std::shared_ptr<StoreClient> c;
-    std::shared_ptr<store::DummyClient> d;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      c.swap(client_);
-      d.swap(dummy_);
-    }
-    d.reset();  // stops watching the real client; the client closes with its last user
-    if (!c) return 0;
-    // Calls in flight hold their own reference; the last one to finish closes the client.
-    if (c.use_count() == 1) return c->Close();
-    return 0;
-  }
-
-  int HealthCheck() {
-    auto c = Get();
-    if (!c) return 1;
-    return c->HealthCheck() == 0 ? 0 : 2;
-  }
-
-  std::string GetHostname() {
-    std::lock_guard<std::mutex> lock(mu_);  // a dummy keeps its name while its real client is gone
-    return client_ ? client_->segment_name() : "";
-  }
-
-  std::shared_ptr<StoreClient> Get(const char* method = nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!client_ && method) LOG(WARNING) << method << ": Client is not initialized (call setup)";
-    if (dummy_ && !dummy_->alive()) {
-      if (method) {
-        LOG(WARNING) << method << ": the real client at " << dummy_->real_client_address()
-                     << " is gone";
-      }
-      return nullptr;
-    }
-    return client_;
-  }
-
- private:
-  std::mutex mu_;
-  std::shared_ptr<StoreClient> client_;
-  std::shared_ptr<store::DummyClient> dummy_;  // set by setup_dummy
+// What get_buffer returns: the object's bytes in memory it owns (buffer protocol, ptr(),
+// size()); valid after the store is closed.
+struct BufferHandle {
+  std::unique_ptr<char[]> data;
+  size_t length = 0;
 };
-
-using Release = py::call_guard<py::gil_scoped_release>;
-using Ptrs = std::vector<uintptr_t>;
-using Sizes = std::vector<size_t>;
-
-std::vector<int64_t> GetIntoMany(PyStore& s, const char* method,
-                                 const std::vector<std::string>& keys,
-                                 const std::vector<std::vector<Span>>& parts) {
-  auto c = s.Get(method);
-  if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
-  return c->BatchGet(keys, parts);
-}
-
-std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<std::string>& keys,
-                             const std::vector<std::vector<Span>>& parts,
-                             const PyReplicateConfig& config, bool upsert = false) {
-  if (int rc = config.Check(method, keys.size()); rc != 0) return std::vector<int>(keys.size(), rc);
-  auto c = s.Get(method);
-  // upstream: an upsert on a store not set up answers INVALID_PARAMS
-  if (!c) return std::vector<int>(keys.size(), upsert ? ToInt(ErrorCode::INVALID_PARAMS) : kNotReady);
-  if (upsert) return c->BatchUpsert(keys, parts, config.ToCpp());
-  auto codes = c->BatchPut(keys, parts, config.ToCpp());
-  for (int& code : codes) code = PutCode(code);
-  return codes;
-}
-
-// The first failure of a batch, or 0 (put_batch / upsert_batch return one code).
-int FirstFailure(const std::vector<int>& codes) {
-  for (int code : codes) {
-    if (code != 0) return code;
-  }
-  return 0;
-}
-
-// Views of Python buffers, kept alive while the spans are used.
-struct Views {
-  std::vector<std::unique_ptr<PyBufferView>> views;
-  Span Add(const py::handle& obj) {
-    views.push_back(std::make_unique<PyBufferView>(obj));
-    return views.back()->span();
-  }
-};
-
-std::vector<std::vector<Span>> MultiSpans(const std::vector<Ptrs>& ptrs,
-                                          const std::vector<Sizes>& sizes, bool* ok) {
-  std::vector<std::vector<Span>> out(ptrs.size());
-  *ok = ptrs.size() == sizes.size();
-  for (size_t i = 0; *ok && i < ptrs.size(); ++i) {
-    if (ptrs[i].size() != sizes[i].size()) {
-      *ok = false;
-      break;
-    }
-    for (size_t j = 0; j < ptrs[i].size(); ++j) {
-      out[i].push_back({reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]});
-    }
-  }
-  return out;
-}
 
 // Reads each key into fresh memory (bytes or a BufferHandle) with one master round trip.
 template <class Make>
@@ -523,273 +131,281 @@ std::vector<py::object> GetBuffers(PyStore& s, const char* method,
   return out;
 }
 
-using Offsets3 = std::vector<std::vector<std::vector<size_t>>>;
-
-// get_into_ranges: buffer i receives, for each key j of all_keys[i], the ranges
-// (all_src_offsets[i][j][k] in the object -> all_dst_offsets[i][j][k] in the buffer,
-// all_sizes[i][j][k] bytes). The buffer must be registered (its room is its registration's
-// end); result[i][j][k] is the bytes read or a negative code.
-std::vector<std::vector<std::vector<int64_t>>> GetIntoRanges(
-    PyStore& s, const Ptrs& buffers, const std::vector<std::vector<std::string>>& all_keys,
-    const Offsets3& dst, const Offsets3& src, const Offsets3& sizes) {
-  const int64_t bad = ToInt(ErrorCode::INVALID_PARAMS);
-  std::vector<std::vector<std::vector<int64_t>>> out(all_keys.size());
-  for (size_t i = 0; i < all_keys.size(); ++i) {
-    out[i].resize(all_keys[i].size());
-    for (size_t j = 0; j < all_keys[i].size(); ++j) {
-      const size_t n = i < dst.size() && j < dst[i].size() ? dst[i][j].size() : 0;
-      out[i][j].assign(n, bad);
-    }
-  }
-  auto c = s.Get("get_into_ranges");
-  if (!c) return out;
-  if (buffers.size() != all_keys.size() || dst.size() != all_keys.size() ||
-      src.size() != all_keys.size() || sizes.size() != all_keys.size()) {
-    LOG(WARNING) << "get_into_ranges: buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets "
-                    "and all_sizes differ in length";
-    return out;
-  }
-  std::vector<std::string> keys;
-  std::vector<StoreClient::RangeRead> ranges;
-  std::vector<std::tuple<size_t, size_t, size_t>> where;  // range -> (i, j, k)
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    char* base = reinterpret_cast<char*>(buffers[i]);
-    const uint64_t room = c->RegisteredRoom(base);
-    if (room == 0) {
-      LOG(WARNING) << "get_into_ranges: buffer " << i << " is not registered (register_buffer "
-                   << "it first)";
-      continue;
-    }
-    for (size_t j = 0; j < all_keys[i].size(); ++j) {
-      if (j >= dst[i].size() || j >= src[i].size() || j >= sizes[i].size() ||
-          dst[i][j].size() != src[i][j].size() || dst[i][j].size() != sizes[i][j].size()) {
-        LOG(WARNING) << "get_into_ranges: the offsets and sizes of key " << all_keys[i][j]
-                     << " differ in shape";
-        continue;
-      }
-      keys.push_back(all_keys[i][j]);
-      for (size_t k = 0; k < dst[i][j].size(); ++k) {
-        const size_t d = dst[i][j][k], n = sizes[i][j][k];
-        if (d > room || n > room - d) {
-          LOG(WARNING) << "get_into_ranges: range " << k << " of key " << all_keys[i][j]
-                       << " ends past buffer " << i << "'s registered room (" << room
-                       << " bytes)";
-          continue;
-        }
-        ranges.push_back({keys.size() - 1, src[i][j][k], {base + d, n}});
-        where.emplace_back(i, j, k);
-      }
-    }
-  }
-  std::vector<int64_t> got;
-  {
-    py::gil_scoped_release release;
-    got = c->GetRanges(keys, ranges);
-  }
-  for (size_t r = 0; r < ranges.size(); ++r) {
-    auto [i, j, k] = where[r];
-    out[i][j][k] = got[r];
-  }
-  return out;
-}
-
-void BindObjectApi(py::class_<PyStore>& c, const PyReplicateConfig& kDefault) {
-  // ---- upsert: put that replaces an existing value ----
-  c.def(
-      "upsert",
-      [](PyStore& s, const std::string& key, const py::buffer& value,
-         const PyReplicateConfig& config) {
-        Views v;
-        std::vector<std::vector<Span>> parts{{v.Add(value)}};
-        py::gil_scoped_release release;
-        return PutFromMany(s, "upsert", {key}, parts, config, true)[0];
-      },
-      py::arg("key"), py::arg("value"), py::arg("config") = kDefault,
-      "Stores value under key, replacing an existing value. Readers see the old value or the "
-      "new one, never a mix. 0 or a negative code.");
-  c.def(
-      "upsert_parts",
-      [](PyStore& s, const std::string& key, const py::args& args,
-         const PyReplicateConfig& config) {
-        Views v;
-        std::vector<std::vector<Span>> parts(1);
-        for (const auto& p : args) parts[0].push_back(v.Add(p));
-        py::gil_scoped_release release;
-        return PutFromMany(s, "upsert_parts", {key}, parts, config, true)[0];
-      },
-      py::arg("key"), py::arg("config") = kDefault);
-  c.def(
-      "upsert_batch",
-      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<py::buffer>& values,
-         const PyReplicateConfig& config) {
-        if (keys.size() != values.size()) {
-          LOG(WARNING) << "upsert_batch: " << keys.size() << " keys but " << values.size()
-                       << " values";
-          return ToInt(ErrorCode::INVALID_PARAMS);
-        }
-        Views v;
-        std::vector<std::vector<Span>> parts;
-        for (const auto& b : values) parts.push_back({v.Add(b)});
-        py::gil_scoped_release release;
-        return FirstFailure(PutFromMany(s, "upsert_batch", keys, parts, config, true));
-      },
-      py::arg("keys"), py::arg("values"), py::arg("config") = kDefault);
-  c.def(
-      "upsert_from",
-      [](PyStore& s, const std::string& key, uintptr_t ptr, size_t size,
-         const PyReplicateConfig& config) {
-        return PutFromMany(s, "upsert_from", {key}, {{{reinterpret_cast<void*>(ptr), size}}},
-                           config, true)[0];
-      },
-      Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("size"),
-      py::arg("config") = kDefault);
-  c.def(
-      "batch_upsert_from",
-      [](PyStore& s, const std::vector<std::string>& keys, const Ptrs& ptrs, const Sizes& sizes,
-         const PyReplicateConfig& config) {
-        if (keys.size() != ptrs.size() || keys.size() != sizes.size()) {
-          LOG(WARNING) << "batch_upsert_from: keys, buffer_ptrs and sizes differ in length";
-          return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        std::vector<std::vector<Span>> parts;
-        for (size_t i = 0; i < keys.size(); ++i) {
-          parts.push_back({{reinterpret_cast<void*>(ptrs[i]), sizes[i]}});
-        }
-        return PutFromMany(s, "batch_upsert_from", keys, parts, config, true);
-      },
-      Release(), py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"),
-      py::arg("config") = kDefault);
-
-  // ---- ranged reads and get sessions ----
-  c.def("get_into_ranges", &GetIntoRanges, py::arg("buffer_ptrs"), py::arg("all_keys"),
-        py::arg("all_dst_offsets"), py::arg("all_src_offsets"), py::arg("all_sizes"),
-        "Reads byte ranges of objects into registered buffers: result[i][j][k] is the bytes "
-        "read for range k of key all_keys[i][j] into buffer_ptrs[i], or a negative code.");
-  c.def(
-      "batch_get_session_start",
-      [](PyStore& s, const std::vector<std::string>& keys) {
-        auto cl = s.Get("batch_get_session_start");
-        return cl ? cl->GetSessionStart(keys) : std::vector<int>{};
-      },
-      Release(), py::arg("keys"),
-      "Looks the keys up once and holds their leases: per key 0 or a negative code.");
-  c.def(
-      "batch_get_into_multi_buffer_ranges",
-      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
-         const std::vector<Sizes>& sizes, const std::vector<Sizes>& src_offsets) {
-        auto cl = s.Get("batch_get_into_multi_buffer_ranges");
-        if (!cl) return std::vector<int64_t>{};
-        if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
-            src_offsets.size() != keys.size()) {
-          LOG(WARNING) << "batch_get_into_multi_buffer_ranges: keys, all_buffer_ptrs, all_sizes "
-                          "and all_src_offsets differ in length";
-          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        std::vector<StoreClient::RangeRead> ranges;
-        std::vector<char> bad(keys.size(), 0);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != src_offsets[i].size()) {
-            bad[i] = 1;
-            continue;
-          }
-          for (size_t j = 0; j < ptrs[i].size(); ++j) {
-            ranges.push_back({i, src_offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
-          }
-        }
-        auto out = cl->GetSessionRanges(keys, ranges);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
-        }
-        return out;
-      },
-      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
-      py::arg("all_src_offsets"),
-      "Reads ranges of session keys (no master round trip): per key the bytes read or a "
-      "negative code.");
-  c.def(
-      "batch_get_session_end",
-      [](PyStore& s, const std::vector<std::string>& keys) {
-        auto cl = s.Get("batch_get_session_end");
-        return cl ? cl->GetSessionEnd(keys) : kNotReady;
-      },
-      Release(), py::arg("keys"));
-
-  c.def(
-      "batch_put_session_start",
-      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes,
-         const PyReplicateConfig& config) {
-        if (int rc = config.Check("batch_put_session_start", keys.size()); rc != 0) {
-          return std::vector<int>(keys.size(), rc);
-        }
-        auto cl = s.Get("batch_put_session_start");
-        return cl ? cl->PutSessionStart(keys, sizes, config.ToCpp()) : std::vector<int>{};
-      },
-      Release(), py::arg("keys"), py::arg("sizes"), py::arg("config") = kDefault,
-      "Reserves each object (invisible to readers until batch_put_session_end): per key 0 or a "
-      "negative code.");
-  c.def(
-      "batch_put_from_multi_buffer_ranges",
-      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
-         const std::vector<Sizes>& sizes, const std::vector<Sizes>& dst_offsets) {
-        auto cl = s.Get("batch_put_from_multi_buffer_ranges");
-        if (!cl) return std::vector<int64_t>{};
-        if (ptrs.size() != keys.size() || sizes.size() != keys.size() ||
-            dst_offsets.size() != keys.size()) {
-          LOG(WARNING) << "batch_put_from_multi_buffer_ranges: keys, all_buffer_ptrs, all_sizes "
-                          "and all_dst_offsets differ in length";
-          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        std::vector<StoreClient::RangeRead> ranges;
-        std::vector<char> bad(keys.size(), 0);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (ptrs[i].size() != sizes[i].size() || ptrs[i].size() != dst_offsets[i].size()) {
-            bad[i] = 1;
-            continue;
-          }
-          for (size_t j = 0; j < ptrs[i].size(); ++j) {
-            ranges.push_back({i, dst_offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
-          }
-        }
-        auto out = cl->PutSessionRanges(keys, ranges);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
-        }
-        return out;
-      },
-      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
-      py::arg("all_dst_offsets"),
-      "Writes ranges of put-session objects: per key the bytes written or a negative code.");
-  c.def(
-      "batch_put_session_end",
-      [](PyStore& s, const std::vector<std::string>& keys) {
-        auto cl = s.Get("batch_put_session_end");
-        return cl ? cl->PutSessionEnd(keys) : std::vector<int>{};
-      },
-      Release(), py::arg("keys"), "Makes the session objects readable: per key 0 or a code.");
-  c.def(
-      "batch_put_session_revoke",
-      [](PyStore& s, const std::vector<std::string>& keys) {
-        auto cl = s.Get("batch_put_session_revoke");
-        return cl ? cl->PutSessionRevoke(keys) : std::vector<int>{};
-      },
-      Release(), py::arg("keys"), "Drops the session objects: per key 0 or a code.");
-
-  c.def(
-      "batch_replica_clear",
-      [](PyStore& s, const std::vector<std::string>& keys, const std::string& segment_name) {
-        auto cl = s.Get("batch_replica_clear");
-        return cl ? cl->BatchReplicaClear(keys, segment_name) : std::vector<std::string>{};
-      },
-      Release(), py::arg("keys"), py::arg("segment_name") = "",
-      "Of the keys this client put, complete and with no lease, drops the replicas on "
-      "segment_name ('' : the whole object). Returns the keys cleared.");
-}
-
 }  // namespace
+
+int PyReplicateConfig::Check(const char* method, size_t keys) const {
+  auto refuse = [&](const std::string& why) {
+    LOG(WARNING) << method << ": ReplicateConfig." << why;
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  };
+  if (soft_pin_ttl_ms && soft_pin_action != SoftPinAction::ENABLE && !with_soft_pin) {
+    return refuse("soft_pin_ttl_ms=" + std::to_string(*soft_pin_ttl_ms) +
+                  " needs soft_pin_action=SoftPinAction.ENABLE (as upstream)");
+  }
+  if (nof_replica_num != 0) {
+    return refuse("nof_replica_num=" + std::to_string(nof_replica_num) +
+                  ": NoF (NVMe-oF) replicas are not provided by this build; leave it 0");
+  }
+  if (dfs_replica_num != 0) {
+    return refuse("dfs_replica_num=" + std::to_string(dfs_replica_num) +
+                  ": DFS replicas are not provided by this build; leave it 0");
+  }
+  if (!preferred_nof_segments.empty()) {
+    return refuse("preferred_nof_segments: NoF segments are not provided by this build; "
+                  "leave it empty");
+  }
+  if (group_ids && group_ids->size() != keys) {
+    return refuse("group_ids has " + std::to_string(group_ids->size()) +
+                  " entries for " + std::to_string(keys) + " keys (one per key)");
+  }
+  return 0;
+}
+
+ReplicateConfig PyReplicateConfig::ToCpp() const {
+  ReplicateConfig c;
+  c.replica_num = replica_num;
+  c.with_soft_pin = with_soft_pin || soft_pin_action == SoftPinAction::ENABLE;
+  c.soft_pin_ttl_ms = soft_pin_ttl_ms.value_or(0);
+  c.with_hard_pin = with_hard_pin;
+  if (!preferred_segment.empty()) c.preferred_segments.push_back(preferred_segment);
+  for (const auto& s : preferred_segments) c.preferred_segments.push_back(s);
+  c.prefer_alloc_in_same_node = prefer_alloc_in_same_node;
+  c.keep_soft_pin = soft_pin_action == SoftPinAction::PRESERVE && !with_soft_pin;
+  return c;
+}
+
+std::string PyReplicateConfig::Str() const {
+  std::string segs;
+  for (const auto& s : preferred_segments) segs += (segs.empty() ? "" : ", ") + s;
+  static const char* kActions[] = {"PRESERVE", "ENABLE", "DISABLE"};
+  return "ReplicateConfig: { replica_num: " + std::to_string(replica_num) +
+         ", with_soft_pin: " + std::to_string(with_soft_pin) +
+         ", soft_pin_action: " + kActions[static_cast<int>(soft_pin_action)] +
+         ", soft_pin_ttl_ms: " +
+         (soft_pin_ttl_ms ? std::to_string(*soft_pin_ttl_ms) : std::string("default")) +
+         ", with_hard_pin: " + std::to_string(with_hard_pin) + ", preferred_segment: " +
+         preferred_segment + ", preferred_segments: [" + segs +
+         "], prefer_alloc_in_same_node: " + std::to_string(prefer_alloc_in_same_node) +
+         ", nof_replica_num: " + std::to_string(nof_replica_num) +
+         ", dfs_replica_num: " + std::to_string(dfs_replica_num) +
+         ", data_type: " + std::to_string(static_cast<int>(data_type)) + " }";
+}
+
+int SetupExtras::Check() const {
+  if (enable_ssd_offload) {
+    LOG(WARNING) << "setup: enable_ssd_offload=True: SSD offload is not provided by this "
+                    "build (no ssd tier); leave it False";
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  if (!tenant_id.empty() && tenant_id != "default") {
+    LOG(WARNING) << "setup: tenant_id='" << tenant_id
+                 << "': tenants are not provided by this build (every client shares one key "
+                    "space); use tenant_id='default'";
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  if (enable_client_http_server) {
+    LOG(WARNING) << "setup: enable_client_http_server=True: the client HTTP server is not "
+                    "provided by this build; leave it False";
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  return 0;
+}
+
+std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<std::string>& keys,
+                             const std::vector<std::vector<Span>>& parts,
+                             const PyReplicateConfig& config, bool upsert) {
+  if (int rc = config.Check(method, keys.size()); rc != 0) return std::vector<int>(keys.size(), rc);
+  auto c = s.Get(method);
+  // upstream: an upsert on a store not set up answers INVALID_PARAMS
+  if (!c) return std::vector<int>(keys.size(), upsert ? ToInt(ErrorCode::INVALID_PARAMS) : kNotReady);
+  if (upsert) return c->BatchUpsert(keys, parts, config.ToCpp());
+  auto codes = c->BatchPut(keys, parts, config.ToCpp());
+  for (int& code : codes) code = PutCode(code);
+  return codes;
+}
+
+int PyStore::Setup(const std::string& local_hostname, const std::string& metadata_server,
+                   uint64_t global_segment_size, uint64_t local_buffer_size,
+                   const std::string& protocol, const std::string& rdma_devices,
+                   const std::string& master_server_addr, const py::object& engine,
+                   const SetupExtras& extras) {
+  if (int rc = extras.Check(); rc != 0) return rc;
+  store::StoreClientOptions o;
+  o.local_hostname = local_hostname;
+  o.metadata_server = metadata_server;
+  o.global_segment_size = global_segment_size;
+  o.local_buffer_size = local_buffer_size;
+  o.protocol = protocol.empty() ? "tcp" : protocol;
+  o.master_server_addr = master_server_addr;
+  (void)rdma_devices;  // no RDMA transport in this build; the engine picks tcp / shm
+  std::shared_ptr<EngineHolder> holder;
+  if (!engine.is_none()) {
+    // Either the Python TransferEngine or what its get_engine() returns (SGLang's HiCache
+    // passes the latter, as upstream's binding expects a shared C++ engine).
+    if (py::isinstance<EngineHolder>(engine)) {
+      holder = engine.cast<std::shared_ptr<EngineHolder>>();
+    } else if (py::isinstance<PyTransferEngine>(engine)) {
+      holder = engine.cast<PyTransferEngine*>()->GetEngine();
+    } else {
+      LOG(WARNING) << "setup: engine must be a mooncake.engine.TransferEngine or what its "
+                      "get_engine() returns, not "
+                   << py::str(py::type::of(engine)).cast<std::string>();
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    if (!holder || !holder->engine) {
+      LOG(WARNING) << "setup: the engine passed in is not initialized (call initialize first)";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    // Keeps the engine (and its managed buffers) alive as long as the store uses it.
+    o.engine = std::shared_ptr<TransferEngine>(holder, holder->engine.get());
+  }
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (client_) {
+    LOG(WARNING) << "setup: this store is already set up (close() it first)";
+    return kNotReady;
+  }
+  int code = 0;
+  std::string message;
+  auto client = StoreClient::Create(std::move(o), &code, &message);
+  if (!client) return code != 0 ? code : ToInt(ErrorCode::INTERNAL_ERROR);
+  client_ = std::shared_ptr<StoreClient>(std::move(client));
+  return 0;
+}
+
+int PyStore::SetupDict(const py::dict& config) {
+  auto str = [&](const char* k, const std::string& def) -> std::optional<std::string> {
+    if (!config.contains(k)) return def;
+    py::object v = config[k];
+    if (!py::isinstance<py::str>(v)) return std::nullopt;
+    return v.cast<std::string>();
+  };
+  auto size = [&](const char* k) -> std::optional<uint64_t> {
+    if (!config.contains(k)) return kDefaultSize;
+    py::object v = config[k];
+    if (py::isinstance<py::int_>(v)) {
+      long long n = v.cast<long long>();
+      if (n < 0) return std::nullopt;
+      return static_cast<uint64_t>(n);
+    }
+    if (py::isinstance<py::str>(v)) return ParseSize(v.cast<std::string>());
+    return std::nullopt;
+  };
+  for (const char* required : {"local_hostname", "metadata_server"}) {
+    if (!config.contains(required)) {
+      LOG(WARNING) << "setup: the config has no '" << required << "'";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+  }
+  auto host = str("local_hostname", "");
+  auto meta = str("metadata_server", "");
+  auto proto = str("protocol", "tcp");
+  auto rdma = str("rdma_devices", "");
+  auto master = str("master_server_addr", "127.0.0.1:50051");
+  auto gseg = size("global_segment_size");
+  auto lbuf = size("local_buffer_size");
+  if (!host || !meta || !proto || !rdma || !master) {
+    LOG(WARNING) << "setup: local_hostname, metadata_server, protocol, rdma_devices and "
+                    "master_server_addr must be strings";
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  if (!gseg || !lbuf) {
+    LOG(WARNING) << "setup: global_segment_size and local_buffer_size must be a byte count or a "
+                    "size such as \"16MB\" or \"1GB\"";
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  py::object engine = config.contains("engine") ? py::object(config["engine"]) : py::none();
+  SetupExtras extras;
+  for (auto [key, field] : {std::pair<const char*, bool*>{"enable_ssd_offload",
+                                                           &extras.enable_ssd_offload},
+                            {"enable_client_http_server", &extras.enable_client_http_server}}) {
+    if (!config.contains(key)) continue;
+    auto b = ParseBool(config[key]);
+    if (!b) {
+      LOG(WARNING) << "setup: " << key << " must be a boolean (True/False, \"true\"/\"false\")";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    *field = *b;
+  }
+  if (config.contains("tenant_id")) extras.tenant_id = py::str(config["tenant_id"]);
+  return Setup(*host, *meta, *gseg, *lbuf, *proto, *rdma, *master, engine, extras);
+}
+
+int PyStore::SetupDummy(uint64_t mem_pool_size, uint64_t local_buffer_size,
+                        const std::string& address) {
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (client_) {
+    LOG(WARNING) << "setup_dummy: this store is already set up (close() it first)";
+    return kNotReady;
+  }
+  int code = 0;
+  std::string message;
+  auto d = store::DummyClient::Create(mem_pool_size, local_buffer_size, address, &code, &message);
+  if (!d) return code != 0 ? code : ToInt(ErrorCode::INTERNAL_ERROR);
+  dummy_ = std::shared_ptr<store::DummyClient>(std::move(d));
+  client_ = dummy_->client();
+  return 0;
+}
+
+uint64_t PyStore::AllocFromMemPool(size_t size) {
+  std::shared_ptr<store::DummyClient> d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    d = dummy_;
+  }
+  if (!d) {
+    LOG(WARNING) << "alloc_from_mem_pool: not a dummy client (call setup_dummy)";
+    return 0;
+  }
+  return reinterpret_cast<uint64_t>(d->AllocFromMemPool(size));
+}
+
+int PyStore::Close() {
+  std::shared_ptr<StoreClient> c;
+  std::shared_ptr<store::DummyClient> d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c.swap(client_);
+    d.swap(dummy_);
+  }
+  d.reset();  // stops watching the real client; the client closes with its last user
+  if (!c) return 0;
+  // Calls in flight hold their own reference; the last one to finish closes the client.
+  if (c.use_count() == 1) return c->Close();
+  return 0;
+}
+
+int PyStore::HealthCheck() {
+  auto c = Get();
+  if (!c) return 1;
+  return c->HealthCheck() == 0 ? 0 : 2;
+}
+
+std::string PyStore::GetHostname() {
+  std::lock_guard<std::mutex> lock(mu_);  // a dummy keeps its name while its real client is gone
+  return client_ ? client_->segment_name() : "";
+}
+
+std::shared_ptr<StoreClient> PyStore::Get(const char* method) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!client_ && method) LOG(WARNING) << method << ": Client is not initialized (call setup)";
+  if (dummy_ && !dummy_->alive()) {
+    if (method) {
+      LOG(WARNING) << method << ": the real client at " << dummy_->real_client_address()
+                   << " is gone";
+    }
+    return nullptr;
+  }
+  return client_;
+}
+
+}  // namespace store_py
 
 void BindStoreDummy(py::module_& m);  // store_dummy_py.cc
 
 void BindStore(py::module_& m) {
+  using namespace store_py;  // NOLINT(build/namespaces)
   BindStoreDummy(m);
   m.doc() = "Mooncake Store (upstream-compatible MooncakeDistributedStore); use mooncake.store.";
 
@@ -1008,99 +624,7 @@ void BindStore(py::module_& m) {
       },
       Release(), py::arg("force") = false);
 
-  // ---- registered memory (zero copy) ----
-  c.def(
-      "register_buffer",
-      [](PyStore& s, uintptr_t ptr, size_t size, bool remote_accessible) {
-        auto cl = s.Get("register_buffer");
-        return cl ? cl->RegisterBuffer(reinterpret_cast<void*>(ptr), size, remote_accessible)
-                  : kNotReady;
-      },
-      Release(), py::arg("buffer_ptr"), py::arg("size"), py::arg("remote_accessible") = true);
-  c.def(
-      "unregister_buffer",
-      [](PyStore& s, uintptr_t ptr) {
-        auto cl = s.Get("unregister_buffer");
-        return cl ? cl->UnregisterBuffer(reinterpret_cast<void*>(ptr)) : kNotReady;
-      },
-      Release(), py::arg("buffer_ptr"));
-  c.def(
-      "put_from",
-      [](PyStore& s, const std::string& key, uintptr_t ptr, size_t size,
-         const PyReplicateConfig& config) {
-        return PutFromMany(s, "put_from", {key}, {{{reinterpret_cast<void*>(ptr), size}}},
-                           config)[0];
-      },
-      Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("size"),
-      py::arg("config") = kDefault);
-  c.def(
-      "get_into",
-      [](PyStore& s, const std::string& key, uintptr_t ptr, size_t size) {
-        return GetIntoMany(s, "get_into", {key}, {{{reinterpret_cast<void*>(ptr), size}}})[0];
-      },
-      Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("size"));
-  c.def(
-      "batch_put_from",
-      [](PyStore& s, const std::vector<std::string>& keys, const Ptrs& ptrs, const Sizes& sizes,
-         const PyReplicateConfig& config) {
-        if (keys.size() != ptrs.size() || keys.size() != sizes.size()) {
-          LOG(WARNING) << "batch_put_from: keys, buffer_ptrs and sizes differ in length";
-          return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        std::vector<std::vector<Span>> parts;
-        for (size_t i = 0; i < keys.size(); ++i) {
-          parts.push_back({{reinterpret_cast<void*>(ptrs[i]), sizes[i]}});
-        }
-        return PutFromMany(s, "batch_put_from", keys, parts, config);
-      },
-      Release(), py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"),
-      py::arg("config") = kDefault);
-  c.def(
-      "batch_get_into",
-      [](PyStore& s, const std::vector<std::string>& keys, const Ptrs& ptrs, const Sizes& sizes) {
-        if (keys.size() != ptrs.size() || keys.size() != sizes.size()) {
-          LOG(WARNING) << "batch_get_into: keys, buffer_ptrs and sizes differ in length";
-          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        std::vector<std::vector<Span>> parts;
-        for (size_t i = 0; i < keys.size(); ++i) {
-          parts.push_back({{reinterpret_cast<void*>(ptrs[i]), sizes[i]}});
-        }
-        return GetIntoMany(s, "batch_get_into", keys, parts);
-      },
-      Release(), py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"));
-  c.def(
-      "batch_put_from_multi_buffers",
-      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
-         const std::vector<Sizes>& sizes, const PyReplicateConfig& config) {
-        bool ok = false;
-        auto parts = MultiSpans(ptrs, sizes, &ok);
-        if (!ok || parts.size() != keys.size()) {
-          LOG(WARNING) << "batch_put_from_multi_buffers: keys, all_buffer_ptrs and all_sizes "
-                          "differ in shape";
-          return std::vector<int>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        return PutFromMany(s, "batch_put_from_multi_buffers", keys, parts, config);
-      },
-      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
-      py::arg("config") = kDefault);
-  c.def(
-      "batch_get_into_multi_buffers",
-      [](PyStore& s, const std::vector<std::string>& keys, const std::vector<Ptrs>& ptrs,
-         const std::vector<Sizes>& sizes, bool) {
-        bool ok = false;
-        auto parts = MultiSpans(ptrs, sizes, &ok);
-        if (!ok || parts.size() != keys.size()) {
-          LOG(WARNING) << "batch_get_into_multi_buffers: keys, all_buffer_ptrs and all_sizes "
-                          "differ in shape";
-          return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
-        }
-        return GetIntoMany(s, "batch_get_into_multi_buffers", keys, parts);
-      },
-      Release(), py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
-      py::arg("prefer_alloc_in_same_node") = false);
-
-  BindObjectApi(c, kDefault);
+  store_py::BindBatchApi(c, kDefault);
 }
 
 }  // namespace pyapi

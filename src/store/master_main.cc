@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "master.grpc.pb.h"
+#include "store/binary_main.h"
 #include "store/limits.h"
 #include "store/master_service.h"
 #include "store/master_http.h"
@@ -139,28 +140,22 @@ void OnSignal(int) { g_stop.store(true); }  // the main loop polls the flag
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("mooncake_master: the Mooncake Store master (placement and metadata)");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
-
-  auto fail = [](const std::string& what) {
-    LOG(ERROR) << what;
-    return 1;
-  };
+  mooncake::store::InitBinary(
+      "mooncake_master: the Mooncake Store master (placement and metadata)", &argc, &argv);
+  using mooncake::store::Fail;
   // Upstream's deprecated aliases, resolved as upstream does.
   if (FLAGS_port != 50051) LOG(WARNING) << "--port is deprecated, use --rpc_port instead";
   if (FLAGS_max_threads != 16) {
     LOG(WARNING) << "--max_threads is deprecated, use --rpc_thread_num instead";
   }
-  if (FLAGS_rpc_port < 0 || FLAGS_rpc_port > 65535) return fail("--rpc_port must be 0..65535");
+  if (FLAGS_rpc_port < 0 || FLAGS_rpc_port > 65535) return Fail("--rpc_port must be 0..65535");
   const int rpc_port = FLAGS_rpc_port > 0 ? FLAGS_rpc_port : FLAGS_port;
   if (FLAGS_rpc_port > 0 && FLAGS_port != 50051) {
     LOG(WARNING) << "both --rpc_port and --port are set: using --rpc_port=" << FLAGS_rpc_port;
   }
-  if (rpc_port <= 0 || rpc_port > 65535) return fail("--port / --rpc_port must be 1..65535");
+  if (rpc_port <= 0 || rpc_port > 65535) return Fail("--port / --rpc_port must be 1..65535");
   if (FLAGS_rpc_thread_num < 0 || FLAGS_max_threads <= 0) {
-    return fail("--rpc_thread_num must be >= 0 and --max_threads >= 1");
+    return Fail("--rpc_thread_num must be >= 0 and --max_threads >= 1");
   }
   int rpc_threads = FLAGS_rpc_thread_num;
   if (rpc_threads == 0) {
@@ -172,13 +167,13 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_metrics_port < 0 || FLAGS_metrics_port > 65535 ||
       FLAGS_http_metadata_server_port < 0 || FLAGS_http_metadata_server_port > 65535) {
-    return fail("--metrics_port and --http_metadata_server_port must be 0..65535");
+    return Fail("--metrics_port and --http_metadata_server_port must be 0..65535");
   }
   if (FLAGS_eviction_high_watermark_ratio <= 0 || FLAGS_eviction_high_watermark_ratio > 1 ||
       FLAGS_eviction_ratio < 0 || FLAGS_eviction_ratio > 1) {
-    return fail("--eviction_high_watermark_ratio must be in (0, 1] and --eviction_ratio in [0, 1]");
+    return Fail("--eviction_high_watermark_ratio must be in (0, 1] and --eviction_ratio in [0, 1]");
   }
-  if (FLAGS_client_ttl <= 0) return fail("--client_ttl must be > 0 seconds");
+  if (FLAGS_client_ttl <= 0) return Fail("--client_ttl must be > 0 seconds");
 
   mooncake::store::MasterConfig config;
   config.default_kv_lease_ttl_ms = FLAGS_default_kv_lease_ttl;
@@ -198,7 +193,7 @@ int main(int argc, char** argv) {
     const std::string error =
         metadata->Start(FLAGS_http_metadata_server_host, FLAGS_http_metadata_server_port);
     if (!error.empty()) {
-      return fail("cannot serve HTTP metadata: " + error +
+      return Fail("cannot serve HTTP metadata: " + error +
                   " (choose another port with --http_metadata_server_port, or stop the "
                   "server holding it)");
     }
@@ -222,7 +217,7 @@ int main(int argc, char** argv) {
                               rpc_threads);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
-    return fail("cannot listen on " + address +
+    return Fail("cannot listen on " + address +
                 " (port in use? choose another with --rpc_port)");
   }
 
@@ -235,7 +230,7 @@ int main(int argc, char** argv) {
     const std::string host = FLAGS_metrics_host.empty() ? FLAGS_rpc_address : FLAGS_metrics_host;
     const std::string error = metrics->Start(host, FLAGS_metrics_port);
     if (!error.empty()) {
-      return fail("cannot serve metrics on port " + std::to_string(FLAGS_metrics_port) + ": " +
+      return Fail("cannot serve metrics on port " + std::to_string(FLAGS_metrics_port) + ": " +
                   error + " (in use? choose another with --metrics_port, or "
                   "--enable_metric_reporting=false)");
     }

@@ -3,8 +3,6 @@
 // refuses a port in use.
 #include "store/metrics_server.h"
 
-#include "common/net.h"
-
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -17,40 +15,22 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_http.h"  // tests/store_master
+
 namespace mooncake {
 namespace store {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A connection to the server whose reads time out after 5 s, or -1.
-int Connect(int port) {
-  auto fd = ConnectTcp("127.0.0.1", static_cast<uint16_t>(port), 2000);
-  if (!fd.ok()) return -1;
-  timeval tv{5, 0};
-  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd->Release();
-}
-
-// Sends `request` and reads until the server closes (or 5 s pass).
-std::string Exchange(int port, const std::string& request) {
-  int fd = Connect(port);
-  if (fd < 0) return "";
-  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
+using testing_master::ConnectLoopback;
+using testing_master::Exchange;
 
 TEST(MetricsServer, ServesBesideMoreIdleConnectionsThanItKeeps) {
   MetricsServer server([] { return std::string("metric_a 1\n"); });
   ASSERT_EQ(server.Start("127.0.0.1", 0), "");
   std::vector<int> idle;
   for (size_t i = 0; i < MetricsServer::kMaxConnections + 200; ++i) {
-    int fd = Connect(server.port());
+    int fd = ConnectLoopback(server.port());
     if (fd >= 0) idle.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -66,7 +46,7 @@ TEST(MetricsServer, ServesBesideMoreIdleConnectionsThanItKeeps) {
 TEST(MetricsServer, ASlowRequestIsCutAtTheDeadline) {
   MetricsServer server([] { return std::string("m 1\n"); });
   ASSERT_EQ(server.Start("127.0.0.1", 0), "");
-  int fd = Connect(server.port());
+  int fd = ConnectLoopback(server.port());
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::send(fd, "GET /met", 8, MSG_NOSIGNAL), 8);
   const auto t0 = Clock::now();

@@ -21,6 +21,7 @@
 
 #include "common/net.h"
 #include "mooncake/store/store_client.h"
+#include "store/binary_main.h"
 #include "store/real_client_server.h"
 
 DEFINE_string(host, "0.0.0.0",
@@ -89,21 +90,16 @@ std::string SegmentHost(const std::string& host) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
-  gflags::SetUsageMessage("mooncake_client: a standalone Mooncake Store client serving dummies");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
-  auto fail = [](const std::string& what) {
-    LOG(ERROR) << what;
-    return 1;
-  };
-  if (FLAGS_port <= 0 || FLAGS_port > 65535) return fail("--port must be 1..65535");
+  mooncake::store::InitBinary(
+      "mooncake_client: a standalone Mooncake Store client serving dummies", &argc, &argv);
+  using mooncake::store::Fail;
+  if (FLAGS_port <= 0 || FLAGS_port > 65535) return Fail("--port must be 1..65535");
   auto gseg = ParseByteSize(FLAGS_global_segment_size);
   auto lbuf = ParseByteSize(FLAGS_local_buffer_size);
-  if (!gseg) return fail("--global_segment_size '" + FLAGS_global_segment_size + "' is not a size");
-  if (!lbuf) return fail("--local_buffer_size '" + FLAGS_local_buffer_size + "' is not a size");
+  if (!gseg) return Fail("--global_segment_size '" + FLAGS_global_segment_size + "' is not a size");
+  if (!lbuf) return Fail("--local_buffer_size '" + FLAGS_local_buffer_size + "' is not a size");
   if (FLAGS_tenant_id != "default") {
-    return fail("--tenant_id " + FLAGS_tenant_id + ": only the default tenant is provided");
+    return Fail("--tenant_id " + FLAGS_tenant_id + ": only the default tenant is provided");
   }
   if (!FLAGS_device_names.empty()) {
     LOG(WARNING) << "--device_names " << FLAGS_device_names << " ignored (no RDMA transport)";
@@ -121,7 +117,7 @@ int main(int argc, char* argv[]) {
   int code = 0;
   std::string message;
   auto client = mooncake::store::StoreClient::Create(o, &code, &message);
-  if (!client) return fail("store client setup failed (" + std::to_string(code) + "): " + message);
+  if (!client) return Fail("store client setup failed (" + std::to_string(code) + "): " + message);
 
   const std::string segment = client->segment_name();
   mooncake::store::RealClientConfig config;
@@ -138,7 +134,7 @@ int main(int argc, char* argv[]) {
   auto bind = mooncake::ParseHostPort(FLAGS_host);
   const std::string error = server.Start(bind.ok() ? bind->host : FLAGS_host, FLAGS_port);
   if (!error.empty()) {
-    return fail("cannot serve dummy clients on port " + std::to_string(FLAGS_port) + ": " + error +
+    return Fail("cannot serve dummy clients on port " + std::to_string(FLAGS_port) + ": " + error +
                 " (in use? choose another with --port)");
   }
   LOG(INFO) << "Real client service on " << FLAGS_host << ":" << server.port() << ": segment "

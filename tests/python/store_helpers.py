@@ -12,8 +12,13 @@ the Python snippets it is sent (one JSON line each) in one namespace holding `st
 `data(seed, n)` (deterministic random bytes) and whatever earlier snippets defined; the value
 the snippet leaves in `result` comes back (bytes as base64). Its log goes to a file, shown
 when a call fails.
+
+Also: store_fixtures (master / holder / store fixtures of a module), new_store, buf / ptr
+(numpy buffers and their addresses), metadata_server (etcd / redis / http from
+scripts/store_servers.sh), terminate (SIGTERM, then SIGKILL).
 """
 import base64
+import contextlib
 import json
 import os
 import pathlib
@@ -28,6 +33,7 @@ import urllib.request
 
 HERE = pathlib.Path(__file__).resolve().parent
 MASTER_BIN = pathlib.Path(sys.executable).parent / "mooncake_master"
+SERVERS = HERE.parents[1] / "scripts" / "store_servers.sh"
 
 
 def free_port():
@@ -52,6 +58,97 @@ def wait_until(pred, timeout, interval=0.05, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def terminate(proc, timeout=10):
+    """Ends the subprocess `proc`: SIGTERM, then SIGKILL if it still runs after `timeout`
+    seconds; reaps it. Nothing when it has already exited."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def metadata_server(kind):
+    """A metadata server of `kind` (http, etcd, redis) from scripts/store_servers.sh for the
+    duration of the block, as the URL clients are given. When it cannot start, the test is
+    skipped (failed under MC_REQUIRE_STORE_SERVERS=1)."""
+    import pytest
+    work = tempfile.mkdtemp(prefix=f"mc_store_{kind}_")
+    env = dict(os.environ, MC_STORE_SERVERS_OWNER_PID=str(os.getpid()))
+    proc = subprocess.run([str(SERVERS), "start", kind, work], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if proc.returncode != 0:
+        msg = f"{kind} server could not start: {proc.stderr.strip()[-500:]}"
+        if os.environ.get("MC_REQUIRE_STORE_SERVERS") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    port = proc.stdout.strip().splitlines()[-1]
+    try:
+        yield {"http": f"http://127.0.0.1:{port}/metadata", "etcd": f"etcd://127.0.0.1:{port}",
+               "redis": f"redis://127.0.0.1:{port}"}[kind]
+    finally:
+        subprocess.run([str(SERVERS), "stop", work], capture_output=True, timeout=60)
+
+
+def new_store(master, global_segment_size=0, local_buffer_size=16 << 20, **kw):
+    """A MooncakeDistributedStore in this process set up against `master` (P2PHANDSHAKE, tcp;
+    by default lending no memory); `kw` goes to setup."""
+    from mooncake.store import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", global_segment_size, local_buffer_size, "tcp", "",
+                 master.addr, **kw)
+    assert rc == 0
+    return s
+
+
+def store_fixtures(lease_ms, holder_segment):
+    """The fixtures of a module whose tests run a client in this process that lends no memory,
+    beside a holder client in another process that lends `holder_segment` bytes, so that
+    every transfer crosses the engine:
+        master, holder, store = store_fixtures(lease_ms=500, holder_segment=64 << 20)
+    `master` (per module: default_kv_lease_ttl=lease_ms), `holder` (a StoreProc, per module),
+    `store` (per test: new_store(master); everything removed and the store closed after)."""
+    import pytest
+
+    @pytest.fixture(scope="module", name="master")
+    def master():
+        m = Master(default_kv_lease_ttl=lease_ms)
+        yield m
+        m.stop()
+
+    @pytest.fixture(scope="module", name="holder")
+    def holder(master):
+        h = StoreProc(master, global_segment_size=holder_segment)
+        yield h
+        h.close()
+
+    @pytest.fixture(name="store")
+    def store(master, holder):
+        s = new_store(master)
+        yield s
+        s.remove_all(force=True)
+        s.close()
+
+    return master, holder, store
+
+
+def buf(n, seed=None):
+    """A numpy uint8 array of n bytes: zeros, or data(seed, n)."""
+    import numpy as np
+    a = np.zeros(n, dtype=np.uint8)
+    if seed is not None:
+        a[:] = np.frombuffer(data(seed, n), dtype=np.uint8)
+    return a
+
+
+def ptr(a, off=0):
+    """The address of byte `off` of the numpy array `a`."""
+    return a.ctypes.data + off
 
 
 def _tail(path, n=4000):
@@ -117,13 +214,7 @@ class Master:
         return self.metrics()[name]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self.log.close()
         if os.path.exists(self.log.name):
             os.unlink(self.log.name)

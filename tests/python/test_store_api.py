@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mc_helpers import HostBuffer, engine, make_engine, require_torch, segment_of
-from store_helpers import Master, StoreProc, data, wait_until
+from store_helpers import Master, buf, data, new_store, ptr, store_fixtures, wait_until
 
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig  # noqa: E402
 
@@ -17,46 +17,7 @@ np = pytest.importorskip("numpy")
 
 LEASE_MS = 1000
 
-
-@pytest.fixture(scope="module")
-def master():
-    m = Master(default_kv_lease_ttl=LEASE_MS)
-    yield m
-    m.stop()
-
-
-@pytest.fixture(scope="module")
-def holder(master):
-    h = StoreProc(master, global_segment_size=96 << 20)
-    yield h
-    h.close()
-
-
-def new_store(master, global_segment_size=0, local_buffer_size=16 << 20, **kw):
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", global_segment_size, local_buffer_size, "tcp", "",
-                 master.addr, **kw)
-    assert rc == 0
-    return s
-
-
-@pytest.fixture
-def store(master, holder):
-    s = new_store(master)
-    yield s
-    s.remove_all(force=True)
-    s.close()
-
-
-def buf(n, seed=None):
-    a = np.zeros(n, dtype=np.uint8)
-    if seed is not None:
-        a[:] = np.frombuffer(data(seed, n), dtype=np.uint8)
-    return a
-
-
-def ptr(a, off=0):
-    return a.ctypes.data + off
+master, holder, store = store_fixtures(lease_ms=LEASE_MS, holder_segment=96 << 20)
 
 
 def test_seed_import_line():

@@ -18,11 +18,10 @@ import time
 
 import pytest
 
-from store_helpers import Master, StoreProc, free_port, wait_until, _tail
+from store_helpers import (Master, StoreProc, free_port, metadata_server, terminate, wait_until,
+                           _tail)
 
 CLIENT_BIN = pathlib.Path(sys.executable).parent / "mooncake_client"
-REPO = pathlib.Path(__file__).resolve().parents[2]
-SERVERS = REPO / "scripts" / "store_servers.sh"
 
 
 def hello(port, timeout=1.0):
@@ -73,12 +72,7 @@ class RealClient:
             self.proc.wait(timeout=10)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        terminate(self.proc)
         self.log.close()
 
 
@@ -336,17 +330,8 @@ def test_mooncake_client_refuses_bad_flags():
 
 @pytest.fixture
 def http_metadata():
-    work = tempfile.mkdtemp(prefix="mc_dummy_http_")
-    env = dict(os.environ, MC_STORE_SERVERS_OWNER_PID=str(os.getpid()))
-    proc = subprocess.run([str(SERVERS), "start", "http", work], capture_output=True, text=True,
-                          env=env, timeout=300)
-    if proc.returncode != 0:
-        msg = f"http server could not start: {proc.stderr.strip()[-500:]}"
-        if os.environ.get("MC_REQUIRE_STORE_SERVERS") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    yield f"http://127.0.0.1:{proc.stdout.strip().splitlines()[-1]}/metadata"
-    subprocess.run([str(SERVERS), "stop", work], capture_output=True, timeout=60)
+    with metadata_server("http") as url:
+        yield url
 
 
 def test_dummies_under_an_http_metadata_server(http_metadata):

@@ -5,36 +5,18 @@ The servers come from scripts/store_servers.sh (installs etcd-server / redis-ser
 when missing; http is this project's mooncake_http_metadata_server from a build directory).
 A server that cannot start skips its case, unless MC_REQUIRE_STORE_SERVERS=1 (CI).
 """
-import os
 import pathlib
-import subprocess
-import tempfile
 
 import pytest
 
 from store_helpers import Master, StoreProc, data
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-SERVERS = REPO / "scripts" / "store_servers.sh"
+from store_helpers import metadata_server as store_metadata_server
 
 
 @pytest.fixture(params=["http", "etcd", "redis"])
 def metadata_server(request):
-    kind = request.param
-    work = tempfile.mkdtemp(prefix=f"mc_store_{kind}_")
-    env = dict(os.environ, MC_STORE_SERVERS_OWNER_PID=str(os.getpid()))
-    proc = subprocess.run([str(SERVERS), "start", kind, work], capture_output=True, text=True,
-                          env=env, timeout=300)
-    if proc.returncode != 0:
-        msg = f"{kind} server could not start: {proc.stderr.strip()[-500:]}"
-        if os.environ.get("MC_REQUIRE_STORE_SERVERS") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    port = proc.stdout.strip().splitlines()[-1]
-    url = {"http": f"http://127.0.0.1:{port}/metadata", "etcd": f"etcd://127.0.0.1:{port}",
-           "redis": f"redis://127.0.0.1:{port}"}[kind]
-    yield url
-    subprocess.run([str(SERVERS), "stop", work], capture_output=True, timeout=60)
+    with store_metadata_server(request.param) as url:
+        yield url
 
 
 def free_range(n):

@@ -8,52 +8,13 @@ import time
 import pytest
 
 from mc_helpers import engine, segment_of
-from store_helpers import Master, StoreProc, data
+from store_helpers import Master, StoreProc, buf, data, new_store, ptr, store_fixtures
 
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig  # noqa: E402
 
 np = pytest.importorskip("numpy")
 
-
-@pytest.fixture(scope="module")
-def master():
-    m = Master(default_kv_lease_ttl=500)
-    yield m
-    m.stop()
-
-
-@pytest.fixture(scope="module")
-def holder(master):
-    h = StoreProc(master, global_segment_size=64 << 20)
-    yield h
-    h.close()
-
-
-def new_store(master, global_segment_size=0, local_buffer_size=16 << 20, **kw):
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", global_segment_size, local_buffer_size, "tcp", "",
-                 master.addr, **kw)
-    assert rc == 0
-    return s
-
-
-@pytest.fixture
-def store(master, holder):
-    s = new_store(master)
-    yield s
-    s.remove_all(force=True)
-    s.close()
-
-
-def buf(n, seed=None):
-    a = np.zeros(n, dtype=np.uint8)
-    if seed is not None:
-        a[:] = np.frombuffer(data(seed, n), dtype=np.uint8)
-    return a
-
-
-def ptr(a, off=0):
-    return a.ctypes.data + off
+master, holder, store = store_fixtures(lease_ms=500, holder_segment=64 << 20)
 
 
 # ---- setup ----

@@ -1,5 +1,6 @@
-// Helpers for the tests that run the real mooncake_master binary (MC_MASTER_PATH): free
-// ports, a raw-socket HTTP GET, Prometheus text parsing, and the master as a child process.
+// Helpers for the tests that run the real mooncake_master binary (MC_MASTER_PATH): those of
+// loopback_http.h (free ports, raw-socket HTTP), Prometheus text parsing, and the master as a
+// child process.
 #pragma once
 
 #include <arpa/inet.h>
@@ -23,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/net.h"
+#include "loopback_http.h"
 #include "mooncake/store/store_client.h"
 
 namespace mooncake {
@@ -36,37 +37,11 @@ using std::chrono::seconds;
 
 constexpr uint64_t MiB = 1 << 20;
 
-// A port nobody listens on now: bind port 0 and read what the kernel chose.
-inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// A connection to 127.0.0.1:port whose reads time out after 5 s (the caller closes it), or -1.
-inline int ConnectLoopback(int port) {
-  auto fd = ConnectTcp("127.0.0.1", static_cast<uint16_t>(port), 2000);
-  if (!fd.ok()) return -1;
-  timeval tv{5, 0};
-  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd->Release();
 }
 
 // A StoreClient of the master at 127.0.0.1:rpc_port lending `segment` bytes; null (with the
@@ -83,24 +58,6 @@ inline std::unique_ptr<StoreClient> MakeClient(int rpc_port, uint64_t segment,
   auto c = StoreClient::Create(o, &code, &msg);
   EXPECT_NE(c, nullptr) << code << ": " << msg;
   return c;
-}
-
-// GET http://127.0.0.1:port/path with a raw socket; the whole response, or "" on failure.
-inline std::string HttpGet(int port, const std::string& path) {
-  int fd = ConnectLoopback(port);
-  if (fd < 0) return "";
-  const std::string req =
-      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return "";
-  }
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
 }
 
 // The value of the "name value" line in Prometheus text, or nullopt.

@@ -347,15 +347,9 @@ TEST_F(MasterProcessTest, PortInUseIsRefusedWithAClearMessage) {
 
 TEST_F(MasterProcessTest, PortHeldByAnotherProgramIsRefused) {
   // A plain listening socket (no SO_REUSEPORT) holds the port.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
+  int port = 0;
+  const int fd = HoldLoopbackPort(&port);
+  ASSERT_GE(fd, 0);
   MasterProcess m({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(port),
                    "--metrics_port=" + std::to_string(FreePort())});
   auto rc = m.WaitExit(seconds(20));

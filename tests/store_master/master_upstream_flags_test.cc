@@ -3,9 +3,7 @@
 // (--enable_http_metadata_server) used by Store clients' engines, a metadata port in use
 // refused, and the HTTP endpoints on --metrics_port served to a legitimate client beside
 // hundreds of idle connections and hostile requests.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,34 +20,6 @@ namespace store {
 namespace {
 
 using namespace testing_master;  // NOLINT
-
-// One request with a raw socket; the whole response, or "" on failure.
-std::string HttpRequest(int port, const std::string& method, const std::string& target,
-                        const std::string& body = "") {
-  int fd = ConnectLoopback(port);
-  if (fd < 0) return "";
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (method == "PUT") req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-  req += "\r\n" + body;
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return "";
-  }
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
-int StatusOf(const std::string& reply) {
-  return reply.size() >= 12 ? std::atoi(reply.substr(9, 3).c_str()) : -1;
-}
-std::string BodyOf(const std::string& reply) {
-  const size_t end = reply.find("\r\n\r\n");
-  return end == std::string::npos ? "" : reply.substr(end + 4);
-}
 
 void StopMaster(MasterProcess& m) {
   ::kill(m.pid(), SIGTERM);
@@ -195,15 +165,9 @@ TEST(MasterUpstreamFlags, MetadataServerOnlyWhenEnabled) {
 
 TEST(MasterUpstreamFlags, MetadataPortInUseIsRefusedWithAClearMessage) {
   // A plain listening socket holds the port.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
+  int port = 0;
+  const int fd = HoldLoopbackPort(&port);
+  ASSERT_GE(fd, 0);
   MasterProcess m({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(FreePort()),
                    "--metrics_port=" + std::to_string(FreePort()),
                    "--enable_http_metadata_server=true",
@@ -274,8 +238,3 @@ TEST(MasterUpstreamFlags, EndpointsServeBesideIdleConnectionsAndHostileRequests)
 }  // namespace
 }  // namespace store
 }  // namespace mooncake
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -211,8 +211,3 @@ TEST_F(MasterHostileTest, MetricsAnswerPromptlyDespiteIdleAndSlowConnections) {
 }  // namespace
 }  // namespace store
 }  // namespace mooncake
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -93,8 +93,3 @@ TEST(StoreStaging, PeersCannotReachTheStagingBuffer) {
 }  // namespace
 }  // namespace store
 }  // namespace mooncake
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

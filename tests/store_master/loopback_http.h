@@ -1,0 +1,105 @@
+// Loopback socket helpers for tests of the HTTP servers (MetricsServer, the master's
+// --metrics_port): free ports, a held port, and raw-socket HTTP requests. Header only; needs
+// nothing but common/net.h.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "common/net.h"
+
+namespace mooncake {
+namespace store {
+namespace testing_master {
+
+// A port nobody listens on now: bind port 0 and read what the kernel chose.
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A socket listening on 127.0.0.1 (no SO_REUSEPORT) that holds a port: its number in *port.
+// The caller closes it; -1 on failure.
+inline int HoldLoopbackPort(int* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 1) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+// A connection to 127.0.0.1:port whose reads time out after 5 s (the caller closes it), or -1.
+inline int ConnectLoopback(int port) {
+  auto fd = ConnectTcp("127.0.0.1", static_cast<uint16_t>(port), 2000);
+  if (!fd.ok()) return -1;
+  timeval tv{5, 0};
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd->Release();
+}
+
+// Sends `request` to 127.0.0.1:port and reads until the server closes (or 5 s pass); what
+// it read, or "" when it could not connect. A short send still reads: a server may answer
+// an oversized request and close before reading all of it.
+inline std::string Exchange(int port, const std::string& request) {
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
+  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// One HTTP/1.1 request (Connection: close; a PUT carries Content-Length); the whole
+// response, or "" on failure.
+inline std::string HttpRequest(int port, const std::string& method, const std::string& target,
+                               const std::string& body = "") {
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (method == "PUT") req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  return Exchange(port, req + "\r\n" + body);
+}
+
+// GET http://127.0.0.1:port/path; the whole response, or "" on failure.
+inline std::string HttpGet(int port, const std::string& path) {
+  return HttpRequest(port, "GET", path);
+}
+
+// The status code of a response, or -1.
+inline int StatusOf(const std::string& reply) {
+  return reply.size() >= 12 ? std::atoi(reply.substr(9, 3).c_str()) : -1;
+}
+// The body of a response ("" without one).
+inline std::string BodyOf(const std::string& reply) {
+  const size_t end = reply.find("\r\n\r\n");
+  return end == std::string::npos ? "" : reply.substr(end + 4);
+}
+
+}  // namespace testing_master
+}  // namespace store
+}  // namespace mooncake
