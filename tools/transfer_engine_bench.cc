@@ -4,6 +4,15 @@
 // Target:    transfer_engine_bench --mode=target
 // Initiator: transfer_engine_bench --mode=initiator --segment_id=127.0.0.1:<port> --verify
 // Exit status: 0 only when every request completed (and, with --verify, every byte matched).
+//
+// Built a second time as transfer_engine_ascend_direct_perf (MC_ASCEND_DIRECT_PERF, the seed's
+// target name): the same tool with upstream's Ascend perf tool's defaults (block iterations,
+// --operation=write, NPU memory on --device_logicid 0) but --local_server_name 127.0.0.1.
+//
+// The seeds' flow: the initiator starts the moment the target logs "listening on". The target
+// registers its memory before Init, so the first descriptor a peer fetches already lists it;
+// against a target that registers later (upstream's), the initiator waits for its buffers
+// (at most --timeout_ms) and says so in one line.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <signal.h>
@@ -11,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -39,12 +49,18 @@ DEFINE_int32(threads, 2, "initiator worker threads");
 DEFINE_double(duration, 10, "seconds of the timed loop (0: skip it)");
 DEFINE_uint64(buffer_size, 1ull << 30, "bytes of registered memory on each side");
 DEFINE_int32(gpu_id, -1, "GPU whose memory holds the buffers, on either side (-1: host memory)");
-DEFINE_int32(device_logicid, -1, "alias of --gpu_id (the Ascend perf tool's name)");
+DEFINE_int32(device_logicid, -1,
+             "Ascend NPU whose memory holds the buffers (location npu:N; -1: host memory). "
+             "Needs the Ascend runtime, libascendcl.so");
 DEFINE_string(report_unit, "GB", "GB GiB Gb MB MiB Mb KB KiB Kb");
 DEFINE_int32(report_precision, 2, "decimals in the result line");
 DEFINE_bool(verify, false, "initiator: write the whole buffer, read it back, compare every byte");
 DEFINE_bool(json, false, "initiator: also print one JSON result line");
 DEFINE_int32(timeout_ms, 60000, "initiator: longest wait for one batch");
+DEFINE_int32(target_register_delay_ms, -1,
+             "target: -1 registers its memory before Init (before it logs \"listening on\"); "
+             ">= 0 registers it this long after Init, as upstream's perf tool does (for tests "
+             "of the initiator's wait)");
 DEFINE_bool(shared_buffer, false,
             "initiator: allocate the local buffer with AllocateSharedMemory (memfd): a same-host "
             "target then copies with memcpy instead of process_vm_readv/writev");
@@ -59,6 +75,25 @@ using mooncake::TransferRequest;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};
+
+#ifdef MC_ASCEND_DIRECT_PERF
+constexpr const char* kToolName = "transfer_engine_ascend_direct_perf";
+#else
+constexpr const char* kToolName = "transfer_engine_bench";
+#endif
+
+// Upstream's transfer_engine_ascend_direct_perf defaults, except --local_server_name (upstream
+// points it at a lab address; here it stays 127.0.0.1). Applied before parsing, so --help
+// shows them and the command line overrides them.
+void ApplyToolDefaults() {
+#ifdef MC_ASCEND_DIRECT_PERF
+  for (auto [name, value] : {std::pair{"operation", "write"}, {"block_iteration", "10"},
+                             {"batch_size", "32"}, {"block_size", "32768"},
+                             {"device_logicid", "0"}}) {
+    gflags::SetCommandLineOptionWithMode(name, value, gflags::SET_FLAGS_DEFAULT);
+  }
+#endif
+}
 
 void OnSignal(int) { g_stop.store(true); }
 
@@ -79,13 +114,44 @@ double UnitBytes(const std::string& unit) {
   return 1e9;
 }
 
-// The GPU holding the buffers (--gpu_id, or its alias --device_logicid), or -1.
-int GpuId() { return FLAGS_gpu_id >= 0 ? FLAGS_gpu_id : FLAGS_device_logicid; }
-std::string Location() { return GpuId() >= 0 ? "cuda:" + std::to_string(GpuId()) : "cpu:0"; }
+// The device holding the buffers (a GPU by --gpu_id, an NPU by --device_logicid), or -1.
+int DeviceId() { return FLAGS_gpu_id >= 0 ? FLAGS_gpu_id : FLAGS_device_logicid; }
+std::string Location() {
+  if (FLAGS_gpu_id >= 0) return "cuda:" + std::to_string(FLAGS_gpu_id);
+  if (FLAGS_device_logicid >= 0) return "npu:" + std::to_string(FLAGS_device_logicid);
+  return "cpu:0";
+}
+
+// OK when the memory the flags ask for can be had here; else what is missing.
+Status DeviceReady() {
+  if (FLAGS_gpu_id >= 0 && FLAGS_device_logicid >= 0) {
+    return Status::InvalidArgument("--gpu_id (CUDA) and --device_logicid (Ascend): pick one");
+  }
+  if (FLAGS_gpu_id >= 0) {
+    return mooncake::platform::Devices().Available().WithContext("--gpu_id " +
+                                                                 std::to_string(FLAGS_gpu_id));
+  }
+  if (FLAGS_device_logicid < 0) return Status::OK();
+  // NPU memory comes from the device seam's Ascend backend, which loads libascendcl.so.
+  const std::string where = "--device_logicid " + std::to_string(FLAGS_device_logicid) + " (" +
+                            Location() + ")";
+  int device = mooncake::platform::kHostMemory;
+  MC_RETURN_IF_ERROR(mooncake::platform::ResolveLocation(Location(), nullptr, &device)
+                         .WithContext(where));
+  mooncake::platform::DeviceBackend& d = mooncake::platform::Devices();
+  const std::string backend = d.name();
+  if (backend != "ascend" && backend != "sim") {
+    return Status::FailedPrecondition(
+        where + ": NPU memory needs the Ascend runtime (libascendcl.so), and this build's device "
+        "seam has no Ascend backend to load it; install CANN and source "
+        "/usr/local/Ascend/ascend-toolkit/set_env.sh, or pass --device_logicid=-1 for host memory");
+  }
+  return d.Available().WithContext(where);
+}
 
 uint8_t* AllocBuffer(size_t size) {
-  if (GpuId() >= 0) {
-    auto p = mooncake::platform::Devices().Malloc(GpuId(), size);
+  if (DeviceId() >= 0) {
+    auto p = mooncake::platform::Devices().Malloc(DeviceId(), size);
     if (!p.ok()) Die("cannot allocate " + std::to_string(size) + " bytes of GPU memory: " +
                      p.status().ToString());
     return static_cast<uint8_t*>(*p);
@@ -97,7 +163,7 @@ uint8_t* AllocBuffer(size_t size) {
 }
 
 void FreeBuffer(uint8_t* p, size_t size) {
-  if (GpuId() >= 0) {
+  if (DeviceId() >= 0) {
     (void)mooncake::platform::Devices().Free(p);
   } else {
     ::munmap(p, size);
@@ -106,7 +172,7 @@ void FreeBuffer(uint8_t* p, size_t size) {
 
 // Copies between a buffer from AllocBuffer and host memory.
 void CopyBuffer(void* dst, const void* src, size_t n) {
-  if (GpuId() < 0) {
+  if (DeviceId() < 0) {
     std::memcpy(dst, src, n);
     return;
   }
@@ -119,14 +185,19 @@ void Check(const Status& s, const std::string& what) {
 }
 
 // Submits one batch and waits for it; dies with the first failure's message.
-void RunBatch(TransferEngine& engine, const std::vector<TransferRequest>& reqs) {
+// say_submitted: log upstream's "submit transfer suc." once it is submitted.
+void RunBatch(TransferEngine& engine, const std::vector<TransferRequest>& reqs,
+              bool say_submitted = false) {
   auto id = engine.AllocateBatchID(reqs.size());
   Check(id.status(), "allocate batch");
   Check(engine.SubmitTransfer(*id, reqs), "submit");
+  if (say_submitted) LOG(INFO) << "submit transfer suc.";
   auto st = engine.WaitBatch(*id, std::chrono::milliseconds(FLAGS_timeout_ms));
   Check(st.status(), "wait");
   if (st->s != mooncake::COMPLETED) {
-    std::string why = "batch ended " + std::string(mooncake::TransferStatusName(st->s));
+    // Upstream's words (the seed's script greps for them), then ours.
+    std::string why = "getTransferStatus FAILED: batch ended " +
+                      std::string(mooncake::TransferStatusName(st->s));
     for (size_t i = 0; i < reqs.size(); ++i) {
       auto err = engine.GetTransferError(*id, i);
       if (err.ok() && !err->empty()) {
@@ -134,7 +205,9 @@ void RunBatch(TransferEngine& engine, const std::vector<TransferRequest>& reqs) 
         break;
       }
     }
-    if (st->s == mooncake::WAITING) why = "batch did not finish within --timeout_ms";
+    if (st->s == mooncake::WAITING) {
+      why = "Sync data transfer timeout: batch did not finish within --timeout_ms";
+    }
     Die(why);
   }
   Check(engine.FreeBatchID(*id), "free batch");
@@ -157,18 +230,100 @@ double MoveAll(TransferEngine& engine, TransferRequest::OpCode op, uint8_t* loca
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-int RunTarget(TransferEngine& engine) {
-  uint8_t* buf = AllocBuffer(FLAGS_buffer_size);
-  Check(engine.RegisterLocalMemory(buf, FLAGS_buffer_size, Location()), "register");
-  std::printf("Target segment name: %s (buffer 0x%lx, %lu bytes, %s)\n",
-              engine.GetLocalSegmentName().c_str(), reinterpret_cast<unsigned long>(buf),
-              static_cast<unsigned long>(FLAGS_buffer_size), Location().c_str());
+// The target's buffers, registered before Init (see the file comment). With
+// --block_iteration > 0, upstream's perf layout: a warm-up buffer of block_size, then one of
+// batch_size * (block_size << i) * 2 bytes per iteration i; otherwise one of --buffer_size.
+struct TargetBuffers {
+  std::vector<std::pair<uint8_t*, size_t>> list;
+};
+
+uint64_t IterationBytes(uint64_t i) { return (FLAGS_block_size << i) * 2 * FLAGS_batch_size; }
+
+TargetBuffers RegisterTargetBuffers(TransferEngine& engine) {
+  std::vector<size_t> sizes;
+  if (FLAGS_block_iteration > 0) {
+    sizes.push_back(FLAGS_block_size);
+    for (uint64_t i = 0; i < FLAGS_block_iteration; ++i) sizes.push_back(IterationBytes(i));
+  } else {
+    sizes.push_back(FLAGS_buffer_size);
+  }
+  TargetBuffers out;
+  for (size_t n : sizes) {
+    uint8_t* p = AllocBuffer(n);
+    Check(engine.RegisterLocalMemory(p, n, Location()), "register " + Location() + " memory");
+    out.list.emplace_back(p, n);
+  }
+  return out;
+}
+
+int RunTarget(TransferEngine& engine, TargetBuffers buffers) {
+  const auto& first = buffers.list.front();
+  std::printf("Target segment name: %s (buffer 0x%lx, %lu bytes, %s; %zu buffer(s))\n",
+              engine.GetLocalSegmentName().c_str(), reinterpret_cast<unsigned long>(first.first),
+              static_cast<unsigned long>(first.second), Location().c_str(), buffers.list.size());
   std::fflush(stdout);
   while (!g_stop.load()) ::usleep(100000);
   LOG(INFO) << "target stopping";
-  Check(engine.UnregisterLocalMemory(buf), "unregister");
-  FreeBuffer(buf, FLAGS_buffer_size);
+  for (auto& [p, n] : buffers.list) {
+    Check(engine.UnregisterLocalMemory(p), "unregister");
+    FreeBuffer(p, n);
+  }
   return 0;
+}
+
+// Where the initiator writes in the target: a warm-up address and one per block iteration.
+struct RemotePlan {
+  uint64_t warm_up = 0;
+  std::vector<uint64_t> iteration;
+};
+
+// Fits the block iterations into the target's buffers: upstream's perf layout (a warm-up
+// buffer, then one per iteration), or everything at the start of its first buffer.
+bool PlanBlockIterations(const mooncake::SegmentInfo& info, RemotePlan* plan) {
+  const auto& b = info.buffers;
+  const uint64_t n = FLAGS_block_iteration;
+  bool layout = b.size() >= n + 1 && b[0].length >= FLAGS_block_size;
+  for (uint64_t i = 0; layout && i < n; ++i) layout = b[i + 1].length >= IterationBytes(i);
+  plan->iteration.clear();
+  if (layout) {
+    plan->warm_up = b[0].addr;
+    for (uint64_t i = 0; i < n; ++i) plan->iteration.push_back(b[i + 1].addr);
+    return true;
+  }
+  if (b.empty() || b[0].length < IterationBytes(n - 1)) return false;
+  plan->warm_up = b[0].addr;
+  plan->iteration.assign(n, b[0].addr);
+  return true;
+}
+
+// The target's descriptor once `ready` accepts it. A target that registers its memory after
+// it starts listening (upstream's perf tool does) is waited for, at most --timeout_ms.
+mooncake::SegmentInfo WaitForTargetMemory(
+    TransferEngine& engine, SegmentID seg,
+    const std::function<bool(const mooncake::SegmentInfo&)>& ready) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(FLAGS_timeout_ms);
+  bool said = false;
+  for (;;) {
+    auto info = engine.GetSegmentInfo(seg);
+    Check(info.status(), "segment info of " + FLAGS_segment_id);
+    if (ready(*info)) return *info;
+    if (Clock::now() >= deadline) {
+      std::string seen = std::to_string(info->buffers.size()) + " buffer(s)";
+      if (!info->buffers.empty()) {
+        seen += ", the first " + std::to_string(info->buffers[0].length) + " bytes";
+      }
+      Die("segment " + FLAGS_segment_id + " has no registered memory that fits (" + seen +
+          ") after " + std::to_string(FLAGS_timeout_ms) + " ms (--timeout_ms)");
+    }
+    if (!said) {
+      LOG(INFO) << "segment " << FLAGS_segment_id << " has not registered the memory this run "
+                << "needs yet (" << info->buffers.size() << " buffer(s)); waiting for it, at most "
+                << FLAGS_timeout_ms << " ms";
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Check(engine.RefreshSegment(seg), "refresh segment " + FLAGS_segment_id);
+  }
 }
 
 void Percentiles(std::vector<double>& v, double* p50, double* p99) {
@@ -181,18 +336,23 @@ void Percentiles(std::vector<double>& v, double* p50, double* p99) {
   *p99 = v[std::min(v.size() - 1, static_cast<size_t>(v.size() * 0.99))];
 }
 
-int RunBlockIterations(TransferEngine& engine, SegmentID seg, uint64_t remote_base,
-                       uint64_t remote_len, TransferRequest::OpCode op) {
+int RunBlockIterations(TransferEngine& engine, SegmentID seg, const RemotePlan& plan,
+                       TransferRequest::OpCode op) {
+  // Warm-up: one block, as upstream's tool does before it measures.
+  uint8_t* warm = AllocBuffer(FLAGS_block_size);
+  Check(engine.RegisterLocalMemory(warm, FLAGS_block_size, Location()), "register");
+  RunBatch(engine, {{op, warm, seg, plan.warm_up, FLAGS_block_size}}, /*say_submitted=*/true);
+  Check(engine.UnregisterLocalMemory(warm), "unregister");
+  FreeBuffer(warm, FLAGS_block_size);
   for (uint64_t i = 0; i < FLAGS_block_iteration; ++i) {
     uint64_t bs = FLAGS_block_size << i;
-    uint64_t need = bs * 2 * FLAGS_batch_size;
-    if (need > remote_len) Die("block iteration " + std::to_string(i) + " needs " +
-                               std::to_string(need) + " bytes; raise --buffer_size");
+    uint64_t need = IterationBytes(i);
     uint8_t* local = AllocBuffer(need);
     Check(engine.RegisterLocalMemory(local, need, Location()), "register");
     std::vector<TransferRequest> reqs;
+    // Every other block, so that neither side's memory is contiguous (as upstream).
     for (int j = 0; j < FLAGS_batch_size; ++j) {
-      reqs.push_back({op, local + bs * 2 * j, seg, remote_base + bs * 2 * j, bs});
+      reqs.push_back({op, local + bs * 2 * j, seg, plan.iteration[i] + bs * 2 * j, bs});
     }
     auto start = Clock::now();
     RunBatch(engine, reqs);
@@ -221,17 +381,22 @@ int RunInitiator(TransferEngine& engine) {
   }
   auto seg = engine.OpenSegment(FLAGS_segment_id);
   Check(seg.status(), "open segment " + FLAGS_segment_id);
-  auto info = engine.GetSegmentInfo(*seg);
-  Check(info.status(), "segment info");
-  if (info->buffers.empty()) Die("segment " + FLAGS_segment_id + " has no registered memory");
-  uint64_t remote = info->buffers[0].addr, remote_len = info->buffers[0].length;
-  if (FLAGS_block_iteration > 0) return RunBlockIterations(engine, *seg, remote, remote_len, op);
+  if (FLAGS_block_iteration > 0) {
+    RemotePlan plan;
+    WaitForTargetMemory(engine, *seg, [&](const mooncake::SegmentInfo& info) {
+      return PlanBlockIterations(info, &plan);
+    });
+    return RunBlockIterations(engine, *seg, plan, op);
+  }
+  auto info = WaitForTargetMemory(
+      engine, *seg, [](const mooncake::SegmentInfo& i) { return !i.buffers.empty(); });
+  uint64_t remote = info.buffers[0].addr, remote_len = info.buffers[0].length;
   if (remote_len < FLAGS_buffer_size) {
     Die("target buffer is " + std::to_string(remote_len) + " bytes; --buffer_size asks " +
         std::to_string(FLAGS_buffer_size));
   }
   uint8_t* local = nullptr;
-  if (FLAGS_shared_buffer && GpuId() >= 0) Die("--shared_buffer is host memory; drop --gpu_id");
+  if (FLAGS_shared_buffer && DeviceId() >= 0) Die("--shared_buffer is host memory; drop --gpu_id");
   if (FLAGS_shared_buffer) {
     auto shared = engine.AllocateSharedMemory(FLAGS_buffer_size);
     Check(shared.status(), "allocate shared memory");
@@ -326,24 +491,36 @@ int RunInitiator(TransferEngine& engine) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("transfer_engine_bench --mode=target|initiator [flags]");
+  ApplyToolDefaults();
+  gflags::SetUsageMessage(std::string(kToolName) + " --mode=target|initiator [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
   ::signal(SIGPIPE, SIG_IGN);
-  if (GpuId() >= 0) {
-    Status gpu = mooncake::platform::Devices().Available();
-    if (!gpu.ok()) Die("--gpu_id/--device_logicid " + std::to_string(GpuId()) + ": " + gpu.ToString());
-  }
+  Check(DeviceReady(), "device memory");
   if (FLAGS_block_size == 0 || FLAGS_batch_size <= 0 || FLAGS_threads <= 0) {
     Die("--block_size, --batch_size and --threads must be positive");
   }
+  if (FLAGS_mode != "target" && FLAGS_mode != "initiator") {
+    Die("--mode must be target or initiator");
+  }
   TransferEngine engine;
+  // The target's memory is registered before Init: in the descriptor before "listening on".
+  TargetBuffers target_buffers;
+  const bool late = FLAGS_target_register_delay_ms >= 0;
+  if (FLAGS_mode == "target" && !late) target_buffers = RegisterTargetBuffers(engine);
   std::string proto = FLAGS_protocol == "auto" ? "" : FLAGS_protocol;
   Check(engine.Init(FLAGS_metadata_server, FLAGS_local_server_name, proto), "init");
-  if (FLAGS_mode == "target") return RunTarget(engine);
-  if (FLAGS_mode == "initiator") return RunInitiator(engine);
-  Die("--mode must be target or initiator");
+  if (FLAGS_mode == "target" && late) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_target_register_delay_ms));
+    target_buffers = RegisterTargetBuffers(engine);
+  }
+  std::string transports;
+  for (const auto& t : engine.GetTransports()) transports += (transports.empty() ? "" : ",") + t;
+  LOG(INFO) << "Success to initialize mooncake-te engine: " << engine.GetLocalSegmentName()
+            << ", transports " << transports << ", memory " << Location();
+  if (FLAGS_mode == "target") return RunTarget(engine, std::move(target_buffers));
+  return RunInitiator(engine);
 }

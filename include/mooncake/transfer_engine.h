@@ -60,6 +60,9 @@ class TransferEngine {
   // With a store the segment keeps the name given, published under mooncake/ram/<name> and
   // mooncake/rpc_meta/<name>.
   // `transport`: "" or "auto" picks the best built-in transport; a name asks for that one.
+  // Memory may be registered before Init: peers then find it in the very first descriptor
+  // they can fetch, i.e. as soon as the "listening on" line is logged. A failed Init keeps
+  // those registrations.
   Status Init(const std::string& metadata, const std::string& local_server_name,
               const std::string& transport = "");
   bool initialized() const;

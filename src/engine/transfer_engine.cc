@@ -28,7 +28,15 @@ Status TransferEngine::Init(const std::string& metadata, const std::string& loca
   Status s = impl_->Init(metadata, local_server_name, transport);
   if (!s.ok()) {
     impl_->Shutdown();
-    impl_ = std::make_unique<Impl>(impl_->options);
+    auto fresh = std::make_unique<Impl>(impl_->options);
+    // Memory registered before Init stays registered (Init's contract).
+    {
+      std::scoped_lock lock(impl_->shared_mu, fresh->shared_mu);
+      fresh->shared.swap(impl_->shared);
+    }
+    Status kept = fresh->registry.AddBatch(impl_->registry.List());
+    if (!kept.ok()) LOG(ERROR) << "registrations lost after a failed Init: " << kept.ToString();
+    impl_ = std::move(fresh);
   }
   return s;
 }

@@ -285,5 +285,28 @@ TEST(Engine, InitErrors) {
   EXPECT_EQ(e.Init("P2PHANDSHAKE", "127.0.0.1").code(), Status::Code::kFailedPrecondition);
 }
 
+// The seeds' flow: an initiator opens the target's segment the moment the target logs
+// "listening on". Memory the target registered before Init is in that first descriptor.
+TEST(Engine, MemoryRegisteredBeforeInitIsInTheFirstDescriptor) {
+  std::vector<uint8_t> remote(1 << 20, 0), local(1 << 20, 0x5A);
+  TransferEngine target(FastOptions()), initiator(FastOptions());
+  ASSERT_TRUE(target.RegisterLocalMemory(remote.data(), remote.size(), "cpu:0").ok());
+  // A failed Init keeps the registration.
+  ASSERT_FALSE(target.Init("P2PHANDSHAKE", ":80").ok());
+  ASSERT_TRUE(target.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+  ASSERT_TRUE(initiator.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+  ASSERT_TRUE(initiator.RegisterLocalMemory(local.data(), local.size()).ok());
+  auto seg = initiator.OpenSegment(target.GetLocalSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  auto info = initiator.GetSegmentInfo(*seg);
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->buffers.size(), 1u);
+  EXPECT_EQ(info->buffers[0].addr, reinterpret_cast<uint64_t>(remote.data()));
+  Status s = initiator.TransferSync(
+      {{TransferRequest::WRITE, local.data(), *seg, info->buffers[0].addr, local.size()}});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(remote, local);
+}
+
 }  // namespace
 }  // namespace mooncake
