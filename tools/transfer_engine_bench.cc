@@ -20,11 +20,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iomanip>
 #include <map>
 #include <thread>
@@ -152,8 +152,8 @@ Status DeviceReady() {
 uint8_t* AllocBuffer(size_t size) {
   if (DeviceId() >= 0) {
     auto p = mooncake::platform::Devices().Malloc(DeviceId(), size);
-    if (!p.ok()) Die("cannot allocate " + std::to_string(size) + " bytes of GPU memory: " +
-                     p.status().ToString());
+    if (!p.ok()) Die("cannot allocate " + std::to_string(size) + " bytes of " + Location() +
+                     " memory: " + p.status().ToString());
     return static_cast<uint8_t*>(*p);
   }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
