@@ -12,7 +12,9 @@ std::string EncodeConfig(const RealClientConfig& c) {
                       {"device_names", c.device_names},
                       {"host", c.host},
                       {"segment_name", c.segment_name}};
-  return j.dump() + "\n";
+  // JSON carries UTF-8 only: a byte that is not (a flag's value can be anything) becomes
+  // U+FFFD, where the strict default would throw out of the real client's constructor.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 Result<RealClientConfig> DecodeConfig(const std::string& line) {

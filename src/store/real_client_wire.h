@@ -42,7 +42,9 @@ inline bool SameCluster(const RealClientConfig& a, const RealClientConfig& b) {
          a.metadata_server == b.metadata_server;
 }
 
-std::string EncodeConfig(const RealClientConfig& c);  // one line, '\n' included
+// One line, '\n' included. Never throws: bytes of a field that are not UTF-8 are each
+// replaced by U+FFFD (so such a field does not survive DecodeConfig unchanged).
+std::string EncodeConfig(const RealClientConfig& c);
 // Errors: DataLoss (not a JSON object of strings with the fields above, or too long).
 Result<RealClientConfig> DecodeConfig(const std::string& line);
 
