@@ -222,12 +222,102 @@ def shm():
         write("fuzz_shm_server", name, data)
 
 
+# ---------------------------------------------------------------- fuzz_real_client_wire
+def real_client_wire():
+    t = "fuzz_real_client_wire"
+    cfg = ('{"device_names":"","host":"h","master_server_address":"127.0.0.1:50051",'
+           '"metadata_server":"http://127.0.0.1:8080/metadata","protocol":"tcp",'
+           '"segment_name":"h:12345"}')
+    # Mode 0: the line a dummy decodes.
+    write(t, "config_ok", b"\x00" + cfg.encode() + b"\n\n")
+    write(t, "config_escapes", b"\x00" + cfg.replace('"h"', '"h\\u00e9\\"\\\\\\/"').encode() + b"\n")
+    write(t, "config_empty_host", b"\x00" + cfg.replace('"h"', '""').encode() + b"\n")
+    write(t, "config_not_string", b"\x00" + cfg.replace('"tcp"', '["tcp"]').encode() + b"\n")
+    write(t, "config_missing", b"\x00" + b'{"host":"h"}\n')
+    write(t, "config_extra_and_dup", b"\x00" + cfg[:-1].encode() + b',"x":{"y":[1,2]},"host":"i"}\n')
+    write(t, "config_deep", b"\x00" + b"[" * 600 + b"]" * 600 + b"\n")
+    write(t, "config_no_newline", b"\x00" + cfg.encode())
+    # Mode 1: EncodeConfig of six fields.
+    def fields(*fs):
+        return b"\x01" + b"".join(bytes([len(f)]) + f for f in fs)
+    write(t, "encode_ok", fields(b"m:1", b"http://x", b"tcp", b"", b"h", b"h:1"))
+    write(t, "encode_controls", fields(b"m\n", b"\"\\", b"\x00\x1f\x7f", b"\xc3\xa9", b"h", b""))
+    write(t, "encode_not_utf8", fields(b"m", b"x", b"", b"", b"h\xff", b""))
+    # Mode 2: connections to a RealClientServer.
+    hello = b"MOONCAKE-DUMMY 1\n"
+    def conns(*streams):
+        out = b"\x02" + bytes([len(streams) - 1])
+        for st in streams[:-1]:
+            out += struct.pack("<H", len(st)) + st
+        return out + streams[-1]
+    write(t, "server_hello", conns(hello))
+    write(t, "server_hello_then_bytes", conns(hello + b"anything after the hello\n" * 3))
+    write(t, "server_wrong_hello", conns(b"MOONCAKE-DUMMY 2\n"))
+    write(t, "server_http", conns(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    write(t, "server_partial", conns(hello[:5]))
+    write(t, "server_long_line", conns(b"M" * 65))
+    write(t, "server_mixed", conns(hello, b"", b"junk\n", hello + hello))
+
+
+# ---------------------------------------------------------------- fuzz_master_http
+def master_http():
+    t = "fuzz_master_http"
+    def raw(target, gap=0, took=0):
+        b = bytes([(gap & 7) | ((took & 7) << 3)])
+        target = target.encode("latin1")
+        if len(target) >= 255:
+            b += b"\xff" + struct.pack("<H", len(target))
+        else:
+            b += bytes([len(target)])
+        return b + target
+    targets = [
+        "/metrics", "/metrics/summary", "/health", "/role", "/ha_status", "/get_all_keys",
+        "/get_all_segments", "/query_segment?segment=seg-a", "/query_segment?segment=seg+b",
+        "/query_segment?segment=nope", "/query_segment", "/query_key?key=k1",
+        "/query_key?key=k+2", "/query_key?key=%2541", "/query_key?key=caf%C3%A9",
+        "/query_key?key=x%FF", "/query_key?key=being+written", "/query_key?key=",
+        "/query_key?key=%4", "/query_key?key=%zz", "/query_key?&&key=k1&key=nope",
+        "/batch_query_keys?keys=k1,k+2,a%2Cb,nope,k1", "/batch_query_keys?keys=",
+        "/batch_query_keys?a=1&keys=x%FF,caf%C3%A9&keys=k1", "/nope?x", "/metrics?x=%"]
+    write(t, "direct_all", b"\x00" + b"".join(raw(x) for x in targets[:16]))
+    write(t, "direct_all2", b"\x00" + b"".join(raw(x) for x in targets[16:]))
+    write(t, "direct_throttle", b"\x00" + raw("/get_all_keys", 0, 4) + raw("/get_all_keys", 2) +
+          raw("/query_key?key=k1") + raw("/metrics/summary", 5, 1) + raw("/get_all_segments"))
+    # A batch of kMaxBatchItems keys (b = 0x06), and of one more, real keys (b = 0x0b): 400.
+    write(t, "direct_batch_cap", b"\x00" + b"\x80\x06")
+    write(t, "direct_batch_over", b"\x00" + b"\x80\x0b")
+    write(t, "direct_batch_small", b"\x00" + b"\x80\x41" + b"\x80\xfc")
+    write(t, "direct_long_key", b"\x00" + b"\xc0\x00" + b"\xc0\x01")
+    def served(streams, b=None):
+        out = b"\x01" + bytes([len(streams) - 1 if b is None else b])
+        for st in streams[:-1]:
+            out += struct.pack("<H", len(st)) + st
+        return out + streams[-1]
+    write(t, "served_get", served([b"GET /query_key?key=k1 HTTP/1.1\r\nHost: x\r\n\r\n"]))
+    write(t, "served_three", served([b"HEAD /get_all_keys HTTP/1.1\r\n\r\n",
+                                     b"POST /metrics HTTP/1.1\r\n\r\n",
+                                     b"GET nope HTTP/1.0\r\n\r\n"]))
+    write(t, "served_partial", served([b"GET /metrics HTTP/1.1\r\nHost:"]))
+    write(t, "served_body", served([b"GET /health HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"]))
+    write(t, "served_no_version", served([b"GET /health\r\n\r\n", b"GET  HTTP/1.1\r\n\r\n"]))
+    write(t, "served_414", served([b"GET /" + b"a" * 100], b=0x80))
+    write(t, "served_431", served([b"GET / HTTP/1.1\r\nX: "], b=0x81))
+
+
+GENERATED = ["fuzz_handshake_frame", "fuzz_segment_desc", "fuzz_tcp_server", "fuzz_tcp_session",
+             "fuzz_shm_server", "fuzz_real_client_wire", "fuzz_master_http"]
+
 if __name__ == "__main__":
-    if os.path.isdir(CORPUS):
-        shutil.rmtree(CORPUS)
+    # Only the corpora written here (fuzz_master_service's and fuzz_auth_exchange's seeds
+    # are not generated by this script and stay).
+    for t in GENERATED:
+        if os.path.isdir(os.path.join(CORPUS, t)):
+            shutil.rmtree(os.path.join(CORPUS, t))
     handshake()
     segment_desc()
     tcp()
     shm()
+    real_client_wire()
+    master_http()
     for t in sorted(os.listdir(CORPUS)):
         print(t, len(os.listdir(os.path.join(CORPUS, t))))
