@@ -304,8 +304,31 @@ def master_http():
     write(t, "served_431", served([b"GET / HTTP/1.1\r\nX: "], b=0x81))
 
 
+# ---------------------------------------------------------------- fuzz_metadata_http
+def metadata_http():
+    t = "fuzz_metadata_http"
+    def put(k, value):
+        return bytes([1 | (k << 3), len(value)]) + value
+    def op(o, k):
+        return bytes([o | (k << 3)])
+    # k: a, %61, rpc_meta_1, b+rpc_meta, (empty), (none), +++, 200 x L
+    write(t, "put_get_delete", b"\x01" + op(0, 1) + put(0, b"abc") + op(0, 1) + op(2, 0) +
+          op(0, 0) + op(5, 0))
+    write(t, "rpc_meta_rules", b"\x01" + put(2, b"x") + put(2, b"x") + put(2, b"y") +
+          put(3, b"z") + op(0, 3) + op(2, 2))
+    write(t, "bad_keys_methods", b"\x01" + op(0, 4) + op(1, 5) + b"\x00" + op(2, 6) + op(3, 0) +
+          op(4, 2) + put(7, b"long"))
+    write(t, "over_limits", b"\x01" + bytes([1, 255]) + put(0, b"v" * 250) + put(2, b"w" * 250) +
+          put(3, b"u" * 250) + put(7, b"t" * 250) + put(0, b"s" * 250))
+    write(t, "raw_get", b"\x00GET /metadata?key=a HTTP/1.1\r\nHost: x\r\n\r\n"
+          b"GET /health HTTP/1.1\r\n\r\n")
+    write(t, "raw_garbage", b"\x00\x16\x03\x01\x00\xa5GET / HTTP/9.9\r\n\r\n")
+    write(t, "raw_chunked", b"\x00DELETE /metadata?key=a HTTP/1.1\r\nTransfer-Encoding: chunked"
+          b"\r\n\r\nffffffffffffffff\r\nxx\r\n0\r\n\r\n")
+
+
 GENERATED = ["fuzz_handshake_frame", "fuzz_segment_desc", "fuzz_tcp_server", "fuzz_tcp_session",
-             "fuzz_shm_server", "fuzz_real_client_wire", "fuzz_master_http"]
+             "fuzz_shm_server", "fuzz_real_client_wire", "fuzz_master_http", "fuzz_metadata_http"]
 
 if __name__ == "__main__":
     # Only the corpora written here (fuzz_master_service's and fuzz_auth_exchange's seeds
@@ -319,5 +342,6 @@ if __name__ == "__main__":
     shm()
     real_client_wire()
     master_http()
+    metadata_http()
     for t in sorted(os.listdir(CORPUS)):
         print(t, len(os.listdir(os.path.join(CORPUS, t))))

@@ -28,7 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FUZZ_BUILD:-$ROOT/build-fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
 OUT="${FUZZ_OUT:-$BUILD/out}"
-ALL_TARGETS="fuzz_handshake_frame fuzz_auth_exchange fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server fuzz_master_service fuzz_real_client_wire fuzz_master_http"
+ALL_TARGETS="fuzz_handshake_frame fuzz_auth_exchange fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server fuzz_master_service fuzz_real_client_wire fuzz_master_http fuzz_metadata_http"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 
 # libFuzzer flags per target: -max_len bounds the input size; -timeout (seconds) turns a
@@ -43,6 +43,7 @@ target_flags() {
     fuzz_master_service) echo "-max_len=4096 -timeout=10" ;;
     fuzz_real_client_wire) echo "-max_len=4096 -timeout=20" ;;
     fuzz_master_http) echo "-max_len=4096 -timeout=20" ;;
+    fuzz_metadata_http) echo "-max_len=4096 -timeout=20" ;;
     *) echo "-timeout=20" ;;
   esac
 }
@@ -112,7 +113,7 @@ fi
 known="$(cmake --build "$BUILD" --target help 2>/dev/null || true)"
 kept=""
 for t in $TARGETS; do
-  if grep -qw "$t" <<<"$known"; then kept="$kept $t"; else log "$t: not configured (fuzz_master_service and fuzz_master_http need protobuf and RE2); skipped"; fi
+  if grep -qw "$t" <<<"$known"; then kept="$kept $t"; else log "$t: not configured (fuzz_master_service and fuzz_master_http need protobuf and RE2, fuzz_metadata_http cpp-httplib); skipped"; fi
 done
 TARGETS="$kept"
 # shellcheck disable=SC2086
