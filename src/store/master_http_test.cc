@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
