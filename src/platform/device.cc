@@ -61,6 +61,40 @@ DeviceBackend* AscendBackendOnce() {
   return b;
 }
 
+// The process backend when neither CUDA nor Ascend is usable: every call that needs a device
+// fails with both reasons (so a tool's --gpu_id / --device_logicid names what to install for
+// either). It has no location prefix: cuda:N and npu:N each report their own runtime's reason.
+class NoDeviceBackend final : public DeviceBackend {
+ public:
+  explicit NoDeviceBackend(Status why) : why_(std::move(why)) {}
+  const char* name() const override { return "none"; }
+  const char* location_prefix() const override { return ""; }
+  Status Available() override { return why_; }
+  int DeviceCount() override { return 0; }
+  int DeviceOf(const void*) override { return kHostMemory; }
+  Result<void*> Malloc(int, size_t) override { return why_; }
+  Status Free(void*) override { return why_; }
+  Result<void*> MallocHost(size_t) override { return why_; }
+  Status FreeHost(void*) override { return why_; }
+  Status SetDevice(int) override { return why_; }
+  int CurrentDevice() override { return 0; }
+  Status Copy(void*, const void*, size_t) override { return why_; }
+  Result<StreamHandle> CreateStream() override { return why_; }
+  void DestroyStream(StreamHandle) override {}
+  Status CopyAsync(void*, const void*, size_t, StreamHandle) override { return why_; }
+  Status StreamSynchronize(StreamHandle) override { return why_; }
+  Result<EventHandle> CreateEvent() override { return why_; }
+  void DestroyEvent(EventHandle) override {}
+  Status RecordEvent(EventHandle, StreamHandle) override { return why_; }
+  Status EventSynchronize(EventHandle) override { return why_; }
+  Result<IpcExport> IpcExportRange(void*) override { return why_; }
+  Result<void*> IpcOpen(const IpcHandle&, int) override { return why_; }
+  Status IpcClose(void*) override { return why_; }
+
+ private:
+  const Status why_;
+};
+
 // REQUIRES: g_backend_mu held. Chooses the process backend when none is chosen yet.
 DeviceBackend* ChooseLocked(const std::string& prefix) {
   DeviceBackend* b = g_backend.load(std::memory_order_acquire);
@@ -74,10 +108,14 @@ DeviceBackend* ChooseLocked(const std::string& prefix) {
     b = AscendBackendOnce();
   } else if (prefix == "cuda") {
     b = CudaBackendOnce();
-  } else if (CudaBackendOnce()->Available().ok() || !AscendBackendOnce()->Available().ok()) {
+  } else if (CudaBackendOnce()->Available().ok()) {
     b = CudaBackendOnce();
-  } else {
+  } else if (AscendBackendOnce()->Available().ok()) {
     b = AscendBackendOnce();
+  } else {
+    b = new NoDeviceBackend(Status::FailedPrecondition(
+        "no device runtime is usable: " + CudaBackendOnce()->Available().message() + "; " +
+        AscendBackendOnce()->Available().message()));
   }
   g_backend.store(b, std::memory_order_release);
   return b;

@@ -106,7 +106,7 @@ class DeviceBackend {
 
 // The backend of this process: the simulated one when MC_DEVICE_SIM is set (or a test chose
 // it); else the kind SelectDeviceKind chose; else, at first use, CUDA if usable, else Ascend
-// if usable, else CUDA (unavailable; see Available()).
+// if usable, else one whose Available() gives both runtimes' reasons.
 DeviceBackend& Devices();
 
 // Makes the backend whose location prefix is `prefix` ("cuda" or "npu") the process's, if
