@@ -87,8 +87,8 @@ struct Stream {
   int device;
 };
 struct Event {
-  aclrtEvent e;
-  int device;
+  aclrtEvent e;  // null until first recorded
+  int device;    // of e; -1 until then
 };
 
 class AscendBackend final : public DeviceBackend {
@@ -205,21 +205,16 @@ class AscendBackend final : public DeviceBackend {
     DeviceGuard guard(this, st->device);
     return Check(api_.SynchronizeStream(st->s), "aclrtSynchronizeStream");
   }
+  // Events are created on the device of the stream they are first recorded on (callers may
+  // create them with another device current; ACL records an event on its own device only).
   Result<EventHandle> CreateEvent() override {
     MC_RETURN_IF_ERROR(Available());
-    auto* ev = new Event{nullptr, CurrentDevice()};
-    DeviceGuard guard(this, ev->device);
-    Status s = Check(api_.CreateEvent(&ev->e), "aclrtCreateEvent");
-    if (!s.ok()) {
-      delete ev;
-      return s;
-    }
-    return static_cast<EventHandle>(ev);
+    return static_cast<EventHandle>(new Event{nullptr, -1});
   }
   void DestroyEvent(EventHandle h) override {
     auto* ev = static_cast<Event*>(h);
     if (ev == nullptr) return;
-    if (Available().ok()) {
+    if (ev->e != nullptr && Available().ok()) {
       DeviceGuard guard(this, ev->device);
       (void)api_.DestroyEvent(ev->e);
     }
@@ -229,10 +224,19 @@ class AscendBackend final : public DeviceBackend {
     auto* ev = static_cast<Event*>(eh);
     auto* st = static_cast<Stream*>(sh);
     DeviceGuard guard(this, st->device);
+    if (ev->e != nullptr && ev->device != st->device) {
+      (void)api_.DestroyEvent(ev->e);  // of another device; not waited on any more
+      ev->e = nullptr;
+    }
+    if (ev->e == nullptr) {
+      MC_RETURN_IF_ERROR(Check(api_.CreateEvent(&ev->e), "aclrtCreateEvent"));
+      ev->device = st->device;
+    }
     return Check(api_.RecordEvent(ev->e, st->s), "aclrtRecordEvent");
   }
   Status EventSynchronize(EventHandle eh) override {
     auto* ev = static_cast<Event*>(eh);
+    if (ev->e == nullptr) return Status::OK();  // never recorded: nothing to wait for
     DeviceGuard guard(this, ev->device);
     return Check(api_.SynchronizeEvent(ev->e), "aclrtSynchronizeEvent");
   }
