@@ -89,6 +89,7 @@ int CheckCopy(void* dst, size_t dest_max, const void* src, size_t count, int kin
   if ((di || si) && want != 3) {
     return Fail(kNotSupported, "imported IPC memory copies device to device only");
   }
+  std::lock_guard lock(mu);  // one copy engine (and TSan sees the device's ordering)
   std::memmove(dst, src, count);
   return kOk;
 }

@@ -90,6 +90,7 @@ class SimDeviceBackend final : public DeviceBackend {
   const bool npu_;
   static thread_local int current_device_;
   mutable std::mutex mu_;
+  std::mutex copy_engine_mu_;  // held by each copy's memmove
   std::map<uint64_t, Alloc> allocs_;  // base -> allocation; GUARDED_BY(mu_)
   std::map<uint64_t, size_t> pinned_;  // GUARDED_BY(mu_)
 };

@@ -203,6 +203,10 @@ Status SimDeviceBackend::DoCopy(void* dst, const void* src, size_t length) {
   }
   MC_ASSIGN_OR_RETURN(uint8_t * d, Translate(dst, length));
   MC_ASSIGN_OR_RETURN(uint8_t * s, Translate(src, length));
+  // One simulated copy engine: copies into device memory are ordered as the device orders
+  // them. (Without it, TSan sees two threads of a target, e.g. mp_peer's command loop and its
+  // staging stream, write one buffer with only the peers' messages, invisible to it, between.)
+  std::lock_guard engine(copy_engine_mu_);
   std::memmove(d, s, length);
   copied_bytes.fetch_add(length);
   return Status::OK();
