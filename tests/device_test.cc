@@ -1,6 +1,9 @@
-// Device (GPU) memory through the engine. One suite, two runs (tests/CMakeLists.txt):
+// Device (GPU, NPU) memory through the engine. One suite, three runs (tests/CMakeLists.txt):
 //   device_sim.*  MC_DEVICE_SIM=1: simulated devices (always runs; the CPU cannot touch
 //                 simulated device memory, so a path that forgot to stage fails here);
+//   device_sim_npu.*  MC_DEVICE_SIM=npu: the same on simulated Ascend NPUs ("npu:N", and
+//                 ACL's rule that memory imported from a peer copies device to device only,
+//                 so host memory reaches a same-host peer's NPU memory over TCP);
 //   device_gpu.*  label gpu: the real CUDA backend; tests that need a device skip
 //                 themselves where none is usable, and DeviceAbsent checks the error there.
 // Every byte is verified through host copies.
@@ -22,6 +25,8 @@ namespace {
 
 platform::DeviceBackend& Dev() { return platform::Devices(); }
 platform::SimDeviceBackend* Sim() { return dynamic_cast<platform::SimDeviceBackend*>(&Dev()); }
+// The registration location of device n: "cuda:n" or "npu:n".
+std::string Loc(int n) { return std::string(Dev().location_prefix()) + ":" + std::to_string(n); }
 
 #define REQUIRE_DEVICE()                                                             \
   do {                                                                               \
@@ -112,6 +117,38 @@ TEST(DeviceAbsent, RegisteringCudaMemoryFailsWithAClearMessage) {
   for (const auto& t : e.GetTransports()) EXPECT_NE(t, "cuda_ipc");
 }
 
+TEST(AscendAbsent, NpuLocationAndProtocolAscendFailAtOnceNamingLibascendcl) {
+  if (Sim()) GTEST_SKIP() << "simulated devices";
+  if (platform::SelectDeviceKind("npu").ok()) GTEST_SKIP() << "an NPU is usable here";
+  if (Dev().Available().ok()) GTEST_SKIP() << "this process uses " << Dev().name();
+  TransferEngine e;
+  Status s = e.Init("P2PHANDSHAKE", "127.0.0.1", "ascend");
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s.ToString();
+  EXPECT_NE(s.message().find("libascendcl.so"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("CANN toolkit"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("set_env.sh"), std::string::npos) << s.ToString();
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+  std::vector<uint8_t> host(4096);
+  s = e.RegisterLocalMemory(host.data(), host.size(), "npu:0");
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s.ToString();
+  EXPECT_NE(s.message().find("libascendcl.so"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(e.RegisterLocalMemory(host.data(), host.size(), "*").ok());
+}
+
+TEST(SimulatedNpu, ProtocolAscendAndNpuLocations) {
+  if (!Sim() || std::string(Dev().location_prefix()) != "npu") GTEST_SKIP() << "MC_DEVICE_SIM=npu";
+  TransferEngine e;
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", "ascend").ok());
+  Buf d(0, 8192);
+  EXPECT_TRUE(e.RegisterLocalMemory(d.ptr(), 4096, "npu:0").ok());
+  // One device runtime per process: cuda:N beside NPUs is refused, saying why.
+  Status s = e.RegisterLocalMemory(d.ptr() + 4096, 4096, "cuda:0");
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s.ToString();
+  EXPECT_NE(s.message().find("npu:N"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(e.RegisterLocalMemory(d.ptr() + 4096, 4096, "*").ok());
+  EXPECT_TRUE(e.RegisterLocalMemory(d.ptr(), 4096, "npu:x").IsInvalidArgument());
+}
+
 class TwoEngines : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -179,7 +216,7 @@ TEST_F(TwoEngines, DeviceToDeviceOverTcpInSmallAndLargeRequests) {
 TEST_F(TwoEngines, LocalSegmentCopiesBetweenDeviceAndHost) {
   REQUIRE_DEVICE();
   Buf d(0, 1 << 20), h(-1, 1 << 20);
-  ASSERT_TRUE(a_->RegisterLocalMemory(d.ptr(), d.size(), "cuda:0").ok());
+  ASSERT_TRUE(a_->RegisterLocalMemory(d.ptr(), d.size(), Loc(0)).ok());
   ASSERT_TRUE(a_->RegisterLocalMemory(h.ptr(), h.size(), "cpu:0").ok());
   d.Fill(9);
   Status s = Move(*a_, TransferRequest::WRITE, d.ptr(), LOCAL_SEGMENT_ID,
@@ -213,9 +250,9 @@ TEST_F(TwoEngines, WrongDeviceInTheLocationIsRefused) {
   REQUIRE_DEVICE();
   if (Dev().DeviceCount() < 2) GTEST_SKIP() << "needs two devices";
   Buf d(1, 4096);
-  Status s = a_->RegisterLocalMemory(d.ptr(), d.size(), "cuda:0");
+  Status s = a_->RegisterLocalMemory(d.ptr(), d.size(), Loc(0));
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
-  EXPECT_TRUE(a_->RegisterLocalMemory(d.ptr(), d.size(), "cuda:1").ok());
+  EXPECT_TRUE(a_->RegisterLocalMemory(d.ptr(), d.size(), Loc(1)).ok());
 }
 
 TEST_F(TwoEngines, FailedDeviceCopiesFailTheRequestAndTheNextOneWorks) {

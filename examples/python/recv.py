@@ -1,20 +1,28 @@
-# The seed's target program (shared/seeds/000), unchanged but for the device and the
-# protocol: the seed used Ascend NPU 0 and "ascend"; here a CPU tensor (a CUDA one where torch
-# and this engine both support CUDA) and "tcp".
+# The seed's target program (shared/seeds/000): with torch_npu and an NPU, exactly the seed's
+# (npu:0, protocol "ascend"); else a CUDA tensor where torch and this engine support CUDA, else
+# a CPU tensor, with "tcp".
 import time
 
 import torch
 from mooncake import engine as mooncake_engine
 from mooncake.engine import TransferEngine
 
-use_cuda = torch.cuda.is_available() and mooncake_engine.SUPPORT_CUDA
-if use_cuda:
+try:
+    import torch_npu  # noqa: F401  (Ascend: adds torch.npu)
+except ImportError:
+    pass
+use_npu = hasattr(torch, "npu") and torch.npu.is_available()
+use_cuda = not use_npu and torch.cuda.is_available() and mooncake_engine.SUPPORT_CUDA
+if use_npu:
+    torch.npu.set_device(0)
+elif use_cuda:
     torch.cuda.set_device(0)
 nbytes = 65536
-buf = torch.zeros(nbytes, dtype=torch.uint8, device="cuda:0" if use_cuda else "cpu")
+device = "npu:0" if use_npu else "cuda:0" if use_cuda else "cpu"
+buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
 
 engine = TransferEngine()
-engine.initialize("127.0.0.1:16001", "P2PHANDSHAKE", "tcp", "")
+engine.initialize("127.0.0.1:16001", "P2PHANDSHAKE", "ascend" if use_npu else "tcp", "")
 engine.register_memory(buf.data_ptr(), buf.nbytes, "*")
 
 endpoint = f"127.0.0.1:{engine.get_rpc_port()}"

@@ -48,7 +48,8 @@ std::string LocalTopology() {
   return out + "}";
 }
 
-// memcpy, or a device copy where either end is GPU memory (a torch CUDA tensor's data_ptr()).
+// memcpy, or a device copy where either end is device memory (a torch CUDA or torch_npu
+// tensor's data_ptr()).
 Status CopyBytes(void* dst, const void* src, size_t length) {
   auto& dev = mooncake::platform::Devices();
   if (dev.Available().ok() && (dev.DeviceOf(dst) >= 0 || dev.DeviceOf(src) >= 0)) {

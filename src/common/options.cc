@@ -107,6 +107,9 @@ EngineOptions EngineOptions::FromEnvironment() {
 DeviceEnvironment ReadDeviceEnvironment() {
   DeviceEnvironment d;
   d.simulate = EnvFlag("MC_DEVICE_SIM");
+  if (const char* v = Env("MC_DEVICE_SIM")) {
+    d.sim_npu = std::string(v) == "npu" || std::string(v) == "ascend";
+  }
   long n = 0;
   if (EnvInt("MC_DEVICE_SIM_DEVICES", 1, 16, &n)) d.sim_devices = static_cast<int>(n);
   if (EnvInt("MC_DEVICE_SIM_DELAY_US", 0, 1000000, &n)) d.sim_delay_us = static_cast<int>(n);

@@ -103,6 +103,14 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
                                   const std::string& local_server_name,
                                   const std::string& transport) {
   if (initialized.load()) return Status::FailedPrecondition("engine is already initialized");
+  std::string transports = transport;
+  if (transport == "ascend" || transport == "ascend_direct") {
+    // Upstream's Ascend protocols: NPU memory, moved by this engine's own transports (same-host
+    // device IPC over ACL, else TCP staged through pinned buffers). Fails at once without ACL.
+    auto npu = platform::SelectDeviceKind("npu");
+    if (!npu.ok()) return npu.status().WithContext("protocol '" + transport + "'");
+    transports.clear();
+  }
   MC_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(local_server_name));
   LOG(INFO) << "Transfer Engine parseHostNameWithPort. server_name: " << hp.host
             << " port: " << (hp.has_port ? hp.port : options.handshake_port);
@@ -153,7 +161,7 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
     local_desc.tcp_data_host = local_host;
   }
 
-  MC_RETURN_IF_ERROR(StartTransports(transport));
+  MC_RETURN_IF_ERROR(StartTransports(transports));
 
   handshake = std::make_unique<HandshakeServer>(limits);
   MC_RETURN_IF_ERROR(handshake->Start(
@@ -225,7 +233,8 @@ std::string TransferEngine::Impl::EncodeLocalDesc() {
     if (!r.remote_accessible) continue;
     BufferDesc b{local_name, r.addr, r.length};
     if (r.device != platform::kHostMemory) {
-      b.location = "cuda:" + std::to_string(r.device);
+      b.location = std::string(platform::Devices().location_prefix()) + ":" +
+                   std::to_string(r.device);
       b.device = r.device;
       b.ipc_handle = r.ipc_handle;
       b.ipc_offset = r.ipc_offset;

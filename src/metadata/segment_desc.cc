@@ -15,13 +15,15 @@ using nlohmann::json;
 
 namespace {
 
-// mc_location "cuda:N" gives the device; an IPC handle must be 128 hex digits.
+// mc_location "cuda:N" or "npu:N" gives the device; an IPC handle must be 128 hex digits.
 Status DecodeDeviceFields(const json& b, BufferDesc* bd) {
-  if (bd->location.rfind("cuda:", 0) == 0) {
-    const std::string num = bd->location.substr(5);
+  const bool cuda = bd->location.rfind("cuda:", 0) == 0;
+  if (cuda || bd->location.rfind("npu:", 0) == 0) {
+    const std::string num = bd->location.substr(cuda ? 5 : 4);
     if (num.empty() || num.size() > 4 ||
         num.find_first_not_of("0123456789") != std::string::npos) {
-      return Status::DataLoss("mc_location '" + bd->location + "' is not cuda:<device>");
+      return Status::DataLoss("mc_location '" + bd->location + "' is not " +
+                              (cuda ? "cuda" : "npu") + ":<device>");
     }
     bd->device = std::stoi(num);
   }

@@ -20,11 +20,11 @@ struct BufferDesc {
   std::string name;  // tcp: the segment name; rdma/ascend: the memory location
   uint64_t addr = 0;
   uint64_t length = 0;
-  // Device memory (our extension, written only for it): "mc_location" ("cuda:N"), and where
+  // Device memory (our extension, written only for it): "mc_location" ("cuda:N", "npu:N"), and where
   // the owner exported one, "mc_ipc_handle" (128 hex digits, a cudaIpcMemHandle_t) and
   // "mc_ipc_offset" (of addr inside the allocation the handle names).
   std::string location = {};  // "" for host memory
-  int device = -1;       // N of "cuda:N", else -1
+  int device = -1;       // N of "cuda:N" / "npu:N", else -1
   std::string ipc_handle = {};
   uint64_t ipc_offset = 0;
   uint64_t end() const { return addr + length; }

@@ -429,6 +429,11 @@ TEST(SegmentDescDeviceTest, MalformedDeviceFieldsAreRejected) {
   const std::string head = R"({"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":1,"length":2,)";
   EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_location":"cuda:x"}]})").ok());
   EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_location":"cuda:"}]})").ok());
+  EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_location":"npu:x"}]})").ok());
+  EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_location":"npu:"}]})").ok());
+  auto npu = DecodeSegmentDesc(head + R"("mc_location":"npu:2"}]})");
+  ASSERT_TRUE(npu.ok()) << npu.status().ToString();
+  EXPECT_EQ(npu->buffers[0].device, 2);
   EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_ipc_handle":"abc"}]})").ok());
   EXPECT_FALSE(DecodeSegmentDesc(head + R"("mc_ipc_handle":")" + std::string(128, 'z') +
                                  R"("}]})").ok());

@@ -1,19 +1,26 @@
-// DeviceBackend: the one seam between the engine and accelerator memory (CUDA today).
+// DeviceBackend: the one seam between the engine and accelerator memory (CUDA GPUs and
+// Ascend NPUs).
 //
 // The engine, the transports and the tools reach device memory only through this interface:
 // detecting whether an address is device memory, copying (synchronously, or asynchronously
 // on a stream with events), allocating device memory and pinned host memory, and exporting /
-// opening inter-process handles. Two implementations:
+// opening inter-process handles. Three implementations:
 //   - cuda: loads the CUDA runtime (libcudart.so, .13, .12, .11) with dlopen at first use, so
 //     one binary runs on hosts with and without a GPU; no CUDA header or library is needed to
 //     build it. Without the library or a device, Available() says why, and every call that
 //     needs a device returns that error.
+//   - ascend: the same for Huawei Ascend NPUs through the ACL runtime (libascendcl.so, from
+//     the CANN toolkit); locations "npu:N"; IPC through aclrtIpcMemGetExportKey /
+//     aclrtIpcMemImportByKey. Written from CANN's documentation; never run on an NPU yet.
 //   - sim: "device memory" is host memory this backend hands out (memfd mappings) and tracks.
 //     Tests select it (MC_DEVICE_SIM=1 or UseSimulatedDevicesForTesting) to exercise staging,
-//     pipelining and IPC logic on machines without a GPU; it can delay and fail copies.
+//     pipelining and IPC logic on machines without a GPU; it can delay and fail copies. It
+//     plays CUDA (MC_DEVICE_SIM=1) or Ascend (MC_DEVICE_SIM=npu: "npu:N", and ACL's rule that
+//     memory imported from another process is copied device to device only).
 //
-// Process-wide: the CUDA runtime is itself one per process, so Devices() returns one backend
-// for the process, chosen at first use. All methods are thread-safe.
+// Process-wide: a vendor runtime is itself one per process, so Devices() returns one backend
+// for the process, chosen at first use (SelectDeviceKind, or the first of CUDA and Ascend
+// that is usable). All methods are thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +32,8 @@
 namespace mooncake::platform {
 
 constexpr int kHostMemory = -1;
-constexpr size_t kIpcHandleSize = 64;  // sizeof(cudaIpcMemHandle_t)
+// sizeof(cudaIpcMemHandle_t); an ACL IPC key is at most 64 characters (65 with its NUL).
+constexpr size_t kIpcHandleSize = 64;
 
 struct IpcHandle {
   uint8_t bytes[kIpcHandleSize] = {};
@@ -48,7 +56,12 @@ using EventHandle = void*;
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
-  virtual const char* name() const = 0;  // "cuda" or "sim"
+  virtual const char* name() const = 0;  // "cuda", "ascend" or "sim"
+  // The registration location's device prefix: "cuda" (cuda:N) or "npu" (npu:N).
+  virtual const char* location_prefix() const { return "cuda"; }
+  // Whether memory opened with IpcOpen may be copied to and from host memory (CUDA: yes;
+  // ACL: device to device only, so host memory reaches a peer's NPU memory over TCP).
+  virtual bool IpcCopiesWithHost() const { return true; }
 
   // OK when device memory can be used here; otherwise the reason, e.g. "CUDA runtime not
   // found (libcudart.so): GPU memory cannot be used on this host".
@@ -92,17 +105,27 @@ class DeviceBackend {
 };
 
 // The backend of this process: the simulated one when MC_DEVICE_SIM is set (or a test chose
-// it), else CUDA (which may be unavailable; see Available()).
+// it); else the kind SelectDeviceKind chose; else, at first use, CUDA if usable, else Ascend
+// if usable, else one whose Available() gives both runtimes' reasons.
 DeviceBackend& Devices();
 
-// Test hook: from now on Devices() returns a simulated backend with `devices` devices.
-// Call before anything uses Devices() (e.g. at the start of main or of a test binary).
-void UseSimulatedDevicesForTesting(int devices = 2);
+// Makes the backend whose location prefix is `prefix` ("cuda" or "npu") the process's, if
+// none was chosen yet, and returns it when it is usable. FailedPrecondition when it is not
+// (its Available() reason, e.g. "Ascend runtime not found (libascendcl.so) ... install the
+// CANN toolkit and source set_env.sh"), or when the process already uses another usable
+// backend (one vendor runtime per process). protocol "ascend" calls it with "npu".
+Result<DeviceBackend*> SelectDeviceKind(const std::string& prefix);
 
-// Parses a registration location: "cpu", "cpu:N", "*", "cuda:N", and other names (which are
-// host memory to this engine). On success *device is kHostMemory or the CUDA device.
-// "*" asks the backend. "cuda:N" on a host without usable CUDA: FailedPrecondition naming
-// why; "cuda:N" for an address the backend knows to be host memory: InvalidArgument.
+// Test hook: from now on Devices() returns a simulated backend with `devices` devices
+// (simulated NPUs, "npu:N", when `npu`). Call before anything uses Devices() (e.g. at the
+// start of main or of a test binary).
+void UseSimulatedDevicesForTesting(int devices = 2, bool npu = false);
+
+// Parses a registration location: "cpu", "cpu:N", "*", "cuda:N", "npu:N", and other names
+// (which are host memory to this engine). On success *device is kHostMemory or the device.
+// "*" asks the backend. "cuda:N" / "npu:N" on a host without that runtime or device:
+// FailedPrecondition naming why (SelectDeviceKind). An address the backend knows to be host
+// memory (managed, pinned) is moved as host memory whatever its label.
 Status ResolveLocation(const std::string& location, const void* addr, int* device);
 
 }  // namespace mooncake::platform

@@ -1,4 +1,4 @@
-// The backends behind Devices(): CUDA (dlopen) and the simulated one tests use.
+// The backends behind Devices(): CUDA and Ascend (dlopen) and the simulated one tests use.
 #pragma once
 
 #include <atomic>
@@ -12,6 +12,8 @@
 namespace mooncake::platform {
 
 std::unique_ptr<DeviceBackend> MakeCudaBackend();
+// The ACL runtime (libascendcl.so) loaded with dlopen at first use; ascend_backend.cc.
+std::unique_ptr<DeviceBackend> MakeAscendBackend();
 
 // Simulated devices: device memory is host memory from memfd mappings that this backend
 // hands out and tracks, so DeviceOf() recognizes it and IPC handles can name it across
@@ -19,12 +21,16 @@ std::unique_ptr<DeviceBackend> MakeCudaBackend();
 // address handed out is mapped PROT_NONE (a stray memcpy faults, a syscall gets EFAULT) and
 // the backend's copies go through a second, private read-write mapping of the same memfd. Asynchronous copies run in order on one worker thread per
 // stream, so they really overlap the caller. Knobs and counters are for tests.
+// With `npu` it plays the Ascend backend: locations "npu:N", and, as ACL, memory opened from
+// a peer's handle is copied device to device only (a copy between it and host memory fails).
 class SimDeviceBackend final : public DeviceBackend {
  public:
-  explicit SimDeviceBackend(int devices, int async_delay_us = 0);
+  explicit SimDeviceBackend(int devices, int async_delay_us = 0, bool npu = false);
   ~SimDeviceBackend() override;
 
   const char* name() const override { return "sim"; }
+  const char* location_prefix() const override { return npu_ ? "npu" : "cuda"; }
+  bool IpcCopiesWithHost() const override { return !npu_; }
   Status Available() override { return Status::OK(); }
   int DeviceCount() override { return devices_; }
   int DeviceOf(const void* addr) override;
@@ -79,9 +85,12 @@ class SimDeviceBackend final : public DeviceBackend {
   Result<uint8_t*> Translate(const void* addr, size_t length);
   Status DoCopy(void* dst, const void* src, size_t length);
 
+  int KindOf(const void* addr);  // -1 host, 0 own device memory, 1 opened from a handle
   const int devices_;
+  const bool npu_;
   static thread_local int current_device_;
   mutable std::mutex mu_;
+  std::mutex copy_engine_mu_;  // held by each copy's memmove
   std::map<uint64_t, Alloc> allocs_;  // base -> allocation; GUARDED_BY(mu_)
   std::map<uint64_t, size_t> pinned_;  // GUARDED_BY(mu_)
 };

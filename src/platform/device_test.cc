@@ -1,6 +1,7 @@
 #include "platform/device.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,77 @@ TEST(CudaBackend, WithoutAGpuSaysSoAndRefusesWork) {
   EXPECT_EQ(cuda->DeviceOf(&x), kHostMemory);
   EXPECT_FALSE(cuda->Malloc(0, 4096).ok());
   EXPECT_FALSE(cuda->MallocHost(4096).ok());
+}
+
+TEST(AscendBackend, WithoutAclSaysWhatToInstallAndRefusesWork) {
+  auto npu = MakeAscendBackend();
+  EXPECT_STREQ(npu->location_prefix(), "npu");
+  EXPECT_FALSE(npu->IpcCopiesWithHost());
+  Status s = npu->Available();
+  if (s.ok()) GTEST_SKIP() << "an NPU is usable here";
+  EXPECT_TRUE(s.IsFailedPrecondition());
+  if (s.message().find("not found") != std::string::npos) {
+    EXPECT_NE(s.message().find("libascendcl.so"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("CANN toolkit"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("set_env.sh"), std::string::npos) << s.ToString();
+  }
+  EXPECT_NE(s.message().find("NPU memory cannot be used on this host"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(npu->DeviceCount(), 0);
+  int x = 0;
+  EXPECT_EQ(npu->DeviceOf(&x), kHostMemory);
+  EXPECT_FALSE(npu->Malloc(0, 4096).ok());
+  EXPECT_FALSE(npu->MallocHost(4096).ok());
+  EXPECT_FALSE(npu->CreateStream().ok());
+  IpcHandle h;
+  EXPECT_FALSE(npu->IpcOpen(h, 0).ok());
+}
+
+TEST(SimBackend, AsNpuCopiesImportedMemoryDeviceToDeviceOnly) {
+  SimDeviceBackend sim(2, 0, /*npu=*/true);
+  EXPECT_STREQ(sim.location_prefix(), "npu");
+  EXPECT_FALSE(sim.IpcCopiesWithHost());
+  // A handle exported by a child process, opened here: device-to-device copies only.
+  int pipefd[2], done[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    SimDeviceBackend child(2, 0, true);
+    auto p = child.Malloc(1, 4096);
+    std::vector<uint8_t> fill(4096, 0x5a);
+    if (p.ok()) (void)child.Copy(*p, fill.data(), fill.size());
+    auto ex = p.ok() ? child.IpcExportRange(*p) : Result<IpcExport>(p.status());
+    IpcHandle h;
+    if (ex.ok()) h = ex->handle;
+    (void)!::write(pipefd[1], h.bytes, sizeof(h.bytes));
+    char c;
+    ::close(done[1]);
+    (void)!::read(done[0], &c, 1);  // until the parent closes its end
+    ::_exit(0);
+  }
+  IpcHandle h;
+  ASSERT_EQ(::read(pipefd[0], h.bytes, sizeof(h.bytes)), static_cast<ssize_t>(sizeof(h.bytes)));
+  auto opened = sim.IpcOpen(h, 1);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::vector<uint8_t> host(4096);
+  Status s = sim.Copy(host.data(), *opened, host.size());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("device to device only"), std::string::npos) << s.ToString();
+  auto dev = sim.Malloc(0, 4096);
+  ASSERT_TRUE(dev.ok());
+  ASSERT_TRUE(sim.Copy(*dev, *opened, 4096).ok());
+  ASSERT_TRUE(sim.Copy(host.data(), *dev, 4096).ok());
+  EXPECT_EQ(host[0], 0x5a);
+  EXPECT_EQ(host[4095], 0x5a);
+  EXPECT_TRUE(sim.IpcClose(*opened).ok());
+  EXPECT_TRUE(sim.Free(*dev).ok());
+  ::close(done[1]);
+  ::close(done[0]);
+  ::close(pipefd[1]);
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
 }
 
 TEST(SimBackend, DeviceMemoryIsRecognizedAndNotTouchableByTheCpu) {

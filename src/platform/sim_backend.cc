@@ -53,7 +53,8 @@ struct SimDeviceBackend::Stream {
   std::thread worker;
 };
 
-SimDeviceBackend::SimDeviceBackend(int devices, int delay_us) : devices_(devices) {
+SimDeviceBackend::SimDeviceBackend(int devices, int delay_us, bool npu)
+    : devices_(devices), npu_(npu) {
   async_delay_us.store(delay_us);
 }
 
@@ -73,6 +74,13 @@ int SimDeviceBackend::DeviceOf(const void* addr) {
   uint64_t base = 0;
   const Alloc* a = FindLocked(reinterpret_cast<uint64_t>(addr), &base);
   return a ? a->device : kHostMemory;
+}
+
+int SimDeviceBackend::KindOf(const void* addr) {
+  std::lock_guard lock(mu_);
+  uint64_t base = 0;
+  const Alloc* a = FindLocked(reinterpret_cast<uint64_t>(addr), &base);
+  return a == nullptr ? -1 : a->opened ? 1 : 0;
 }
 
 bool SimDeviceBackend::TouchesDevice(const void* dst, const void* src, size_t) {
@@ -185,8 +193,20 @@ Status SimDeviceBackend::CountCopy() {
 
 Status SimDeviceBackend::DoCopy(void* dst, const void* src, size_t length) {
   MC_RETURN_IF_ERROR(CountCopy());
+  if (npu_) {
+    int d = KindOf(dst), s = KindOf(src);
+    if ((d == 1 && s < 0) || (s == 1 && d < 0)) {
+      // ACL: memory imported by aclrtIpcMemImportByKey takes device-to-device copies only.
+      return Status::InvalidArgument(
+          "simulated NPU: memory imported from another process copies device to device only");
+    }
+  }
   MC_ASSIGN_OR_RETURN(uint8_t * d, Translate(dst, length));
   MC_ASSIGN_OR_RETURN(uint8_t * s, Translate(src, length));
+  // One simulated copy engine: copies into device memory are ordered as the device orders
+  // them. (Without it, TSan sees two threads of a target, e.g. mp_peer's command loop and its
+  // staging stream, write one buffer with only the peers' messages, invisible to it, between.)
+  std::lock_guard engine(copy_engine_mu_);
   std::memmove(d, s, length);
   copied_bytes.fetch_add(length);
   return Status::OK();

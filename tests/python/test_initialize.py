@@ -46,7 +46,7 @@ def test_rdma_falls_back_to_the_best_transport_with_one_warning(capfd):
     assert dst.read() == bytes([7]) * 4096
 
 
-@pytest.mark.parametrize("protocol", ["ascend", "nvlink", "efa", "bogus"])
+@pytest.mark.parametrize("protocol", ["nvlink", "efa", "bogus"])
 def test_protocol_not_built_fails_naming_it(protocol, capfd):
     e = engine.TransferEngine()
     assert e.initialize("127.0.0.1", "P2PHANDSHAKE", protocol, "") == -1
@@ -55,6 +55,21 @@ def test_protocol_not_built_fails_naming_it(protocol, capfd):
     assert lines and "not built" in lines[-1], err
     assert e.get_engine() is None
     assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, "a failed initialize can be retried"
+
+
+def test_protocol_ascend_without_acl_fails_naming_what_to_install(capfd):
+    """protocol "ascend" selects the NPU backend; without the ACL runtime it fails at once."""
+    if os.environ.get("MC_DEVICE_SIM"):
+        pytest.skip("simulated devices")
+    e = engine.TransferEngine()
+    rc = e.initialize("127.0.0.1", "P2PHANDSHAKE", "ascend", "")
+    if rc == 0:
+        pytest.skip("an Ascend runtime and NPU are usable here")
+    assert rc == -1
+    lines = warning_lines(capfd.readouterr().err, "'ascend'")
+    assert lines and "libascendcl.so" in lines[-1] and "set_env.sh" in lines[-1], lines
+    assert e.get_engine() is None
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
 
 
 @pytest.mark.parametrize("server", ["zookeeper://127.0.0.1:2181", "etcd://{closed}",

@@ -41,8 +41,13 @@ bool CudaIpcTransport::CanReach(const SegmentDesc& peer) {
          peer.mc_pid != static_cast<uint64_t>(::getpid());
 }
 
-bool CudaIpcTransport::CanMove(const SegmentDesc&, const BufferDesc& remote, int) {
-  return remote.device >= 0 && !remote.ipc_handle.empty();
+bool CudaIpcTransport::CanMove(const SegmentDesc&, const BufferDesc& remote, int local_device) {
+  // The peer's handle must be of our runtime's kind (cuda:N / npu:N), and ACL copies memory
+  // imported from another process device to device only.
+  const std::string prefix = std::string(dev_->location_prefix()) + ":";
+  return remote.device >= 0 && !remote.ipc_handle.empty() &&
+         remote.location.compare(0, prefix.size(), prefix) == 0 &&
+         (local_device >= 0 || dev_->IpcCopiesWithHost());
 }
 
 Status CudaIpcTransport::Submit(const std::shared_ptr<const SegmentDesc>& peer,
