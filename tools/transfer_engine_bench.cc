@@ -142,8 +142,8 @@ Status DeviceReady() {
   const std::string backend = d.name();
   if (backend != "ascend" && backend != "sim") {
     return Status::FailedPrecondition(
-        where + ": NPU memory needs the Ascend runtime (libascendcl.so), and this build's device "
-        "seam has no Ascend backend to load it; install CANN and source "
+        where + ": NPU memory needs the Ascend runtime (libascendcl.so), but this process uses "
+        "the " + backend + " device runtime; install CANN and source "
         "/usr/local/Ascend/ascend-toolkit/set_env.sh, or pass --device_logicid=-1 for host memory");
   }
   return d.Available().WithContext(where);
