@@ -13,7 +13,7 @@ the Python snippets it is sent (one JSON line each) in one namespace holding `st
 the snippet leaves in `result` comes back (bytes as base64). Its log goes to a file, shown
 when a call fails.
 
-Also: store_fixtures (master / holder / store fixtures of a module), new_store, buf / ptr
+Also: store_fixtures (master / holder / store fixtures of a module), lending_store_fixtures, new_store, buf / ptr
 (numpy buffers and their addresses), metadata_server (etcd / redis / http from
 scripts/store_servers.sh), terminate (SIGTERM, then SIGKILL).
 """
@@ -135,6 +135,38 @@ def store_fixtures(lease_ms, holder_segment):
         s.close()
 
     return master, holder, store
+
+
+def lending_store_fixtures(lease_ms, segment, local_buffer, clean=True):
+    """The fixtures of a module whose tests share one client in this process that lends
+    `segment` bytes itself (no holder process):
+        master, store, _clean = lending_store_fixtures(1000, 256 << 20, 32 << 20)
+    `master` and `store` are per module; `_clean` (autouse) removes every object after each
+    test that used `store` (None when clean=False)."""
+    import pytest
+    from mooncake.store import MooncakeDistributedStore
+
+    @pytest.fixture(scope="module", name="master")
+    def master():
+        m = Master(default_kv_lease_ttl=lease_ms)
+        yield m
+        m.stop()
+
+    @pytest.fixture(scope="module", name="store")
+    def store(master):
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", segment, local_buffer, "tcp", "",
+                       master.addr) == 0
+        yield s
+        s.close()
+
+    @pytest.fixture(autouse=True, name="_clean")
+    def _clean(request):
+        yield
+        if "store" in request.fixturenames:
+            request.getfixturevalue("store").remove_all(force=True)
+
+    return master, store, (_clean if clean else None)
 
 
 def buf(n, seed=None):

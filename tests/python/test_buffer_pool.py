@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from store_helpers import Master
+from store_helpers import lending_store_fixtures
 
 import mooncake
 from mooncake.buffer_pool import BufferPool, RegisteredBufferPool
@@ -16,19 +16,7 @@ np = pytest.importorskip("numpy")
 LOCAL = 4 << 20
 
 
-@pytest.fixture(scope="module")
-def master():
-    m = Master(default_kv_lease_ttl=1000)
-    yield m
-    m.stop()
-
-
-@pytest.fixture(scope="module")
-def store(master):
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 64 << 20, LOCAL, "tcp", "", master.addr) == 0
-    yield s
-    s.close()
+master, store, _ = lending_store_fixtures(1000, 64 << 20, LOCAL, clean=False)
 
 
 def test_names():

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from mc_helpers import require_torch
-from store_helpers import Master
+from store_helpers import Master, lending_store_fixtures
 
 import parallel_cases
 import mooncake.store as mod
@@ -27,27 +27,7 @@ def torch():
     return require_torch()
 
 
-@pytest.fixture(scope="module")
-def master():
-    m = Master(default_kv_lease_ttl=1000)
-    yield m
-    m.stop()
-
-
-@pytest.fixture(scope="module")
-def store(master):
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 256 << 20, 32 << 20, "tcp", "",
-                   master.addr) == 0
-    yield s
-    s.close()
-
-
-@pytest.fixture(autouse=True)
-def _clean(request):
-    yield
-    if "store" in request.fixturenames:
-        request.getfixturevalue("store").remove_all(force=True)
+master, store, _clean = lending_store_fixtures(1000, 256 << 20, 32 << 20)
 
 
 def same(torch, a, b):
