@@ -1,11 +1,13 @@
 // mooncake_http_metadata_server against upstream's contract, raw and through HttpStore.
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "metadata/metadata_store.h"
+#include "common/net.h"
 #include "metadata/stores/curl_client.h"
 #include "store_server.h"
 
@@ -114,6 +116,31 @@ TEST(HttpServerOwnTest, BodyLimitLogLineAndCleanExitOnSigterm) {
             std::string::npos)
       << ss.str();
   EXPECT_NE(ss.str().find("stopped"), std::string::npos) << ss.str();
+}
+
+// SIGTERM ends the server at once even with an idle connection (no byte sent) and an idle
+// keep-alive connection open: before, it waited out the keep-alive (about 5 s), because the
+// connections' waits asked httplib's is_running(), which stays true until they end.
+TEST(HttpServerOwnTest, SigtermIsPromptWithIdleConnectionsOpen) {
+  MC_SERVER_OR_SKIP(server, "http", "");
+  auto idle = ConnectTcp("127.0.0.1", static_cast<uint16_t>(server->port()), 2000);
+  ASSERT_TRUE(idle.ok()) << idle.status().ToString();
+  auto keep = ConnectTcp("127.0.0.1", static_cast<uint16_t>(server->port()), 2000);
+  ASSERT_TRUE(keep.ok()) << keep.status().ToString();
+  const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(keep->get(), get.data(), get.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(get.size()));
+  char reply[512];
+  ASSERT_GT(::recv(keep->get(), reply, sizeof(reply), 0), 0);  // answered, kept alive
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  auto start = steady_clock::now();
+  while (ProcessAlive(server->pid()) && SecondsSince(start) < 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(ProcessAlive(server->pid())) << "the server did not exit on SIGTERM";
+  EXPECT_LT(SecondsSince(start), 2.0) << "SIGTERM waited out the idle connections";
 }
 
 }  // namespace

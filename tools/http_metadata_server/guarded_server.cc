@@ -27,7 +27,7 @@ int64_t NowMs() {
 
 // Waits up to timeout_ms for `events` on fd; false on timeout, error, or once `server` has
 // been stopped (checked every 100 ms, so that stop() never waits out a slow client).
-bool WaitFd(int fd, short events, int timeout_ms, const httplib::Server* server) {
+bool WaitFd(int fd, short events, int timeout_ms, const GuardedServer* server) {
   pollfd p{fd, events, 0};
   const int64_t deadline = NowMs() + (timeout_ms < 0 ? 0 : timeout_ms);
   for (;;) {
@@ -36,7 +36,7 @@ bool WaitFd(int fd, short events, int timeout_ms, const httplib::Server* server)
     int r = ::poll(&p, 1, slice);
     if (r > 0) return true;
     if (r < 0 && errno != EINTR) return false;
-    if (r == 0 && (left <= 0 || !server->is_running())) return false;
+    if (r == 0 && (left <= 0 || server->stopping())) return false;
   }
 }
 
@@ -81,7 +81,7 @@ class DeadlineStream final : public httplib::Stream {
 
   ssize_t read(char* ptr, size_t size) override {
     if (!WaitFd(fd_, POLLIN, ReadWaitMs(), server_)) {
-      if (server_->is_running()) server_->NoteTimeout();
+      if (!server_->stopping()) server_->NoteTimeout();
       return -1;
     }
     ssize_t n;
@@ -261,10 +261,10 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
   if (Admit(ip)) {
     DeadlineStream stream(sock, limits_, this);
     const size_t max_requests = keep_alive_max_count_ ? keep_alive_max_count_ : 1;
-    for (size_t i = 0; i < max_requests && is_running(); ++i) {
+    for (size_t i = 0; i < max_requests && !stopping(); ++i) {
       // The first request's head is due within head_timeout; the next within keep_alive.
       if (!WaitFd(sock, POLLIN, i == 0 ? limits_.head_timeout_ms : limits_.keep_alive_ms, this)) {
-        if (i == 0 && is_running()) NoteTimeout();
+        if (i == 0 && !stopping()) NoteTimeout();
         break;
       }
       stream.BeginRequest();

@@ -46,6 +46,10 @@ class GuardedServer : public httplib::Server {
   explicit GuardedServer(GuardLimits limits);
   GuardCounters counters() const;
 
+  // True once stop() was called (httplib's is_running() stays true until every connection
+  // thread has ended, so waits must not use it to notice a stop).
+  bool stopping() const { return svr_sock_ == INVALID_SOCKET; }
+
   // Used by the stream and the pool (not for callers).
   void NoteTimeout();
   void NoteThreadFailure();
