@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "common/net.h"
@@ -18,21 +20,30 @@ namespace mooncake {
 namespace store {
 namespace testing_master {
 
-// A port nobody listens on now: bind port 0 and read what the kernel chose.
+// A port nobody listens on now: bind port 0 and read what the kernel chose. Never the same
+// port twice in one process (the kernel may hand a just-closed port out again, and a test
+// that asks for three ports at once must get three).
 inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+  static std::mutex mu;
+  static std::set<int> given;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     ::close(fd);
-    return -1;
+    const int port = ntohs(a.sin_port);
+    if (given.insert(port).second) return port;
   }
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  return -1;
 }
 
 // A socket listening on 127.0.0.1 (no SO_REUSEPORT) that holds a port: its number in *port.

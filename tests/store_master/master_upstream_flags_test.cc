@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,12 +32,36 @@ void StopMaster(MasterProcess& m) {
   }
 }
 
+// A master started with the arguments args(ports) on `n` ports from FreePort, started again on
+// new ports (up to 5 times) when one of them was taken between FreePort and the master's bind
+// (another process of a parallel test run may take a free port first). Ready, or the last try.
+std::unique_ptr<MasterProcess> StartOnFreePorts(
+    size_t n, const std::function<std::vector<std::string>(const std::vector<int>&)>& args,
+    std::vector<int>* ports) {
+  std::unique_ptr<MasterProcess> m;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    ports->clear();
+    for (size_t i = 0; i < n; ++i) ports->push_back(FreePort());
+    m = std::make_unique<MasterProcess>(args(*ports));
+    if (m->WaitReady(seconds(20))) return m;
+    if (m->Log().find("cannot listen") == std::string::npos &&
+        m->Log().find("in use") == std::string::npos) {
+      return m;  // failed for another reason: the caller's ASSERT shows the log
+    }
+  }
+  return m;
+}
+
 // upstream's test_cli.py: mooncake_master --port=... --max_threads=2 --metrics_port=...
 TEST(MasterUpstreamFlags, DeprecatedPortAndMaxThreadsAliases) {
-  const int port = FreePort(), metrics = FreePort();
-  MasterProcess m({"--port=" + std::to_string(port), "--max_threads=2",
-                   "--metrics_port=" + std::to_string(metrics)});
-  ASSERT_TRUE(m.WaitReady(seconds(20))) << m.Log();
+  std::vector<int> p;
+  auto mp = StartOnFreePorts(2, [](const std::vector<int>& q) {
+    return std::vector<std::string>{"--port=" + std::to_string(q[0]), "--max_threads=2",
+                                    "--metrics_port=" + std::to_string(q[1])};
+  }, &p);
+  MasterProcess& m = *mp;
+  const int port = p[0];
+  ASSERT_TRUE(m.WaitReady(seconds(1))) << m.Log();
   EXPECT_NE(m.Log().find("--port is deprecated"), std::string::npos) << m.Log();
   EXPECT_NE(m.Log().find("--max_threads is deprecated"), std::string::npos);
   EXPECT_NE(m.Log().find("Master service started on 0.0.0.0:" + std::to_string(port)),
@@ -52,11 +78,14 @@ TEST(MasterUpstreamFlags, DeprecatedPortAndMaxThreadsAliases) {
   StopMaster(m);
 
   // --rpc_port wins over --port; --rpc_thread_num over --max_threads.
-  const int rpc = FreePort(), unused = FreePort();
-  MasterProcess both({"--rpc_port=" + std::to_string(rpc), "--port=" + std::to_string(unused),
-                      "--rpc_thread_num=3", "--max_threads=5",
-                      "--metrics_port=" + std::to_string(FreePort())});
-  ASSERT_TRUE(both.WaitReady(seconds(20))) << both.Log();
+  auto bp = StartOnFreePorts(3, [](const std::vector<int>& q) {
+    return std::vector<std::string>{"--rpc_port=" + std::to_string(q[0]),
+                                    "--port=" + std::to_string(q[1]), "--rpc_thread_num=3",
+                                    "--max_threads=5", "--metrics_port=" + std::to_string(q[2])};
+  }, &p);
+  MasterProcess& both = *bp;
+  const int rpc = p[0];
+  ASSERT_TRUE(both.WaitReady(seconds(1))) << both.Log();
   EXPECT_NE(both.Log().find("using --rpc_port=" + std::to_string(rpc)), std::string::npos);
   EXPECT_NE(both.Log().find(", 3 RPC pollers)"), std::string::npos) << both.Log();
   auto c2 = MakeClient(rpc, 4 * MiB);
