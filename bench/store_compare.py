@@ -73,7 +73,7 @@ def meta(store, args):
     out = []
     n = args.meta_calls
     value = b"x" * 64
-    for threads in (1, 8):
+    for threads in args.threads:
         keys = [[f"meta-{threads}-{t}-{i}" for i in range(n)] for t in range(threads)]
         # The objects the calls look at: every key exists (is_exist / get_size / get hit).
         flat = [k for ks in keys for k in ks]
@@ -195,10 +195,12 @@ def main():
     ap.add_argument("--segment", type=int, default=1 << 30, help="the holder's segment bytes")
     ap.add_argument("--duration", type=float, default=2.0, help="seconds per data figure")
     ap.add_argument("--meta_calls", type=int, default=3000, help="calls per thread")
+    ap.add_argument("--threads", default="1,8", help="meta: client thread counts")
     ap.add_argument("--cases", default="4096x128,65536x64,1048576x16",
                     help="BLOCKxBATCH,... for the data figures")
     ap.add_argument("--skip", default="", help="meta,data: parts not to run")
     args = ap.parse_args()
+    args.threads = [int(t) for t in args.threads.split(",") if t]
     args.cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",") if c]
     skip = set(args.skip.split(","))
     if args.role == "pair":

@@ -1,6 +1,7 @@
 // mooncake_master: the Store's master service. Flags and defaults follow upstream's
 // mooncake_master where upstream has them (docs/store_upstream.md); the master serves
-// MasterService over gRPC on --rpc_address:--rpc_port, with --enable_metric_reporting its
+// MasterService over the Store's RPC wire (rpc_wire.h, rpc_server.h) on
+// --rpc_address:--rpc_port, with --enable_metric_reporting its
 // HTTP endpoints (master_http.h: /metrics, /get_all_segments, /query_key, ...) on
 // --metrics_host:--metrics_port, and with --enable_http_metadata_server the transfer
 // engine's HTTP metadata protocol (the same server as mooncake_http_metadata_server) on
@@ -9,7 +10,6 @@
 // --max_threads (used when --rpc_thread_num is 0, its default; capped at the CPU count).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
-#include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,20 +20,21 @@
 #include <mutex>
 #include <thread>
 
-#include "master.grpc.pb.h"
 #include "store/binary_main.h"
 #include "store/limits.h"
+#include "store/master_rpc.h"
 #include "store/master_service.h"
 #include "store/master_http.h"
 #include "store/metrics_server.h"
+#include "store/rpc_server.h"
 #include "metadata_http_server.h"
 
 DEFINE_int32(rpc_port, 0, "Port of the master's RPC service (0: the value of --port)");
 DEFINE_int32(port, 50051, "Port of the master's RPC service (deprecated: use --rpc_port)");
 DEFINE_string(rpc_address, "0.0.0.0", "Address the RPC service binds");
 DEFINE_int32(rpc_thread_num, 0,
-             "Threads polling for RPCs (0: --max_threads, capped at the number of CPUs)");
-DEFINE_int32(max_threads, 16, "Threads polling for RPCs (deprecated: use --rpc_thread_num)");
+             "RPC event loops (0: --max_threads, capped at the number of CPUs)");
+DEFINE_int32(max_threads, 16, "RPC event loops (deprecated: use --rpc_thread_num)");
 DEFINE_uint64(default_kv_lease_ttl, 10000,
               "Lease an object gets on each get (ms): it cannot be removed or evicted meanwhile");
 DEFINE_uint64(default_kv_soft_pin_ttl, 30 * 60 * 1000,
@@ -57,81 +58,7 @@ DEFINE_string(http_metadata_server_host, "0.0.0.0", "Address the HTTP metadata s
 
 namespace {
 
-namespace rpc = mooncake::store::rpc;
 using mooncake::store::MasterService;
-
-class GrpcService final : public rpc::MasterService::Service {
- public:
-  explicit GrpcService(MasterService* m) : m_(m) {}
-  grpc::Status MountSegment(grpc::ServerContext*, const rpc::MountSegmentRequest* q,
-                            rpc::MountSegmentResponse* r) override {
-    *r = m_->MountSegment(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status UnmountSegment(grpc::ServerContext*, const rpc::UnmountSegmentRequest* q,
-                              rpc::UnmountSegmentResponse* r) override {
-    *r = m_->UnmountSegment(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status Ping(grpc::ServerContext*, const rpc::PingRequest* q,
-                    rpc::PingResponse* r) override {
-    *r = m_->Ping(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status PutStart(grpc::ServerContext*, const rpc::PutStartRequest* q,
-                        rpc::PutStartResponse* r) override {
-    *r = m_->PutStart(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status PutEnd(grpc::ServerContext*, const rpc::KeysRequest* q,
-                      rpc::CodesResponse* r) override {
-    *r = m_->PutEnd(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status PutRevoke(grpc::ServerContext*, const rpc::KeysRequest* q,
-                         rpc::CodesResponse* r) override {
-    *r = m_->PutRevoke(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status GetReplicaList(grpc::ServerContext*, const rpc::KeysRequest* q,
-                              rpc::GetReplicaListResponse* r) override {
-    *r = m_->GetReplicaList(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status ExistKey(grpc::ServerContext*, const rpc::KeysRequest* q,
-                        rpc::ExistResponse* r) override {
-    *r = m_->ExistKey(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status Remove(grpc::ServerContext*, const rpc::KeysRequest* q,
-                      rpc::CodesResponse* r) override {
-    *r = m_->Remove(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status RemoveByRegex(grpc::ServerContext*, const rpc::RemoveByRegexRequest* q,
-                             rpc::CountResponse* r) override {
-    *r = m_->RemoveByRegex(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status RemoveAll(grpc::ServerContext*, const rpc::KeysRequest* q,
-                         rpc::CountResponse* r) override {
-    *r = m_->RemoveAll(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status ReplicaClear(grpc::ServerContext*, const rpc::ReplicaClearRequest* q,
-                            rpc::ReplicaClearResponse* r) override {
-    *r = m_->ReplicaClear(*q);
-    return grpc::Status::OK;
-  }
-  grpc::Status GetStats(grpc::ServerContext*, const rpc::StatsRequest*,
-                        rpc::StatsResponse* r) override {
-    *r = m_->GetStats();
-    return grpc::Status::OK;
-  }
-
- private:
-  MasterService* m_;
-};
 
 std::atomic<bool> g_stop{false};
 
@@ -183,7 +110,6 @@ int main(int argc, char** argv) {
   config.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;
   config.put_start_discard_timeout_s = FLAGS_put_start_discard_timeout_sec;
   MasterService master(config);
-  GrpcService service(&master);
 
   std::signal(SIGPIPE, SIG_IGN);  // a peer that closes early is an error on the send, not a kill
   // The metadata server first: engines started once the master says it is up may use it.
@@ -203,21 +129,16 @@ int main(int argc, char** argv) {
   }
 
   const std::string address = FLAGS_rpc_address + ":" + std::to_string(rpc_port);
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  // gRPC sets SO_REUSEPORT by default: a second master on the same port would then start
-  // and share the clients with the first. Refuse a port in use instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
-  builder.RegisterService(&service);
-  // Every request within the bounds of store/limits.h, and its reply, fits this size.
-  builder.SetMaxReceiveMessageSize(mooncake::store::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(mooncake::store::kMaxMessageBytes);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
-                              rpc_threads);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    return Fail("cannot listen on " + address +
+  mooncake::store::RpcServer::Options rpc_options;
+  rpc_options.threads = rpc_threads;
+  rpc_options.slow = &mooncake::store::IsSlowMasterMethod;
+  mooncake::store::RpcServer server(
+      rpc_options, [&master](uint16_t method, const char* data, size_t n, std::string* out) {
+        return mooncake::store::ServeMasterRpc(&master, method, data, n, out);
+      });
+  const std::string rpc_error = server.Start(FLAGS_rpc_address, rpc_port);
+  if (!rpc_error.empty()) {
+    return Fail("cannot listen on " + address + ": " + rpc_error +
                 " (port in use? choose another with --rpc_port)");
   }
 
@@ -238,7 +159,7 @@ int main(int argc, char** argv) {
   LOG(INFO) << "Master service started on " << address << " (lease " << config.default_kv_lease_ttl_ms
             << " ms, client ttl " << config.client_ttl_s << " s, eviction at "
             << config.eviction_high_watermark_ratio << " freeing " << config.eviction_ratio
-            << ", " << rpc_threads << " RPC pollers)"
+            << ", " << rpc_threads << " RPC loops)"
             << (metrics ? ", HTTP endpoints on :" + std::to_string(metrics->port()) : "")
             << (metadata ? ", HTTP metadata on :" + std::to_string(metadata->port()) : "");
 
@@ -249,7 +170,7 @@ int main(int argc, char** argv) {
     master.Tick();
   }
   LOG(INFO) << "Master service stopping";
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server.Stop();
   if (metrics) metrics->Stop();
   if (metadata) metadata->Stop();
   return 0;

@@ -39,24 +39,13 @@ int StoreClient::Impl::Start(std::string* message) {
                 "least " + std::to_string(kMinLocalBuffer) +
                     " bytes (it stages puts and gets of unregistered memory)");
   }
-  // Reconnect quickly after a master restart: gRPC's default backoff grows to 120 s, during
-  // which every call fails at once. Attempts here back off from 100 ms to 2 s, and each may
-  // take at least 1 s to connect (a master across a network).
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  // Batches are split at kMaxBatchItems, whose requests and replies fit this (limits.h).
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(opt.master_server_addr,
-                                           grpc::InsecureChannelCredentials(), args);
-  stub = rpc::MasterService::NewStub(channel);
+  // A call connects (again, after a master restart) when it has no connection: no backoff.
+  master = std::make_unique<RpcClient>(opt.master_server_addr);
   {
     rpc::PingRequest req;
     req.set_client_id(client_id);
     rpc::PingResponse resp;
-    if (Call("store setup (ping)", &rpc::MasterService::Stub::Ping, req, &resp) != 0) {
+    if (Call("store setup (ping)", MasterMethod::kPing, req, &resp) != 0) {
       return fail(ErrorCode::RPC_FAIL, "the master at " + opt.master_server_addr +
                                            " does not answer: is mooncake_master running there?");
     }
@@ -131,7 +120,7 @@ int StoreClient::Impl::Mount() {
   req.set_size(opt.global_segment_size);
   req.set_remount(mounted_once);
   rpc::MountSegmentResponse resp;
-  int rc = Call("MountSegment", &rpc::MasterService::Stub::MountSegment, req, &resp);
+  int rc = Call("MountSegment", MasterMethod::kMountSegment, req, &resp);
   if (rc != 0) return rc;
   if (resp.code() == 0) mounted_once = true;
   if (resp.code() != 0) {
@@ -150,11 +139,9 @@ void StoreClient::Impl::HeartbeatLoop() {
     rpc::PingRequest req;
     req.set_client_id(client_id);
     rpc::PingResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + opt.rpc_timeout);
-    grpc::Status s = stub->Ping(&ctx, req, &resp);
+    Status s = master->Call(MasterMethod::kPing, req, &resp, opt.rpc_timeout);
     if (!s.ok()) {
-      if (!lost) LOG(WARNING) << "store heartbeat: master unreachable: " << s.error_message();
+      if (!lost) LOG(WARNING) << "store heartbeat: master unreachable: " << s.message();
       lost = true;
     } else {
       if (lost) LOG(INFO) << "store heartbeat: master reachable again";
@@ -180,13 +167,13 @@ int StoreClient::Impl::Close() {
   hb_cv.notify_all();
   if (heartbeat.joinable()) heartbeat.join();
   int rc = 0;
-  if (segment != nullptr && stub) {
+  if (segment != nullptr && master) {
     rpc::UnmountSegmentRequest req;
     req.set_client_id(client_id);
     req.set_segment_name(seg_name);
     req.set_base(reinterpret_cast<uint64_t>(segment));
     rpc::UnmountSegmentResponse resp;
-    rc = Call("UnmountSegment", &rpc::MasterService::Stub::UnmountSegment, req, &resp);
+    rc = Call("UnmountSegment", MasterMethod::kUnmountSegment, req, &resp);
     if (rc == 0 && resp.code() != 0 && resp.code() != ToInt(ErrorCode::SEGMENT_NOT_FOUND)) {
       rc = resp.code();
     }
@@ -292,12 +279,12 @@ Span StoreClient::local_buffer() const { return {impl_->local_buf, impl_->opt.lo
 int StoreClient::HealthCheck() {
   {
     std::lock_guard<std::mutex> lock(impl_->hb_mu);
-    if (!impl_->stub || impl_->closed) return ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+    if (!impl_->master || impl_->closed) return ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
   }
   rpc::PingRequest req;
   req.set_client_id(impl_->client_id);
   rpc::PingResponse resp;
-  return impl_->Call("health_check", &rpc::MasterService::Stub::Ping, req, &resp);
+  return impl_->Call("health_check", MasterMethod::kPing, req, &resp);
 }
 
 int StoreClient::Put(const std::string& key, const std::vector<Span>& parts,
@@ -356,7 +343,7 @@ std::vector<int64_t> StoreClient::BatchGetSize(const std::vector<std::string>& k
   req.set_client_id(impl_->client_id);
   for (const auto& k : keys) req.add_keys(k);
   rpc::ExistResponse resp;
-  if (impl_->Call("ExistKey", &rpc::MasterService::Stub::ExistKey, req, &resp) != 0) return out;
+  if (impl_->Call("ExistKey", MasterMethod::kExistKey, req, &resp) != 0) return out;
   if (resp.code() != 0) {
     LOG(WARNING) << "get_size: the master refused the request: " << resp.message();
     return std::vector<int64_t>(keys.size(), resp.code());
@@ -405,7 +392,7 @@ std::vector<int> StoreClient::BatchRemove(const std::vector<std::string>& keys, 
     }
   }
   rpc::CodesResponse resp;
-  if (impl_->Call("Remove", &rpc::MasterService::Stub::Remove, req, &resp) != 0) return out;
+  if (impl_->Call("Remove", MasterMethod::kRemove, req, &resp) != 0) return out;
   if (resp.code() != 0) {
     LOG(WARNING) << "remove: the master refused the request: " << resp.message();
     return std::vector<int>(keys.size(), resp.code());
@@ -433,7 +420,7 @@ int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
       req.set_own_reads_done(impl_->active_reads == 0);
       if (impl_->active_reads == 0) impl_->reads.clear();
     }
-    rc = impl_->Call("RemoveByRegex", &rpc::MasterService::Stub::RemoveByRegex, req, &resp);
+    rc = impl_->Call("RemoveByRegex", MasterMethod::kRemoveByRegex, req, &resp);
   }
   if (rc != 0) return rc;
   if (resp.code() != 0) {
@@ -456,7 +443,7 @@ int64_t StoreClient::RemoveAll(bool force) {
       req.set_own_reads_done(impl_->active_reads == 0);
       if (impl_->active_reads == 0) impl_->reads.clear();
     }
-    rc = impl_->Call("RemoveAll", &rpc::MasterService::Stub::RemoveAll, req, &resp);
+    rc = impl_->Call("RemoveAll", MasterMethod::kRemoveAll, req, &resp);
   }
   if (rc != 0) return rc;
   return resp.code() != 0 ? resp.code() : resp.count();

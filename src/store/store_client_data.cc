@@ -35,6 +35,14 @@ rpc::ReplicateConfig ToProto(const ReplicateConfig& c) {
 
 rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c) { return ToProto(c); }
 
+google::protobuf::ArenaOptions ArenaOptionsFor(size_t items) {
+  google::protobuf::ArenaOptions o;
+  // About what a round of `items` keys takes (request and reply), so one block serves it.
+  o.start_block_size = std::min<size_t>(4096 + items * 256, 1 << 20);
+  o.max_block_size = 1 << 20;
+  return o;
+}
+
 void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>* failed) {
   struct Staged {
     const Job* job;
@@ -257,7 +265,10 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
                                              const ReplicateConfig& config, bool upsert) {
   std::vector<int> codes(keys.size(), 0);
   if (keys.empty()) return codes;
-  rpc::PutStartRequest req;
+  // The messages of a round live on one arena: a batch's hundreds of small messages and
+  // strings cost no malloc / free each.
+  google::protobuf::Arena arena(ArenaOptionsFor(keys.size()));
+  auto& req = *google::protobuf::Arena::CreateMessage<rpc::PutStartRequest>(&arena);
   req.set_client_id(client_id);
   req.set_upsert(upsert);
   *req.mutable_config() = ToProto(config);
@@ -266,8 +277,8 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
     item->set_key(keys[i]);
     item->set_size(Total(parts[i]));
   }
-  rpc::PutStartResponse resp;
-  int rc = Call("PutStart", &rpc::MasterService::Stub::PutStart, req, &resp);
+  auto& resp = *google::protobuf::Arena::CreateMessage<rpc::PutStartResponse>(&arena);
+  int rc = Call("PutStart", MasterMethod::kPutStart, req, &resp);
   if (rc == 0 && resp.code() != 0) {
     LOG(WARNING) << "put: the master refused the request: " << resp.message();
     std::fill(codes.begin(), codes.end(), resp.code());
@@ -295,7 +306,8 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
     }
   }
   RunJobs(jobs, &failed);
-  rpc::KeysRequest end, revoke;
+  auto& end = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&arena);
+  auto& revoke = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&arena);
   end.set_client_id(client_id);
   revoke.set_client_id(client_id);
   std::vector<size_t> end_idx;
@@ -311,11 +323,11 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
   }
   if (revoke.keys_size() > 0) {
     rpc::CodesResponse r;
-    (void)Call("PutRevoke", &rpc::MasterService::Stub::PutRevoke, revoke, &r);
+    (void)Call("PutRevoke", MasterMethod::kPutRevoke, revoke, &r);
   }
   if (end.keys_size() > 0) {
     rpc::CodesResponse r;
-    if (Call("PutEnd", &rpc::MasterService::Stub::PutEnd, end, &r) != 0 ||
+    if (Call("PutEnd", MasterMethod::kPutEnd, end, &r) != 0 ||
         r.codes_size() != end.keys_size()) {
       for (size_t i : end_idx) codes[i] = ToInt(ErrorCode::RPC_FAIL);
     } else {
@@ -404,14 +416,15 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
     }
   } unregister{this, marks, lease_ids};
   std::vector<std::vector<Span>> parts(keys.size());
-  rpc::KeysRequest req;
+  google::protobuf::Arena arena(ArenaOptionsFor(keys.size()));
+  auto& req = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&arena);
   req.set_client_id(client_id);
   for (const auto& k : keys) req.add_keys(k);
-  rpc::GetReplicaListResponse resp;
+  auto& resp = *google::protobuf::Arena::CreateMessage<rpc::GetReplicaListResponse>(&arena);
   // The lease starts when the master answers, later than this: a read that ends before
   // sent + lease (less a margin for clock rates) read bytes the master had not reused.
   const auto sent = std::chrono::steady_clock::now();
-  int rc = Call("GetReplicaList", &rpc::MasterService::Stub::GetReplicaList, req, &resp);
+  int rc = Call("GetReplicaList", MasterMethod::kGetReplicaList, req, &resp);
   if (rc == 0 && resp.code() != 0) {
     LOG(WARNING) << "get: the master refused the request: " << resp.message();
     std::fill(out.begin(), out.end(), resp.code());

@@ -2,7 +2,6 @@
 // one master RPC) and store_client_data.cc (moving objects: put, get, staging).
 #pragma once
 
-#include <grpcpp/grpcpp.h>
 #include <glog/logging.h>
 
 #include <chrono>
@@ -15,7 +14,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "master.grpc.pb.h"
+#include <google/protobuf/arena.h>
+
+#include "master.pb.h"
+#include "store/rpc_client.h"
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
 #include "store/client_port.h"
@@ -38,6 +40,8 @@ struct Job {
 
 std::string RandomClientId();
 rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c);
+// Arena blocks sized for a batch RPC of `items` keys.
+google::protobuf::ArenaOptions ArenaOptionsFor(size_t items);
 
 class StoreClient::Impl {
  public:
@@ -49,16 +53,12 @@ class StoreClient::Impl {
   int Mount();
   void HeartbeatLoop();
 
-  template <class Req, class Resp>
-  int Call(const char* what,
-           grpc::Status (rpc::MasterService::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*),
-           const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + opt.rpc_timeout);
-    grpc::Status s = (stub.get()->*fn)(&ctx, req, resp);
+  // One master RPC: 0, or RPC_FAIL after a log line saying why.
+  int Call(const char* what, MasterMethod method, const google::protobuf::MessageLite& req,
+           google::protobuf::MessageLite* resp) {
+    Status s = master->Call(method, req, resp, opt.rpc_timeout);
     if (!s.ok()) {
-      LOG(ERROR) << what << ": master " << opt.master_server_addr
-                 << " did not answer: " << s.error_message();
+      LOG(ERROR) << what << ": " << s.message();
       return ToInt(ErrorCode::RPC_FAIL);
     }
     return 0;
@@ -101,7 +101,7 @@ class StoreClient::Impl {
   void* segment = nullptr;
   void* local_buf = nullptr;  // staging: registered local only (never in the descriptor)
   bool mounted_once = false;  // later mounts are remounts (MountSegmentRequest.remount)
-  std::unique_ptr<rpc::MasterService::Stub> stub;
+  std::unique_ptr<RpcClient> master;
 
   std::mutex staging_mu;
   std::condition_variable staging_cv;

@@ -39,7 +39,7 @@ std::vector<int> StoreClient::PutSessionStart(const std::vector<std::string>& ke
   }
   if (idx.empty()) return out;
   rpc::PutStartResponse resp;
-  int rc = m.Call("PutStart", &rpc::MasterService::Stub::PutStart, req, &resp);
+  int rc = m.Call("PutStart", MasterMethod::kPutStart, req, &resp);
   if (rc == 0 && resp.code() != 0) {
     LOG(WARNING) << "batch_put_session_start: the master refused the request: " << resp.message();
     rc = resp.code();
@@ -145,8 +145,8 @@ std::vector<int> FinishPutSessions(StoreClient::Impl& m, const std::vector<std::
   }
   if (idx.empty()) return out;
   rpc::CodesResponse resp;
-  int rc = commit ? m.Call("PutEnd", &rpc::MasterService::Stub::PutEnd, req, &resp)
-                  : m.Call("PutRevoke", &rpc::MasterService::Stub::PutRevoke, req, &resp);
+  int rc = commit ? m.Call("PutEnd", MasterMethod::kPutEnd, req, &resp)
+                  : m.Call("PutRevoke", MasterMethod::kPutRevoke, req, &resp);
   if (rc == 0 && resp.code() != 0) rc = resp.code();
   if (rc == 0 && resp.codes_size() != static_cast<int>(idx.size())) rc = ToInt(ErrorCode::RPC_FAIL);
   for (size_t j = 0; j < idx.size(); ++j) out[idx[j]] = rc != 0 ? rc : resp.codes(static_cast<int>(j));

@@ -36,7 +36,7 @@ std::vector<StoreClient::Impl::KeyPlan> StoreClient::Impl::Plan(const std::vecto
   for (const auto& k : keys) req.add_keys(k);
   rpc::GetReplicaListResponse resp;
   const auto sent = Steady::now();
-  int rc = Call("GetReplicaList", &rpc::MasterService::Stub::GetReplicaList, req, &resp);
+  int rc = Call("GetReplicaList", MasterMethod::kGetReplicaList, req, &resp);
   if (rc == 0 && resp.code() != 0) {
     LOG(WARNING) << "ranged get: the master refused the request: " << resp.message();
     rc = resp.code();
@@ -277,7 +277,7 @@ std::vector<std::string> StoreClient::BatchReplicaClear(const std::vector<std::s
     req.set_segment_name(segment_name);
     for (size_t i = at; i < std::min(keys.size(), at + kMaxBatchItems); ++i) req.add_keys(keys[i]);
     rpc::ReplicaClearResponse resp;
-    if (impl_->Call("ReplicaClear", &rpc::MasterService::Stub::ReplicaClear, req, &resp) != 0) {
+    if (impl_->Call("ReplicaClear", MasterMethod::kReplicaClear, req, &resp) != 0) {
       break;
     }
     if (resp.code() != 0) {

@@ -68,8 +68,8 @@ TEST(MasterUpstreamFlags, DeprecatedPortAndMaxThreadsAliases) {
             std::string::npos)
       << m.Log();
   // max_threads=2, capped at the CPU count.
-  EXPECT_TRUE(m.Log().find(", 2 RPC pollers)") != std::string::npos ||
-              m.Log().find(", 1 RPC pollers)") != std::string::npos)
+  EXPECT_TRUE(m.Log().find(", 2 RPC loops)") != std::string::npos ||
+              m.Log().find(", 1 RPC loops)") != std::string::npos)
       << m.Log();
   auto c = MakeClient(port, 4 * MiB);
   ASSERT_TRUE(c);
@@ -87,7 +87,7 @@ TEST(MasterUpstreamFlags, DeprecatedPortAndMaxThreadsAliases) {
   const int rpc = p[0];
   ASSERT_TRUE(both.WaitReady(seconds(1))) << both.Log();
   EXPECT_NE(both.Log().find("using --rpc_port=" + std::to_string(rpc)), std::string::npos);
-  EXPECT_NE(both.Log().find(", 3 RPC pollers)"), std::string::npos) << both.Log();
+  EXPECT_NE(both.Log().find(", 3 RPC loops)"), std::string::npos) << both.Log();
   auto c2 = MakeClient(rpc, 4 * MiB);
   ASSERT_TRUE(c2);
   c2.reset();

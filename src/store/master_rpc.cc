@@ -1,0 +1,64 @@
+#include "store/master_rpc.h"
+
+#include "master.pb.h"
+
+namespace mooncake {
+namespace store {
+
+namespace {
+
+template <class Req, class Resp>
+RpcStatus Serve(const char* data, size_t n, std::string* out, const char* name,
+                Resp (*call)(MasterService*, const Req&), MasterService* m) {
+  Req req;
+  if (n > static_cast<size_t>(INT32_MAX) || !req.ParseFromArray(data, static_cast<int>(n))) {
+    out->append(std::string("the payload is not a ") + name + " request");
+    return RpcStatus::kBadRequest;
+  }
+  call(m, req).AppendToString(out);
+  return RpcStatus::kOk;
+}
+
+#define MC_METHOD(Name, Req)                                                             \
+  case MasterMethod::k##Name:                                                            \
+    return Serve<rpc::Req>(data, n, out, #Name,                                          \
+                           +[](MasterService* s, const rpc::Req& q) { return s->Name(q); }, \
+                           master)
+
+}  // namespace
+
+RpcStatus ServeMasterRpc(MasterService* master, uint16_t method, const char* data, size_t n,
+                         std::string* out) {
+  switch (static_cast<MasterMethod>(method)) {
+    MC_METHOD(Ping, PingRequest);
+    MC_METHOD(MountSegment, MountSegmentRequest);
+    MC_METHOD(UnmountSegment, UnmountSegmentRequest);
+    MC_METHOD(PutStart, PutStartRequest);
+    MC_METHOD(PutEnd, KeysRequest);
+    MC_METHOD(PutRevoke, KeysRequest);
+    MC_METHOD(GetReplicaList, KeysRequest);
+    MC_METHOD(ExistKey, KeysRequest);
+    MC_METHOD(Remove, KeysRequest);
+    MC_METHOD(RemoveByRegex, RemoveByRegexRequest);
+    MC_METHOD(RemoveAll, KeysRequest);
+    MC_METHOD(ReplicaClear, ReplicaClearRequest);
+    case MasterMethod::kGetStats:
+      return Serve<rpc::StatsRequest>(
+          data, n, out, "GetStats",
+          +[](MasterService* s, const rpc::StatsRequest&) { return s->GetStats(); }, master);
+  }
+  out->append("unknown method " + std::to_string(method) +
+              " (this master knows 1.." + std::to_string(kMaxMethod) +
+              ": is the client newer than the master?)");
+  return RpcStatus::kUnknownMethod;
+}
+
+#undef MC_METHOD
+
+bool IsSlowMasterMethod(uint16_t method) {
+  return method == static_cast<uint16_t>(MasterMethod::kRemoveAll) ||
+         method == static_cast<uint16_t>(MasterMethod::kRemoveByRegex);
+}
+
+}  // namespace store
+}  // namespace mooncake

@@ -1,0 +1,260 @@
+#include "store/rpc_client.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mooncake {
+namespace store {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kFirstRead = 64 << 10;
+
+int64_t MsLeft(Clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+}
+
+// host:port or [v6]:port -> (host, port); false when it is neither.
+bool SplitAddress(const std::string& a, std::string* host, std::string* port) {
+  if (!a.empty() && a[0] == '[') {
+    size_t close = a.find(']');
+    if (close == std::string::npos || close + 1 >= a.size() || a[close + 1] != ':') return false;
+    *host = a.substr(1, close - 1);
+    *port = a.substr(close + 2);
+  } else {
+    size_t colon = a.rfind(':');
+    if (colon == std::string::npos || a.find(':') != colon) return false;
+    *host = a.substr(0, colon);
+    *port = a.substr(colon + 1);
+  }
+  if (host->empty() || port->empty()) return false;
+  for (char ch : *port) {
+    if (ch < '0' || ch > '9') return false;
+  }
+  return port->size() <= 5 && std::stoi(*port) > 0 && std::stoi(*port) <= 65535;
+}
+
+void SetTimeouts(int fd, int64_t ms) {
+  if (ms < 1) ms = 1;
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+}  // namespace
+
+RpcClient::~RpcClient() {
+  for (auto& c : idle_) close(c.fd);
+}
+
+RpcClient::Conn RpcClient::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_.empty()) return Conn{};
+  Conn c = std::move(idle_.back());
+  idle_.pop_back();
+  return c;
+}
+
+void RpcClient::Give(Conn c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_.size() >= max_idle_) {
+    close(c.fd);
+    return;
+  }
+  if (c.out.capacity() > (1u << 20)) std::string().swap(c.out);
+  if (c.in.size() > (1u << 20)) std::string().swap(c.in);
+  idle_.push_back(std::move(c));
+}
+
+Status RpcClient::Connect(Conn* c, Clock::time_point deadline) {
+  std::string host, port;
+  if (!SplitAddress(address_, &host, &port)) {
+    return Status::InvalidArgument("master address '" + address_ +
+                                   "' is not host:port (or [ipv6]:port)");
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status::Unavailable("cannot resolve the master's host '" + host +
+                               "': " + gai_strerror(rc));
+  }
+  std::string error = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int64_t left = MsLeft(deadline);
+      r = left > 0 ? poll(&p, 1, static_cast<int>(left)) : 0;
+      if (r == 0) {
+        close(fd);
+        freeaddrinfo(res);
+        return Status::DeadlineExceeded("cannot connect to the master at " + address_ +
+                                        " within the RPC timeout");
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      r = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (r != 0) {
+      error = std::strerror(errno);
+      close(fd);
+      continue;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->fd = fd;
+    break;
+  }
+  freeaddrinfo(res);
+  if (c->fd < 0) {
+    return Status::Unavailable("cannot connect to the master at " + address_ + ": " + error +
+                               " (is mooncake_master running there?)");
+  }
+  return Status::OK();
+}
+
+Status RpcClient::RoundTrip(Conn* c, MasterMethod method,
+                            const google::protobuf::MessageLite& request,
+                            google::protobuf::MessageLite* response,
+                            Clock::time_point call_start, Clock::time_point deadline,
+                            bool* closed_before_reply) {
+  const size_t size = request.ByteSizeLong();
+  if (size > static_cast<size_t>(kMaxMessageBytes)) {
+    return Status::InvalidArgument(std::string(MethodName(static_cast<uint16_t>(method))) +
+                                   " request of " + std::to_string(size) +
+                                   " bytes is over the limit of " +
+                                   std::to_string(kMaxMessageBytes));
+  }
+  const uint32_t seq = ++c->seq;
+  c->out.resize(kFrameHeaderBytes + size);
+  EncodeHeader(&c->out[0], FrameHeader{static_cast<uint16_t>(method), 0, seq,
+                                       static_cast<uint32_t>(size)});
+  request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(&c->out[kFrameHeaderBytes]));
+  const std::string who = "the master at " + address_;
+  auto timed_out = [&] {
+    return Status::DeadlineExceeded(who + " did not answer " +
+                                    MethodName(static_cast<uint16_t>(method)) +
+                                    " within the RPC timeout");
+  };
+  const int64_t left = MsLeft(deadline);
+  if (left <= 0) return timed_out();
+  // Each send / recv waits at most the call's timeout (set once per connection and timeout,
+  // not per call: two syscalls less); the deadline is checked after each.
+  const int64_t whole = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - call_start).count();
+  if (c->timeout_ms != whole) {
+    SetTimeouts(c->fd, whole);
+    c->timeout_ms = whole;
+  }
+  for (size_t off = 0; off < c->out.size();) {
+    ssize_t n = send(c->fd, c->out.data() + off, c->out.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return timed_out();
+    *closed_before_reply = errno == EPIPE || errno == ECONNRESET;
+    return Status::Unavailable(who + ": connection lost (" + std::strerror(errno) + ")");
+  }
+  if (MsLeft(deadline) <= 0) return timed_out();
+  // The reply: its header, then its payload (usually in the same read).
+  if (c->in.size() < kFrameHeaderBytes + kFirstRead) c->in.resize(kFrameHeaderBytes + kFirstRead);
+  size_t got = 0, need = kFrameHeaderBytes;
+  FrameHeader h;
+  bool have_header = false;
+  while (got < need) {
+    ssize_t n = recv(c->fd, &c->in[got], c->in.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      if (!have_header && got >= kFrameHeaderBytes) {
+        HeaderCheck check = DecodeHeader(c->in.data(), &h);
+        if (check == HeaderCheck::kBadMagic) {
+          return Status::Internal(who + " does not speak this Store's RPC protocol: it looks like " +
+                                  DescribeForeignBytes(c->in.data(), got));
+        }
+        if (check == HeaderCheck::kTooLarge || h.seq != seq ||
+            h.method != static_cast<uint16_t>(method)) {
+          return Status::Internal(who + " sent a malformed reply");
+        }
+        have_header = true;
+        need = kFrameHeaderBytes + h.length;
+        if (c->in.size() < need) c->in.resize(need);
+      }
+      if (got < need && MsLeft(deadline) <= 0) return timed_out();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return timed_out();
+    *closed_before_reply = got == 0 && (n == 0 || errno == ECONNRESET);
+    return Status::Unavailable(who + ": connection lost while waiting for the reply to " +
+                               MethodName(static_cast<uint16_t>(method)) +
+                               (n == 0 ? std::string(" (closed by the master)")
+                                       : " (" + std::string(std::strerror(errno)) + ")"));
+  }
+  if (got != need) return Status::Internal(who + " sent more than one reply");
+  const char* payload = c->in.data() + kFrameHeaderBytes;
+  if (h.status != static_cast<uint16_t>(RpcStatus::kOk)) {
+    return Status::InvalidArgument(who + " refused " + MethodName(h.method) + ": " +
+                                   std::string(payload, h.length));
+  }
+  if (!response->ParseFromArray(payload, static_cast<int>(h.length))) {
+    return Status::Internal(who + " sent a reply to " + MethodName(h.method) +
+                            " that does not parse");
+  }
+  return Status::OK();
+}
+
+Status RpcClient::Call(MasterMethod method, const google::protobuf::MessageLite& request,
+                       google::protobuf::MessageLite* response,
+                       std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  // A pooled connection the master closed while it was idle (a restart, or room made for
+  // others: the master closes only connections with no request in progress) fails with no
+  // byte of a reply; the request then reached no master that kept any state, so it is sent
+  // once more on a new connection. Any other failure is the call's.
+  for (int attempt = 0;; ++attempt) {
+    Conn c = attempt == 0 ? Take() : Conn{};
+    const bool reused = c.fd >= 0;
+    if (!reused) {
+      Status s = Connect(&c, deadline);
+      if (!s.ok()) return s;
+    }
+    bool closed_before_reply = false;
+    Status s = RoundTrip(&c, method, request, response, start, deadline, &closed_before_reply);
+    if (s.ok()) {
+      Give(std::move(c));
+      return s;
+    }
+    close(c.fd);  // a late reply must not reach another call
+    if (!(reused && closed_before_reply && attempt == 0)) return s;
+  }
+}
+
+}  // namespace store
+}  // namespace mooncake

@@ -1,0 +1,543 @@
+#include "store/rpc_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <glog/logging.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace mooncake {
+namespace store {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kReadChunk = 256 << 10;
+// Replies of pipelined requests gathered before the loop writes them.
+constexpr size_t kMaxGatheredReply = 1 << 20;
+
+// Logs at most one line a second per call site.
+bool LogNow(std::atomic<int64_t>* last) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          Clock::now().time_since_epoch()).count();
+  int64_t prev = last->load();
+  return prev != now && last->compare_exchange_strong(prev, now);
+}
+
+std::string PeerOf(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof(host), serv, sizeof(serv),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "?";
+  }
+  return std::string(host) + ":" + serv;
+}
+
+}  // namespace
+
+struct RpcServer::Conn {
+  int fd = -1;
+  uint64_t id = 0;
+  std::string in;      // bytes received, not yet handled
+  std::string out;     // reply bytes not yet sent
+  size_t sent = 0;     // of out
+  bool busy = false;   // a request is on the worker
+  bool eof = false;    // the client sent FIN: serve what came, then close
+  bool close_after_flush = false;
+  uint32_t events = 0;  // what epoll watches for now
+  Clock::time_point last_active;
+  Clock::time_point partial_since = Clock::time_point::max();  // an incomplete request began
+};
+
+struct RpcServer::Job {
+  Loop* loop;
+  int fd;
+  uint64_t conn_id;
+  uint16_t method;
+  uint32_t seq;
+  std::string payload;
+  std::string reply;  // the whole frame, filled by the worker
+};
+
+struct RpcServer::Loop {
+  int ep = -1;
+  int wake = -1;  // eventfd: the worker's replies, Stop()
+  std::thread thread;
+  std::unordered_map<int, std::unique_ptr<Conn>> conns;
+  std::mutex done_mu;
+  std::vector<std::unique_ptr<Job>> done;
+  std::string scratch;
+};
+
+struct RpcServer::Worker {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Job>> jobs;
+  std::thread thread;
+};
+
+RpcServer::RpcServer(Options options, Handler handler)
+    : options_(std::move(options)), handler_(std::move(handler)) {}
+
+RpcServer::~RpcServer() { Stop(); }
+
+std::string RpcServer::Start(const std::string& host, int port) {
+  if (started_) return "already started";
+  if (options_.threads < 1) return "threads must be >= 1";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  const std::string h = (host.empty() || host == "0.0.0.0") ? "0.0.0.0" : host;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = getaddrinfo(h.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) return "cannot resolve '" + host + "': " + gai_strerror(rc);
+  std::string error = "no address for '" + host + "'";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+      error = std::string(errno == EADDRINUSE ? "address in use" : std::strerror(errno));
+      close(fd);
+      continue;
+    }
+    listen_fd_ = fd;
+    break;
+  }
+  freeaddrinfo(res);
+  if (listen_fd_ < 0) return error;
+  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                         : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  for (int i = 0; i < options_.threads; ++i) {
+    auto loop = std::make_unique<Loop>();
+    loop->ep = epoll_create1(EPOLL_CLOEXEC);
+    loop->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (loop->ep < 0 || loop->wake < 0) {
+      error = std::string("epoll: ") + std::strerror(errno);
+      if (loop->ep >= 0) close(loop->ep);
+      if (loop->wake >= 0) close(loop->wake);
+      for (auto& l : loops_) {
+        close(l->ep);
+        close(l->wake);
+      }
+      loops_.clear();
+      close(listen_fd_);
+      listen_fd_ = -1;
+      return error;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+    ev.data.fd = listen_fd_;
+    epoll_ctl(loop->ep, EPOLL_CTL_ADD, listen_fd_, &ev);
+    ev.events = EPOLLIN;
+    ev.data.fd = loop->wake;
+    epoll_ctl(loop->ep, EPOLL_CTL_ADD, loop->wake, &ev);
+    loop->scratch.resize(kReadChunk);
+    loops_.push_back(std::move(loop));
+  }
+  worker_ = std::make_unique<Worker>();
+  worker_->thread = std::thread([this] { RunWorker(); });
+  for (auto& l : loops_) {
+    Loop* p = l.get();
+    l->thread = std::thread([this, p] { RunLoop(p); });
+  }
+  started_ = true;
+  return "";
+}
+
+void RpcServer::Stop() {
+  if (!started_) return;
+  started_ = false;
+  stop_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(worker_->mu);
+  }
+  worker_->cv.notify_all();
+  worker_->thread.join();
+  for (auto& l : loops_) {
+    uint64_t one = 1;
+    (void)!write(l->wake, &one, sizeof(one));
+  }
+  for (auto& l : loops_) {
+    l->thread.join();
+    for (auto& [fd, c] : l->conns) {
+      buffered_ -= c->in.size();
+      close(fd);
+    }
+    open_ -= l->conns.size();
+    l->conns.clear();
+    close(l->ep);
+    close(l->wake);
+  }
+  loops_.clear();
+  close(listen_fd_);
+  listen_fd_ = -1;
+  if (spare_fd_ >= 0) close(spare_fd_);
+  spare_fd_ = -1;
+}
+
+void RpcServer::RunWorker() {
+  Worker& w = *worker_;
+  std::unique_lock<std::mutex> lock(w.mu);
+  while (true) {
+    w.cv.wait(lock, [&] { return stop_.load() || !w.jobs.empty(); });
+    if (stop_.load()) return;
+    std::unique_ptr<Job> job = std::move(w.jobs.front());
+    w.jobs.pop_front();
+    lock.unlock();
+    job->reply.assign(kFrameHeaderBytes, '\0');
+    RpcStatus st = handler_(job->method, job->payload.data(), job->payload.size(), &job->reply);
+    FrameHeader h;
+    h.method = job->method;
+    h.status = static_cast<uint16_t>(st);
+    h.seq = job->seq;
+    h.length = static_cast<uint32_t>(job->reply.size() - kFrameHeaderBytes);
+    EncodeHeader(&job->reply[0], h);
+    Loop* loop = job->loop;
+    {
+      std::lock_guard<std::mutex> l(loop->done_mu);
+      loop->done.push_back(std::move(job));
+    }
+    uint64_t one = 1;
+    (void)!write(loop->wake, &one, sizeof(one));
+    lock.lock();
+  }
+}
+
+void RpcServer::RunLoop(Loop* loop) {
+  std::vector<epoll_event> events(256);
+  auto last_sweep = Clock::now();
+  while (!stop_.load()) {
+    int n = epoll_wait(loop->ep, events.data(), static_cast<int>(events.size()), 500);
+    if (stop_.load()) break;
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == listen_fd_) {
+        Accept(loop);
+        continue;
+      }
+      if (fd == loop->wake) {
+        uint64_t v;
+        (void)!read(loop->wake, &v, sizeof(v));
+        std::vector<std::unique_ptr<Job>> done;
+        {
+          std::lock_guard<std::mutex> l(loop->done_mu);
+          done.swap(loop->done);
+        }
+        for (auto& job : done) {
+          auto it = loop->conns.find(job->fd);
+          if (it == loop->conns.end() || it->second->id != job->conn_id) continue;  // gone
+          Conn* c = it->second.get();
+          c->busy = false;
+          c->out = std::move(job->reply);
+          c->sent = 0;
+          c->last_active = Clock::now();
+          if (!Flush(c) || !Serve(loop, c) || Finished(c)) {
+            Close(loop, c);
+            continue;
+          }
+          Rearm(loop, c);
+        }
+        continue;
+      }
+      auto it = loop->conns.find(fd);
+      if (it == loop->conns.end()) continue;
+      Conn* c = it->second.get();
+      const uint32_t ev = events[i].events;
+      bool ok = true;
+      if (ev & (EPOLLERR | EPOLLHUP)) {
+        ok = false;  // both directions gone: no reply can reach the client
+      } else {
+        if (ev & EPOLLOUT) ok = Flush(c) && Serve(loop, c);
+        if (ok && (ev & (EPOLLIN | EPOLLRDHUP)) && !c->busy && !c->eof &&
+            c->sent == c->out.size()) {
+          ok = OnReadable(loop, c) && Serve(loop, c);
+        }
+      }
+      if (!ok || Finished(c)) {
+        Close(loop, c);
+        continue;
+      }
+      Rearm(loop, c);
+    }
+    const auto now = Clock::now();
+    if (now - last_sweep >= std::chrono::milliseconds(500)) {
+      last_sweep = now;
+      std::vector<Conn*> late;
+      for (auto& [fd, c] : loop->conns) {
+        if (c->partial_since != Clock::time_point::max() &&
+            now - c->partial_since > options_.request_deadline) {
+          late.push_back(c.get());
+        }
+      }
+      for (Conn* c : late) {
+        static std::atomic<int64_t> last{0};
+        if (LogNow(&last)) {
+          LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " did not complete a request within "
+                       << options_.request_deadline.count() << " ms: connection closed";
+        }
+        ++dropped_;
+        Close(loop, c);
+      }
+    }
+  }
+}
+
+void RpcServer::Accept(Loop* loop) {
+  while (true) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        static std::atomic<int64_t> last{0};
+        if (LogNow(&last)) {
+          LOG(WARNING) << "master RPC: out of file descriptors (" << open_.load()
+                       << " connections open): raise `ulimit -n`";
+        }
+        // Take the pending connection through the spare descriptor and close it, so that
+        // the level-triggered listener does not spin while descriptors are short.
+        ++dropped_;
+        if (spare_fd_ >= 0) {
+          close(spare_fd_);
+          int lost = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+          if (lost >= 0) close(lost);
+          spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        }
+        return;
+      }
+      return;  // EAGAIN: none left (or another loop took it)
+    }
+    if (open_.load() >= options_.max_connections) {
+      // Room from this loop's idle connections, else refuse the new one.
+      bool room = false;
+      Conn* oldest = nullptr;
+      for (auto& [cfd, c] : loop->conns) {
+        if (c->busy || !c->in.empty() || c->sent != c->out.size()) continue;
+        if (!oldest || c->last_active < oldest->last_active) oldest = c.get();
+      }
+      if (oldest) {
+        Close(loop, oldest);
+        room = true;
+      }
+      ++dropped_;
+      static std::atomic<int64_t> last{0};
+      if (LogNow(&last)) {
+        LOG(WARNING) << "master RPC: " << options_.max_connections << " connections open: "
+                     << (room ? "closed the one idle the longest" : "refused a new one");
+      }
+      if (!room) {
+        close(fd);
+        continue;
+      }
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->id = next_id_++;
+    c->last_active = Clock::now();
+    c->events = EPOLLIN | EPOLLRDHUP;
+    epoll_event ev{};
+    ev.events = c->events;
+    ev.data.fd = fd;
+    if (epoll_ctl(loop->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      continue;
+    }
+    ++open_;
+    loop->conns[fd] = std::move(c);
+  }
+}
+
+bool RpcServer::Finished(const Conn* c) const {
+  return c->eof && !c->busy && c->sent == c->out.size();
+}
+
+bool RpcServer::OnReadable(Loop* loop, Conn* c) {
+  while (true) {
+    ssize_t n = read(c->fd, &loop->scratch[0], loop->scratch.size());
+    if (n > 0) {
+      if (buffered_.load() + static_cast<size_t>(n) > options_.max_buffered_bytes) {
+        static std::atomic<int64_t> last{0};
+        if (LogNow(&last)) {
+          LOG(WARNING) << "master RPC: incomplete requests hold "
+                       << options_.max_buffered_bytes << " bytes: closed " << PeerOf(c->fd);
+        }
+        ++dropped_;
+        return false;
+      }
+      c->in.append(loop->scratch.data(), static_cast<size_t>(n));
+      buffered_ += static_cast<size_t>(n);
+      c->last_active = Clock::now();
+      if (static_cast<size_t>(n) < loop->scratch.size()) return true;
+      continue;
+    }
+    if (n == 0) {  // the client is done sending: answer what came, then close
+      c->eof = true;
+      return true;
+    }
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+}
+
+bool RpcServer::Serve(Loop* loop, Conn* c) {
+  size_t at = 0;
+  bool ok = true;
+  while (!c->busy && !c->close_after_flush && c->out.size() - c->sent < kMaxGatheredReply) {
+    if (c->in.size() - at < kFrameHeaderBytes) break;
+    FrameHeader h;
+    const HeaderCheck check = DecodeHeader(c->in.data() + at, &h);
+    if (check == HeaderCheck::kBadMagic) {
+      static std::atomic<int64_t> last{0};
+      if (LogNow(&last)) {
+        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " is "
+                     << DescribeForeignBytes(c->in.data() + at, c->in.size() - at)
+                     << ": connection closed";
+      }
+      ++dropped_;
+      ok = false;
+      break;
+    }
+    if (check == HeaderCheck::kTooLarge) {
+      static std::atomic<int64_t> last{0};
+      if (LogNow(&last)) {
+        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " announced a request of " << h.length
+                     << " bytes (limit " << kMaxMessageBytes << "): connection closed";
+      }
+      ++dropped_;
+      const std::string msg = "request of " + std::to_string(h.length) +
+                              " bytes is over the limit of " + std::to_string(kMaxMessageBytes);
+      const size_t base = c->out.size();
+      c->out.resize(base + kFrameHeaderBytes);
+      c->out += msg;
+      FrameHeader r{h.method, static_cast<uint16_t>(RpcStatus::kTooLarge), h.seq,
+                    static_cast<uint32_t>(msg.size())};
+      EncodeHeader(&c->out[base], r);
+      c->close_after_flush = true;
+      at = c->in.size();  // nothing after it is read
+      break;
+    }
+    if (c->in.size() - at - kFrameHeaderBytes < h.length) break;  // incomplete
+    const char* payload = c->in.data() + at + kFrameHeaderBytes;
+    if (options_.slow && options_.slow(h.method)) {
+      auto job = std::make_unique<Job>();
+      job->loop = loop;
+      job->fd = c->fd;
+      job->conn_id = c->id;
+      job->method = h.method;
+      job->seq = h.seq;
+      job->payload.assign(payload, h.length);
+      at += kFrameHeaderBytes + h.length;
+      c->busy = true;
+      {
+        std::lock_guard<std::mutex> l(worker_->mu);
+        worker_->jobs.push_back(std::move(job));
+      }
+      worker_->cv.notify_one();
+      break;
+    }
+    const size_t base = c->out.size();
+    c->out.resize(base + kFrameHeaderBytes);
+    RpcStatus st = handler_(h.method, payload, h.length, &c->out);
+    FrameHeader r{h.method, static_cast<uint16_t>(st), h.seq,
+                  static_cast<uint32_t>(c->out.size() - base - kFrameHeaderBytes)};
+    EncodeHeader(&c->out[base], r);
+    at += kFrameHeaderBytes + h.length;
+  }
+  if (at > 0) {
+    buffered_ -= at;
+    c->in.erase(0, at);
+  }
+  if (c->in.empty()) {
+    c->partial_since = Clock::time_point::max();
+  } else if (at > 0 || c->partial_since == Clock::time_point::max()) {
+    c->partial_since = Clock::now();  // a new request has begun
+  }
+  if (!ok) return false;
+  if (!Flush(c)) return false;
+  if (c->close_after_flush && c->sent == c->out.size()) return false;
+  return true;
+}
+
+bool RpcServer::Flush(Conn* c) {
+  while (c->sent < c->out.size()) {
+    ssize_t n = send(c->fd, c->out.data() + c->sent, c->out.size() - c->sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      c->sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;
+  }
+  if (!c->out.empty()) {
+    c->out.clear();
+    c->sent = 0;
+    if (c->out.capacity() > (4u << 20)) std::string().swap(c->out);
+  }
+  return true;
+}
+
+void RpcServer::Rearm(Loop* loop, Conn* c) {
+  uint32_t want;
+  if (c->sent < c->out.size()) {
+    want = EPOLLOUT;
+  } else if (c->busy || c->eof) {
+    want = 0;  // errors only: a client gone meanwhile fails the reply's send
+  } else {
+    want = EPOLLIN | EPOLLRDHUP;
+  }
+  if (want == c->events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.fd = c->fd;
+  epoll_ctl(loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
+  c->events = want;
+}
+
+void RpcServer::Close(Loop* loop, Conn* c) {
+  const int fd = c->fd;
+  buffered_ -= c->in.size();
+  epoll_ctl(loop->ep, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  --open_;
+  loop->conns.erase(fd);  // destroys c
+}
+
+const char* MethodName(uint16_t method) {
+  static const char* const kNames[] = {
+      "?",      "Ping",           "MountSegment", "UnmountSegment", "PutStart",
+      "PutEnd", "PutRevoke",      "GetReplicaList", "ExistKey",     "Remove",
+      "RemoveByRegex", "RemoveAll", "ReplicaClear", "GetStats"};
+  return method <= kMaxMethod ? kNames[method] : "?";
+}
+
+}  // namespace store
+}  // namespace mooncake
