@@ -11,7 +11,9 @@ For each block size (4 KiB, 64 KiB, 1 MiB, 16 MiB), operation (read, write) and 
     MC_TCP_LANES_PER_PEER=T), when the wheel can be installed.
 Then the Store (src/store): mooncake_master, a holder client contributing the pool and
 tools/store_bench putting / getting 4 KiB and 1 MiB objects in batches, beside the engine's own
-figure for the same block and batch (transfer_engine_bench, auto transport: same host -> shm).
+figure for the same block and batch (transfer_engine_bench, auto transport: same host -> shm);
+and the Store beside upstream's through the Python API both packages share
+(bench/store_compare.py: single-key master calls from 1 and 8 threads, batch puts and gets).
 It reports each figure as the median of the runs with min and max, writes a Markdown table,
 a JSON file and a PNG plot under bench/results/<date>-<commit>/, and prints the table.
 
@@ -386,6 +388,9 @@ def main():
             if up_t:
                 up_t.stop()
     store_rows = run_store(build, runs, max(duration, 0.5))
+    sys.path.insert(0, str(REPO / "bench"))
+    import store_compare
+    compare_results, compare_md = store_compare.compare(REPO, build, args.quick, log)
     elapsed = time.time() - started
 
     stamp = datetime.datetime.now().strftime("%Y-%m-%d")
@@ -406,13 +411,16 @@ def main():
     if store_rows:
         md += ("\n## Store (mooncake_master + 2 clients, 1 thread, registered buffers)\n\n" +
                store_table(store_rows) + "\n")
+    md += ("\n## Store beside upstream's (the Python API, one run each; master with its HTTP "
+           "metadata server, a holder lending 1 GiB, a client lending nothing, 127.0.0.1)\n\n" +
+           compare_md)
     has_plot = plot(results, out / "throughput.png")
     if has_plot:
         md += "\n![throughput](throughput.png)\n"
     (out / "results.md").write_text(md)
     (out / "results.json").write_text(json.dumps(
         {"machine": machine(), "commit": commit(), "date": stamp, "quick": args.quick,
-         "results": results, "store": store_rows,
+         "results": results, "store": store_rows, "store_compare": compare_results,
          "baselines": [{"kind": k[0], "block": k[1], "threads": k[2], **v}
                        for k, v in baselines.items()]}, indent=1))
     print(md)

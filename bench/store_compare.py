@@ -183,6 +183,83 @@ def run_pair(python, master_bin, protocol, extra, log=print, env=None):
                 p.kill()
 
 
+META_CALLS = ("is_exist", "get_size", "remove", "get")
+
+
+def compare(repo, build, quick, log=print):
+    """bench/run.py's Store-vs-upstream section: the same client workload under upstream's
+    wheel (build/upstream-venv) and ours (build/py-venv: `make pytest-python` or
+    `MC_PY_INSTALL_ONLY=1 scripts/python_test.sh` installs it), ours also with
+    MC_FORCE_TCP=1. Returns (results, markdown)."""
+    import pathlib
+    repo, build = pathlib.Path(repo), pathlib.Path(build)
+    extra = ["--meta_calls", "500" if quick else "3000", "--duration", "0.3" if quick else "2",
+             "--cases", "4096x128,1048576x16" if quick else "4096x128,65536x64,1048576x16"]
+    runs = [("upstream", repo / "build/upstream-venv/bin/python",
+             repo / "build/upstream-venv/bin/mooncake_master", None),
+            ("ours", build / "py-venv/bin/python", build / "src/store/mooncake_master", None),
+            ("ours, tcp only", build / "py-venv/bin/python", build / "src/store/mooncake_master",
+             dict(os.environ, MC_FORCE_TCP="1"))]
+    results = {}
+    for name, py, master, env in runs:
+        if not py.exists() or not master.exists():
+            log(f"store compare: {name} skipped ({py if not py.exists() else master} missing)")
+            continue
+        try:
+            results[name] = run_pair(str(py), str(master), "tcp", extra, env=env)
+            if name == "ours, tcp only":
+                results[name]["meta"] = []  # the master calls do not depend on the transport
+        except Exception as e:  # noqa: BLE001 - one side failing must not lose the other
+            log(f"store compare: {name} failed: {e}")
+    return results, markdown(results)
+
+
+def markdown(results):
+    names = [n for n in ("upstream", "ours", "ours, tcp only") if n in results]
+    if not names:
+        return "(no Store comparison: neither package could run)\n"
+    out = ["Single-key master calls (calls/s, p50 / p99 µs; each thread its own keys, 64-byte "
+           "objects, one process lending the pool, the caller lending nothing):", "",
+           "| call | threads | " + " | ".join(f"{n} calls/s | {n} p50 / p99" for n in names[:2])
+           + (" | ours / upstream |" if len(names) > 1 and names[0] == "upstream" else " |"),
+           "|---|---|" + "---|---|" * len(names[:2]) + ("---|" if len(names) > 1 else "")]
+    metas = {n: {m["threads"]: m for m in results[n]["meta"]} for n in names[:2]}
+    threads = sorted({t for n in metas for t in metas[n]})
+    for call in META_CALLS:
+        for t in threads:
+            cells, vals = [], []
+            for n in names[:2]:
+                m = metas[n].get(t, {}).get(call)
+                if m is None:
+                    cells.append("— | —")
+                    vals.append(None)
+                    continue
+                err = f" (error {m['errors'][0]})" if m.get("errors") else ""
+                cells.append(f"{m['calls_per_s']:,.0f}{err} | {m['p50_us']:.0f} / {m['p99_us']:.0f}")
+                vals.append(m["calls_per_s"])
+            ratio = (f" {vals[1] / vals[0]:.2f}x |" if len(vals) > 1 and all(vals) and
+                     names[0] == "upstream" else " |")
+            out.append(f"| {call} | {t} | " + " | ".join(cells) + " |" + ratio)
+    out += ["", "batch_put_from / batch_get_into with registered buffers (ops/s, GB/s):", "",
+            "| block x batch | op | " + " | ".join(names) + " |",
+            "|---|---|" + "---|" * len(names)]
+    cases = []
+    for n in names:
+        for r in results[n]["data"]:
+            if (r["block"], r["batch"]) not in cases:
+                cases.append((r["block"], r["batch"]))
+    for block, batch in cases:
+        for op in ("put", "get"):
+            cells = []
+            for n in names:
+                r = [x for x in results[n]["data"] if (x["block"], x["batch"]) == (block, batch)]
+                cells.append(f"{r[0][op]['ops_per_s']:,.0f} ({r[0][op]['gbps']:.2f})" if r
+                             else "—")
+            size = f"{block >> 20} MiB" if block >= MIB else f"{block >> 10} KiB"
+            out.append(f"| {size} x {batch} | {op} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("role", choices=["holder", "client", "pair"])
