@@ -384,12 +384,7 @@ std::vector<int> StoreClient::BatchRemove(const std::vector<std::string>& keys, 
   for (const auto& k : keys) req.add_keys(k);
   if (force) {
     std::lock_guard<std::mutex> lock(impl_->reads_mu);
-    for (const auto& k : keys) {
-      auto mark = impl_->reads.find(Impl::KeyHash(k));
-      const bool idle = mark != impl_->reads.end() && mark->second.readers == 0;
-      req.add_read_lease_ids(idle ? mark->second.done : 0);
-      if (idle) impl_->reads.erase(mark);
-    }
+    for (const auto& k : keys) req.add_read_lease_ids(impl_->reads.TakeIdle(Impl::KeyHash(k)));
   }
   rpc::CodesResponse resp;
   if (impl_->Call("Remove", MasterMethod::kRemove, req, &resp) != 0) return out;
@@ -418,7 +413,7 @@ int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
     if (force) {
       lock.lock();
       req.set_own_reads_done(impl_->active_reads == 0);
-      if (impl_->active_reads == 0) impl_->reads.clear();
+      if (impl_->active_reads == 0) impl_->reads.ForgetAll();
     }
     rc = impl_->Call("RemoveByRegex", MasterMethod::kRemoveByRegex, req, &resp);
   }
@@ -441,7 +436,7 @@ int64_t StoreClient::RemoveAll(bool force) {
     if (force) {
       lock.lock();
       req.set_own_reads_done(impl_->active_reads == 0);
-      if (impl_->active_reads == 0) impl_->reads.clear();
+      if (impl_->active_reads == 0) impl_->reads.ForgetAll();
     }
     rc = impl_->Call("RemoveAll", MasterMethod::kRemoveAll, req, &resp);
   }

@@ -388,33 +388,25 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
   if (keys.empty()) return out;
   // Registered as being read (see ReadMark) until this round ends.
   std::vector<ReadMark*> marks(keys.size());
+  std::vector<uint64_t> hashes(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) hashes[i] = KeyHash(keys[i]);
   {
     std::lock_guard<std::mutex> lock(reads_mu);
-    if (reads.size() > 65536) {  // forget idle marks (only defers frees)
-      for (auto it = reads.begin(); it != reads.end();) {
-        it = it->second.readers == 0 ? reads.erase(it) : std::next(it);
-      }
-    }
     ++active_reads;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      marks[i] = &reads[KeyHash(keys[i])];  // stable: unordered_map nodes do not move
-      ++marks[i]->readers;
-    }
+    for (size_t i = 0; i < keys.size(); ++i) marks[i] = reads.Begin(hashes[i]);
   }
   std::vector<uint64_t> lease_ids(keys.size(), 0);
   struct Unregister {
     Impl* self;
     const std::vector<ReadMark*>& marks;
+    const std::vector<uint64_t>& hashes;
     const std::vector<uint64_t>& ids;
     ~Unregister() {
       std::lock_guard<std::mutex> lock(self->reads_mu);
       --self->active_reads;
-      for (size_t i = 0; i < marks.size(); ++i) {
-        if (ids[i] != 0) marks[i]->done = ids[i];
-        --marks[i]->readers;
-      }
+      for (size_t i = 0; i < marks.size(); ++i) self->reads.End(marks[i], hashes[i], ids[i]);
     }
-  } unregister{this, marks, lease_ids};
+  } unregister{this, marks, hashes, lease_ids};
   std::vector<std::vector<Span>> parts(keys.size());
   google::protobuf::Arena arena(ArenaOptionsFor(keys.size()));
   auto& req = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&arena);

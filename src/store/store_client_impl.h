@@ -122,14 +122,53 @@ class StoreClient::Impl {
   // Per key (by a 64-bit hash of it): this client's reads of it in flight, and the lease of
   // its last completed read. A forced remove passes that lease id when no read of the key is
   // in flight, so that the master may free the space at once (KeysRequest.read_lease_ids).
-  // Two keys with one hash share a mark: that can only hide an id (the free waits for the
-  // lease), never vouch for a read in flight.
+  // A fixed table of slots, one per hash modulo its size (no allocation, nothing to clean
+  // up): keys that share a slot share its reader count and its last id, which can only hide
+  // an id (a read of another key in flight, or its id written last: the free then waits for
+  // the lease), never vouch for a read in flight. REQUIRES: reads_mu held for every call.
   struct ReadMark {
     int readers = 0;
-    uint64_t done = 0;
+    uint64_t done = 0;       // lease id of the last completed read of key `done_hash`
+    uint64_t done_hash = 0;
+    uint64_t epoch = 0;      // `done` counts only while this is ReadMarks::epoch
+  };
+  class ReadMarks {
+   public:
+    static constexpr size_t kSlots = 1 << 16;
+    ReadMarks() : slots_(kSlots) {}
+    // The slot of key hash `h`, counted as read by one more reader (stable address).
+    ReadMark* Begin(uint64_t h) {
+      ReadMark* m = &slots_[h & (kSlots - 1)];
+      ++m->readers;
+      return m;
+    }
+    // A read begun with Begin(h) ended; `lease_id` (0: none) was its lease.
+    void End(ReadMark* m, uint64_t h, uint64_t lease_id) {
+      --m->readers;
+      if (lease_id != 0) {
+        m->done = lease_id;
+        m->done_hash = h;
+        m->epoch = epoch_;
+      }
+    }
+    // For a forced remove of key hash `h`: the lease id of its last completed read when no
+    // read of its slot is in flight (then forgotten), else 0.
+    uint64_t TakeIdle(uint64_t h) {
+      ReadMark& m = slots_[h & (kSlots - 1)];
+      if (m.readers != 0 || m.done_hash != h || m.epoch != epoch_) return 0;
+      const uint64_t id = m.done;
+      m.done = 0;
+      return id;
+    }
+    // Forgets every id (a RemoveAll / RemoveByRegex with no read in flight).
+    void ForgetAll() { ++epoch_; }
+
+   private:
+    std::vector<ReadMark> slots_;
+    uint64_t epoch_ = 1;
   };
   std::mutex reads_mu;
-  std::unordered_map<uint64_t, ReadMark> reads;  // entries with readers > 0 stay put
+  ReadMarks reads;
   size_t active_reads = 0;                       // GetRound calls in flight
   static uint64_t KeyHash(const std::string& k) { return std::hash<std::string>()(k); }
   // Get sessions (store_client_ranges.cc): key -> what GetSessionStart found. A session
@@ -140,6 +179,7 @@ class StoreClient::Impl {
     std::chrono::steady_clock::time_point deadline;
     uint64_t lease_id = 0;
     ReadMark* mark = nullptr;
+    uint64_t hash = 0;  // KeyHash of the key
   };
   std::mutex session_mu;  // before reads_mu
   std::unordered_map<std::string, Session> sessions;

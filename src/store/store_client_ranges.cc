@@ -12,10 +12,12 @@ namespace store {
 namespace {
 using Steady = std::chrono::steady_clock;
 
-// REQUIRES: session_mu and reads_mu held.
+// REQUIRES: session_mu and reads_mu held. `lease_id`: the session's lease when its reads
+// completed (a forced remove may then free at once), else 0.
 void EndSessionLocked(StoreClient::Impl& m,
-                      std::unordered_map<std::string, StoreClient::Impl::Session>::iterator it) {
-  --it->second.mark->readers;
+                      std::unordered_map<std::string, StoreClient::Impl::Session>::iterator it,
+                      uint64_t lease_id = 0) {
+  m.reads.End(it->second.mark, it->second.hash, lease_id);
   --m.active_reads;
   m.sessions.erase(it);
 }
@@ -147,10 +149,7 @@ std::vector<int64_t> StoreClient::GetRanges(const std::vector<std::string>& keys
   {
     std::lock_guard<std::mutex> lock(m.reads_mu);
     ++m.active_reads;
-    for (size_t i = 0; i < uniq.size(); ++i) {
-      marks[i] = &m.reads[Impl::KeyHash(uniq[i])];
-      ++marks[i]->readers;
-    }
+    for (size_t i = 0; i < uniq.size(); ++i) marks[i] = m.reads.Begin(Impl::KeyHash(uniq[i]));
   }
   std::vector<uint64_t> lease_ids;
   auto plans = m.Plan(uniq, &lease_ids);
@@ -159,8 +158,7 @@ std::vector<int64_t> StoreClient::GetRanges(const std::vector<std::string>& keys
     std::lock_guard<std::mutex> lock(m.reads_mu);
     --m.active_reads;
     for (size_t i = 0; i < uniq.size(); ++i) {
-      if (lease_ids[i] != 0) marks[i]->done = lease_ids[i];
-      --marks[i]->readers;
+      m.reads.End(marks[i], Impl::KeyHash(uniq[i]), lease_ids[i]);
     }
   }
   return out;
@@ -184,8 +182,8 @@ std::vector<int> StoreClient::GetSessionStart(const std::vector<std::string>& ke
     }
     if (it == m.sessions.end()) {
       it = m.sessions.emplace(keys[i], Impl::Session()).first;
-      it->second.mark = &m.reads[Impl::KeyHash(keys[i])];
-      ++it->second.mark->readers;
+      it->second.hash = Impl::KeyHash(keys[i]);
+      it->second.mark = m.reads.Begin(it->second.hash);
       ++m.active_reads;  // so that RemoveAll / RemoveByRegex keep the marks and the leases
     }
     it->second.size = plans[i].size;
@@ -245,8 +243,7 @@ int StoreClient::GetSessionEnd(const std::vector<std::string>& keys) {
   for (const auto& k : keys) {
     auto it = m.sessions.find(k);
     if (it == m.sessions.end()) continue;
-    if (it->second.lease_id != 0) it->second.mark->done = it->second.lease_id;
-    EndSessionLocked(m, it);
+    EndSessionLocked(m, it, it->second.lease_id);
   }
   return 0;
 }

@@ -341,3 +341,35 @@ def test_concurrent_upserts_every_get_is_one_complete_version():
         finally:
             for p in writers + readers + [holder]:
                 p.close()
+
+
+def test_forced_remove_by_the_only_reader_frees_at_once(master, store, holder):
+    """A get then remove(force) in one client frees the space at once (the client passes the
+    lease of its own completed read); a lease of another client's, or a read session still
+    open, keeps the space in the graveyard until the lease lapses."""
+    time.sleep(0.8)  # earlier tests' graves are reaped (lease 500 ms)
+    assert master.metric("master_deferred_free_bytes") == 0
+    value = b"r" * 4096
+    assert store.put("solo", value) == 0
+    assert store.get("solo") == value
+    assert store.remove("solo", True) == 0
+    assert master.metric("master_deferred_free_bytes") == 0
+    # a session's completed read: freed at once too, once the session ended
+    assert store.put("solo2", value) == 0
+    assert store.batch_get_session_start(["solo2"]) == [0]
+    assert store.batch_get_session_end(["solo2"]) == 0
+    assert store.remove("solo2", True) == 0
+    assert master.metric("master_deferred_free_bytes") == 0
+    # an open session is a read in flight: the space waits
+    assert store.put("solo3", value) == 0
+    assert store.batch_get_session_start(["solo3"]) == [0]
+    assert store.remove("solo3", True) == 0
+    assert master.metric("master_deferred_free_bytes") >= 4096
+    assert store.batch_get_session_end(["solo3"]) == 0
+    time.sleep(0.8)
+    # another client's lease: the space waits for it
+    assert store.put("shared", value) == 0
+    assert holder.call("result = store.get('shared')") == value
+    assert store.get("shared") == value
+    assert store.remove("shared", True) == 0
+    assert master.metric("master_deferred_free_bytes") >= 4096
