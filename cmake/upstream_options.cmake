@@ -43,7 +43,7 @@ if(NOT BUILD_EXAMPLES)
 endif()
 if(NOT WITH_STORE)
   message(STATUS "WITH_STORE=OFF: no Store (mooncake_master, mooncake_client, store_bench, the "
-                 "Store's tests), so no gRPC, protobuf or re2 is needed")
+                 "Store's tests), so no protobuf or re2 is needed")
   if(MC_BUILD_PYTHON)
     message(FATAL_ERROR "MC_BUILD_PYTHON=ON needs WITH_STORE=ON: the Python package includes "
                         "mooncake.store")

@@ -1,7 +1,7 @@
 // Bounds on what one master RPC may carry, checked by the master on every request (a request
 // over a bound is refused with INVALID_PARAMS / INVALID_KEY and a message naming the bound)
 // and respected by the client library, which splits larger batches. They make every accepted
-// request's reply fit kMaxMessageBytes, gRPC's message size limit on both sides.
+// request's reply fit kMaxMessageBytes, the RPC wire's payload limit (rpc_wire.h) both ways.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,7 @@ constexpr size_t kMaxBatchItems = 4096;     // keys / items of one batch RPC
 constexpr size_t kMaxNameBytes = 256;       // client id, segment name, a preferred segment
 constexpr size_t kMaxPreferredSegments = 16;
 constexpr size_t kMaxReplicaNum = 16;
-// gRPC's send and receive limit. The largest reply an accepted request can get:
+// The RPC wire's payload limit, both ways. The largest reply an accepted request can get:
 // kMaxBatchItems x (a message naming the key + kMaxReplicaNum replicas with their segment
 // names) = 4096 x (4.2 KiB + 16 x 0.3 KiB), about 36 MiB.
 constexpr int kMaxMessageBytes = 64 << 20;

@@ -292,7 +292,7 @@ TEST_F(MasterSafetyTest, BatchesOverTheLimitAreRefusedBeforeAnyWork) {
   EXPECT_EQ(master_->PutEnd(Keys("r", many)).code(), C(ErrorCode::INVALID_PARAMS));
   EXPECT_EQ(master_->PutRevoke(Keys("r", many)).code(), C(ErrorCode::INVALID_PARAMS));
   EXPECT_EQ(master_->GetReplicaList(Keys("r", many)).results_size(), 0);
-  // The largest accepted batch fits gRPC's message limit, its reply too.
+  // The largest accepted batch fits the RPC wire's payload limit, its reply too.
   put.mutable_items()->DeleteSubrange(static_cast<int>(kMaxBatchItems),
                                       put.items_size() - static_cast<int>(kMaxBatchItems));
   auto ok = master_->PutStart(put);
