@@ -327,8 +327,65 @@ def metadata_http():
           b"\r\n\r\nffffffffffffffff\r\nxx\r\n0\r\n\r\n")
 
 
+def pb_varint(v):
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
+
+
+def pb_bytes(field, data):
+    if isinstance(data, str):
+        data = data.encode()
+    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
+
+
+def pb_uint(field, v):
+    return pb_varint(field << 3) + pb_varint(v)
+
+
+def rpc_frame(method, seq, payload, announced=None):
+    """src/store/rpc_wire.h: 'MCR1', u16 method, u16 status, u32 seq, u32 length."""
+    n = len(payload) if announced is None else announced
+    return b"MCR1" + struct.pack("<HHII", method, 0, seq, n) + payload
+
+
+def master_rpc():
+    """fuzz_master_rpc: byte 0 picks 1..3 connections (0: one, taking the rest)."""
+    t = "fuzz_master_rpc"
+    ping = rpc_frame(1, 1, pb_bytes(1, "fuzz-client"))
+    keys = pb_bytes(1, "fuzz-client") + pb_bytes(2, "k1") + pb_bytes(2, "k2")
+    put_start = rpc_frame(4, 2, pb_bytes(1, "fuzz-client") +
+                          pb_bytes(2, pb_bytes(1, "k1") + pb_uint(2, 4096)) +
+                          pb_bytes(2, pb_bytes(1, "k2") + pb_uint(2, 100)) +
+                          pb_bytes(3, pb_uint(1, 1)))
+    put_end = rpc_frame(5, 3, keys)
+    get = rpc_frame(7, 4, keys)
+    exist = rpc_frame(8, 5, keys)
+    remove = rpc_frame(9, 6, keys + pb_uint(3, 1))
+    remove_all = rpc_frame(11, 7, pb_bytes(1, "fuzz-client") + pb_uint(3, 1))
+    regex = rpc_frame(10, 8, pb_bytes(1, "fuzz-client") + pb_bytes(2, "^k.*") + pb_uint(3, 1))
+    stats = rpc_frame(13, 9, b"")
+    write(t, "ping", b"\x00" + ping)
+    write(t, "put_get_remove", b"\x00" + put_start + put_end + get + exist + remove + stats)
+    write(t, "slow_then_fast", b"\x00" + put_start + put_end + remove_all + ping + regex + stats)
+    write(t, "unknown_method", b"\x00" + rpc_frame(200, 1, b"x") + ping)
+    write(t, "bad_payload", b"\x00" + rpc_frame(4, 1, b"\xff\xff\xff") + ping)
+    write(t, "too_large", b"\x00" + ping + rpc_frame(1, 2, b"", announced=0x7FFFFFFF) + ping)
+    write(t, "foreign", b"\x00" + b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + ping)
+    write(t, "partial", b"\x00" + ping + rpc_frame(1, 2, b"", announced=1000) + b"abc")
+    first = put_start + put_end
+    write(t, "two_connections", b"\x01" + struct.pack("<H", len(first)) + first + get + remove)
+    write(t, "three_connections", b"\x02" + struct.pack("<H", len(ping)) + ping +
+          struct.pack("<H", len(stats)) + stats + remove_all)
+
+
 GENERATED = ["fuzz_handshake_frame", "fuzz_segment_desc", "fuzz_tcp_server", "fuzz_tcp_session",
-             "fuzz_shm_server", "fuzz_real_client_wire", "fuzz_master_http", "fuzz_metadata_http"]
+             "fuzz_shm_server", "fuzz_real_client_wire", "fuzz_master_http", "fuzz_metadata_http",
+             "fuzz_master_rpc"]
 
 if __name__ == "__main__":
     # Only the corpora written here (fuzz_master_service's and fuzz_auth_exchange's seeds
@@ -343,5 +400,6 @@ if __name__ == "__main__":
     real_client_wire()
     master_http()
     metadata_http()
+    master_rpc()
     for t in sorted(os.listdir(CORPUS)):
         print(t, len(os.listdir(os.path.join(CORPUS, t))))
