@@ -1,5 +1,9 @@
 #include "store/master_rpc.h"
 
+#include <algorithm>
+
+#include <google/protobuf/arena.h>
+
 #include "master.pb.h"
 
 namespace mooncake {
@@ -10,7 +14,13 @@ namespace {
 template <class Req, class Resp>
 RpcStatus Serve(const char* data, size_t n, std::string* out, const char* name,
                 Resp (*call)(MasterService*, const Req&), MasterService* m) {
-  Req req;
+  // The request on an arena: a batch's keys cost no malloc / free each. Its first block is
+  // sized to the payload (a parsed message takes a few times its wire size).
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = std::min<size_t>(1024 + 4 * n, 4 << 20);
+  options.max_block_size = 4 << 20;
+  google::protobuf::Arena arena(options);
+  Req& req = *google::protobuf::Arena::CreateMessage<Req>(&arena);
   if (n > static_cast<size_t>(INT32_MAX) || !req.ParseFromArray(data, static_cast<int>(n))) {
     out->append(std::string("the payload is not a ") + name + " request");
     return RpcStatus::kBadRequest;

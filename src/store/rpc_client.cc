@@ -205,7 +205,14 @@ Status RpcClient::RoundTrip(Conn* c, MasterMethod method,
         need = kFrameHeaderBytes + h.length;
         if (c->in.size() < need) c->in.resize(need);
       }
-      if (got < need && MsLeft(deadline) <= 0) return timed_out();
+      if (got < need) {
+        // A reply in pieces (large, or a master that trickles): the next wait is what is
+        // left of the call's time, so the call never outlasts its timeout.
+        const int64_t rest = MsLeft(deadline);
+        if (rest <= 0) return timed_out();
+        SetTimeouts(c->fd, rest);
+        c->timeout_ms = -1;
+      }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -203,6 +203,41 @@ TEST_F(RpcTest, ForeignServerIsNamed) {
   EXPECT_NE(s.message().find("HTTP/1"), std::string::npos) << s.message();
 }
 
+// A master that sends the first byte of its reply late and then stalls cannot hold a call
+// past its timeout (each wait is what is left of the call's time, not a whole timeout).
+TEST_F(RpcTest, AStalledReplyEndsAtTheCallsTimeout) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::atomic<bool> stop{false};
+  std::thread srv([&] {
+    int fd = ::accept(lfd, nullptr, nullptr);
+    std::string head = ReadUpTo(fd, kFrameHeaderBytes, milliseconds(1000));
+    FrameHeader h;
+    if (head.size() == kFrameHeaderBytes) DecodeHeader(head.data(), &h);
+    const std::string reply = Frame(h.method, h.seq, std::string(1000, 'x'));
+    std::this_thread::sleep_for(milliseconds(250));
+    (void)!::send(fd, reply.data(), 1, MSG_NOSIGNAL);
+    for (int i = 0; i < 100 && !stop; ++i) std::this_thread::sleep_for(milliseconds(10));
+    ::close(fd);
+  });
+  RpcClient c("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  bool known;
+  const auto t0 = Clock::now();
+  Status s = Ping("x", &known, &c, milliseconds(300));
+  const auto took = Clock::now() - t0;
+  stop = true;
+  srv.join();
+  ::close(lfd);
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s.ToString();
+  EXPECT_LT(took, milliseconds(450));
+}
+
 TEST_F(RpcTest, BadFramesAreAnsweredOrClosedAndOthersAreServed) {
   Start();
   // Foreign bytes (an HTTP/2 preface): closed at once.
