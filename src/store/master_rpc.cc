@@ -29,6 +29,26 @@ RpcStatus Serve(const char* data, size_t n, std::string* out, const char* name,
   return RpcStatus::kOk;
 }
 
+// PutStart / GetReplicaList: the response too on the arena (a result and a replica per key:
+// no malloc / free each).
+template <class Req, class Resp>
+RpcStatus ServeInto(const char* data, size_t n, std::string* out, const char* name,
+                    void (MasterService::*into)(const Req&, Resp*), MasterService* m) {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = std::min<size_t>(4096 + 8 * n, 4 << 20);
+  options.max_block_size = 4 << 20;
+  google::protobuf::Arena arena(options);
+  Req& req = *google::protobuf::Arena::CreateMessage<Req>(&arena);
+  if (n > static_cast<size_t>(INT32_MAX) || !req.ParseFromArray(data, static_cast<int>(n))) {
+    out->append(std::string("the payload is not a ") + name + " request");
+    return RpcStatus::kBadRequest;
+  }
+  Resp& resp = *google::protobuf::Arena::CreateMessage<Resp>(&arena);
+  (m->*into)(req, &resp);
+  resp.AppendToString(out);
+  return RpcStatus::kOk;
+}
+
 #define MC_METHOD(Name, Req)                                                             \
   case MasterMethod::k##Name:                                                            \
     return Serve<rpc::Req>(data, n, out, #Name,                                          \
@@ -43,10 +63,13 @@ RpcStatus ServeMasterRpc(MasterService* master, uint16_t method, const char* dat
     MC_METHOD(Ping, PingRequest);
     MC_METHOD(MountSegment, MountSegmentRequest);
     MC_METHOD(UnmountSegment, UnmountSegmentRequest);
-    MC_METHOD(PutStart, PutStartRequest);
+    case MasterMethod::kPutStart:
+      return ServeInto(data, n, out, "PutStart", &MasterService::PutStartInto, master);
     MC_METHOD(PutEnd, KeysRequest);
     MC_METHOD(PutRevoke, KeysRequest);
-    MC_METHOD(GetReplicaList, KeysRequest);
+    case MasterMethod::kGetReplicaList:
+      return ServeInto(data, n, out, "GetReplicaList", &MasterService::GetReplicaListInto,
+                       master);
     MC_METHOD(ExistKey, KeysRequest);
     MC_METHOD(Remove, KeysRequest);
     MC_METHOD(RemoveByRegex, RemoveByRegexRequest);

@@ -278,13 +278,19 @@ std::string KeysProblem(const char* what, const Req& req) {
 
 rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
   rpc::PutStartResponse resp;
+  PutStartInto(req, &resp);
+  return resp;
+}
+
+void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartResponse* out) {
+  rpc::PutStartResponse& resp = *out;
   const std::string problem = PutStartProblem(req);
   std::lock_guard<std::mutex> lock(mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);
     ++counters_.refused_requests;
-    return resp;
+    return;
   }
   const auto now = now_();
   ReapGraveyardLocked(now);
@@ -332,7 +338,7 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
     in_flight_.insert(item.key());
     objects_.emplace(item.key(), std::move(obj));
   }
-  return resp;
+  return;
 }
 
 MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest& req,
@@ -469,13 +475,20 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
 
 rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest& req) {
   rpc::GetReplicaListResponse resp;
+  GetReplicaListInto(req, &resp);
+  return resp;
+}
+
+void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
+                                       rpc::GetReplicaListResponse* out) {
+  rpc::GetReplicaListResponse& resp = *out;
   const std::string problem = KeysProblem("GetReplicaList", req);
   std::lock_guard<std::mutex> lock(mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);
     ++counters_.refused_requests;
-    return resp;
+    return;
   }
   const auto now = now_();
   for (const auto& key : req.keys()) {
@@ -508,7 +521,7 @@ rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest
     result->set_lease_id(obj.lease_id);
     FillReplicasLocked(obj, true, result->mutable_replicas());
   }
-  return resp;
+  return;
 }
 
 rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {

@@ -85,9 +85,12 @@ class MasterService {
   rpc::UnmountSegmentResponse UnmountSegment(const rpc::UnmountSegmentRequest& req);
   rpc::PingResponse Ping(const rpc::PingRequest& req);
   rpc::PutStartResponse PutStart(const rpc::PutStartRequest& req);
+  // The same into *out, which may live on an arena (the RPC layer's: no malloc per result).
+  void PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartResponse* out);
   rpc::CodesResponse PutEnd(const rpc::KeysRequest& req);
   rpc::CodesResponse PutRevoke(const rpc::KeysRequest& req);
   rpc::GetReplicaListResponse GetReplicaList(const rpc::KeysRequest& req);
+  void GetReplicaListInto(const rpc::KeysRequest& req, rpc::GetReplicaListResponse* out);
   rpc::ExistResponse ExistKey(const rpc::KeysRequest& req);
   rpc::CodesResponse Remove(const rpc::KeysRequest& req);
   rpc::CountResponse RemoveByRegex(const rpc::RemoveByRegexRequest& req);
