@@ -181,7 +181,7 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     const auto now = now_();
     if (it == objects_.end() || !it->second.complete || it->second.owner != req.client_id() ||
         LeasedLocked(it->second) ||
-        it->second.completed_at + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
+        it->second.stamp + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
       VLOG(1) << "ReplicaClear: " << key << " skipped (absent, in flight, another client's or "
               << "leased)";
       continue;

@@ -313,7 +313,7 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
     auto existing = objects_.find(item.key());
     if (existing != objects_.end() || upserts_.count(item.key())) {
       const bool stale = existing != objects_.end() && !existing->second.complete &&
-                         existing->second.put_started +
+                         existing->second.stamp +
                                  std::chrono::seconds(config_.put_start_discard_timeout_s) <= now;
       if (!stale) {
         result->set_code(Code(ErrorCode::OBJECT_ALREADY_EXISTS));
@@ -340,13 +340,13 @@ MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest&
   const auto now = now_();
   Object obj;
   obj.size = size;
-  obj.owner = req.client_id();
+  obj.owner = client_names_.Get(req.client_id());
   obj.soft_pin = req.config().with_soft_pin();
   obj.soft_pin_ttl = std::chrono::milliseconds(req.config().soft_pin_ttl_ms() > 0
                                                    ? req.config().soft_pin_ttl_ms()
                                                    : config_.default_kv_soft_pin_ttl_ms);
   obj.hard_pin = req.config().with_hard_pin();
-  obj.put_started = now;
+  obj.stamp = now;
   obj.last_access = now;
   return obj;
 }
@@ -431,7 +431,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
     if (code == ErrorCode::OK) {
       it->second.complete = true;
       it->second.last_access = now;
-      it->second.completed_at = now;
+      it->second.stamp = now;
       in_flight_.erase(key);
     }
     resp.add_codes(Code(code));
@@ -504,7 +504,9 @@ rpc::GetReplicaListResponse MasterService::GetReplicaList(const rpc::KeysRequest
     result->set_size(obj.size);
     result->set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
     obj.lease_id = lease_ids_() | 1;  // never 0
-    obj.lease_client = req.client_id();
+    if (obj.lease_client != req.client_id()) {
+      obj.lease_client = client_names_.Get(req.client_id());
+    }
     result->set_lease_id(obj.lease_id);
     FillReplicasLocked(obj, true, result->mutable_replicas());
   }

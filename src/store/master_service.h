@@ -50,6 +50,7 @@
 
 #include "master.pb.h"
 #include "store/error_code.h"
+#include "store/master_records.h"
 #include "store/offset_allocator.h"
 
 namespace mooncake {
@@ -191,6 +192,9 @@ class MasterService {
   size_t placement_cursor_ = 0;
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, Client> clients_;
+  // The client ids that objects name (their writer, their latest lease holder): declared
+  // before the tables whose records refer to it, so it outlives them.
+  ClientNames client_names_;
   ObjectMap objects_;
   // Upserts in flight of keys whose current value (in objects_) stays visible until their
   // PutEnd replaces it (master_upsert.cc).
