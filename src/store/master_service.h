@@ -52,6 +52,7 @@
 #include "store/error_code.h"
 #include "store/master_records.h"
 #include "store/offset_allocator.h"
+#include "store/sharded_map.h"
 
 namespace mooncake {
 namespace store {
@@ -147,7 +148,8 @@ class MasterService {
 
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
-  using ObjectMap = std::unordered_map<std::string, Object>;
+  // Sharded, so that its growth rehashes a few thousand keys at a time (sharded_map.h).
+  using ObjectMap = ShardedMap<Object>;
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
   // PutStart of one item with req.upsert(): OK (result filled), or why not.
@@ -198,7 +200,7 @@ class MasterService {
   ObjectMap objects_;
   // Upserts in flight of keys whose current value (in objects_) stays visible until their
   // PutEnd replaces it (master_upsert.cc).
-  ObjectMap upserts_;
+  std::unordered_map<std::string, Object> upserts_;
   std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
   // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
   // unmounted since are dropped when they come up (segment ids are never reused).
@@ -207,8 +209,9 @@ class MasterService {
   };
   std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_;
   uint64_t graveyard_bytes_ = 0;
-  // RemoveWhere scans running: while there are any, objects_ does not rehash (its maximum
-  // load factor is raised), so a scan can resume at a bucket index after retaking the lock.
+  // RemoveWhere scans running: while there are any, objects_ does not rehash (its shards'
+  // maximum load factor is raised), so a scan can resume at a (shard, bucket) position after
+  // retaking the lock.
   int scans_ = 0;
   // Segment names unmounted lately -> until when a segment mounted under that name again
   // takes no new objects (the unmount time plus one lease TTL).
