@@ -18,6 +18,7 @@
 // client library and the master's housekeeping thread would.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,6 +74,12 @@ std::string Key(uint64_t i) {
 uint64_t SizeOf(uint64_t i) {
   const uint64_t span = FLAGS_max_size - FLAGS_min_size + 1;
   return FLAGS_min_size + Mix(i ^ 0x5bd1e995ull) % span;
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 uint64_t RssBytes() {
@@ -155,16 +162,17 @@ class Bench {
   }
 
   // Fills up to `target` objects; returns the objects per second of the fill and sets
-  // *worst_ms to the slowest PutStart + PutEnd batch of it (a table rehash shows there).
+  // *worst_ms to the slowest PutStart + PutEnd batch of it in this thread's CPU time (a table
+  // rehash shows there; time the thread waited for a core, on a shared machine, does not).
   double FillTo(uint64_t target, double* worst_ms) {
     const auto t0 = Clock::now();
     const uint64_t from = filled_;
     double worst = 0;
     while (filled_ < target) {
       const int n = static_cast<int>(std::min<uint64_t>(FLAGS_batch, target - filled_));
-      const auto a = Clock::now();
+      const double a = ThreadCpuSeconds();
       PutBatch(filled_, n, static_cast<int>((filled_ / FLAGS_batch) % FLAGS_segments));
-      worst = std::max(worst, std::chrono::duration<double>(Clock::now() - a).count());
+      worst = std::max(worst, ThreadCpuSeconds() - a);
       filled_ += n;
       Housekeep();
     }
@@ -311,7 +319,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(FLAGS_max_size), key_bytes, FLAGS_batch,
               FLAGS_samples);
   std::printf("%10s %8s %8s %8s | %-22s | %-22s | %-24s | %-22s\n", "objects", "fill/s",
-              "worst ms", "B/object",
+              "worstcpu", "B/object",
               "exist p50/p99 us  k/s", "get p50/p99 us  k/s", "put128 p50/p99 us batch/s",
               "remove p50/p99 us k/s");
   std::vector<Bench::Row> rows;
@@ -342,7 +350,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       o << (i ? "," : "") << "{\"objects\":" << r.objects << ",\"fill_per_s\":" << r.fill_per_s
-        << ",\"fill_worst_batch_ms\":" << r.fill_worst_ms
+        << ",\"fill_worst_batch_cpu_ms\":" << r.fill_worst_ms
         << ",\"rss_bytes_per_object\":" << r.rss_per_object << ",\"exist\":"
         << StatJson(r.exist) << ",\"get\":" << StatJson(r.get)
         << ",\"put_batch\":" << StatJson(r.put_batch) << ",\"remove\":" << StatJson(r.remove)
