@@ -149,7 +149,7 @@ class MasterService {
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
   // Sharded, so that its growth rehashes a few thousand keys at a time (sharded_map.h).
-  using ObjectMap = ShardedMap<Object>;
+  using ObjectMap = ShardedMap<std::string, Object>;
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
   // PutStart of one item with req.upsert(): OK (result filled), or why not.

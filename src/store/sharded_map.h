@@ -1,13 +1,14 @@
-// ShardedMap: a string-keyed hash map split into kShards std::unordered_maps by the key's
-// hash, so that growing it rehashes one shard (1/kShards of the keys) at a time: with 10
+// ShardedMap: a hash map split into kShards std::unordered_maps by the key's hash, so that growing it rehashes one shard (1/kShards of the keys) at a time: with 10
 // million objects a rehash of one std::unordered_map walks every node under the master's
 // lock (hundreds of ms); a shard's rehash walks about 40 thousand (a millisecond or so).
 // The subset of std::unordered_map's interface the master uses, plus shard access for scans
-// that resume at a (shard, bucket) position. Not thread safe.
+// that resume at a (shard, bucket) position. Not thread safe. The master's object table
+// (string keys) and the offset allocator's live allocations (offsets) use it.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -16,10 +17,10 @@
 namespace mooncake {
 namespace store {
 
-template <class V, size_t kShards = 256>
+template <class K, class V, size_t kShards = 256>
 class ShardedMap {
  public:
-  using Shard = std::unordered_map<std::string, V>;
+  using Shard = std::unordered_map<K, V>;
   using value_type = typename Shard::value_type;
   static constexpr size_t kShardCount = kShards;
 
@@ -65,9 +66,11 @@ class ShardedMap {
   using iterator = Iter<false>;
   using const_iterator = Iter<true>;
 
-  static size_t ShardOf(const std::string& key) {
-    // The top bits: the shard's own buckets use the hash modulo a prime.
-    return (std::hash<std::string>{}(key) >> 40) % kShards;
+  static size_t ShardOf(const K& key) {
+    // The top bits of the hash mixed (std::hash of an integer is the integer itself); the
+    // shard's own buckets use the hash modulo a prime.
+    const uint64_t h = static_cast<uint64_t>(std::hash<K>{}(key)) * 0x9e3779b97f4a7c15ull;
+    return static_cast<size_t>(h >> 40) % kShards;
   }
 
   iterator begin() { return iterator(this, 0, shards_[0].begin()); }
@@ -75,23 +78,23 @@ class ShardedMap {
   const_iterator begin() const { return const_iterator(this, 0, shards_[0].begin()); }
   const_iterator end() const { return const_iterator(this, kShards, {}); }
 
-  iterator find(const std::string& key) {
+  iterator find(const K& key) {
     const size_t s = ShardOf(key);
     auto it = shards_[s].find(key);
     return it == shards_[s].end() ? end() : iterator(this, s, it);
   }
-  const_iterator find(const std::string& key) const {
+  const_iterator find(const K& key) const {
     const size_t s = ShardOf(key);
     auto it = shards_[s].find(key);
     return it == shards_[s].end() ? end() : const_iterator(this, s, it);
   }
-  size_t count(const std::string& key) const { return shards_[ShardOf(key)].count(key); }
-  V& at(const std::string& key) { return shards_[ShardOf(key)].at(key); }
+  size_t count(const K& key) const { return shards_[ShardOf(key)].count(key); }
+  V& at(const K& key) { return shards_[ShardOf(key)].at(key); }
 
-  template <class K, class... Args>
-  std::pair<iterator, bool> emplace(K&& key, Args&&... args) {
+  template <class Key, class... Args>
+  std::pair<iterator, bool> emplace(Key&& key, Args&&... args) {
     const size_t s = ShardOf(key);
-    auto r = shards_[s].emplace(std::forward<K>(key), std::forward<Args>(args)...);
+    auto r = shards_[s].emplace(std::forward<Key>(key), std::forward<Args>(args)...);
     if (r.second) ++size_;
     return {iterator(this, s, r.first), r.second};
   }
@@ -101,7 +104,7 @@ class ShardedMap {
     --size_;
     return iterator(this, it.shard_, next);
   }
-  size_t erase(const std::string& key) {
+  size_t erase(const K& key) {
     const size_t n = shards_[ShardOf(key)].erase(key);
     size_ -= n;
     return n;
