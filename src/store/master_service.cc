@@ -181,18 +181,22 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
                                 const rpc::ReplicateConfig& config, Object* obj) {
   const size_t want = std::max<uint32_t>(1, config.replica_num());
   // Preferred segments first (in the caller's order), then the rest starting at a rotating
-  // cursor so that objects spread over segments.
-  std::vector<uint64_t> order;
+  // cursor so that objects spread over segments. (Scratch vectors of the master: no heap
+  // allocation per object.)
+  auto& order = place_order_;
+  auto& rest = place_rest_;
+  order.clear();
+  rest.clear();
+  auto chosen = [&](uint64_t id) {
+    return std::any_of(order.begin(), order.end(), [&](const auto& o) { return o.first == id; });
+  };
   for (const auto& name : config.preferred_segments()) {
     for (const auto& [id, seg] : segments_) {
-      if (seg->name == name && std::find(order.begin(), order.end(), id) == order.end()) {
-        order.push_back(id);
-      }
+      if (seg->name == name && !chosen(id)) order.emplace_back(id, seg.get());
     }
   }
-  std::vector<uint64_t> rest;
   for (const auto& [id, seg] : segments_) {
-    if (std::find(order.begin(), order.end(), id) == order.end()) rest.push_back(id);
+    if (order.empty() || !chosen(id)) rest.emplace_back(id, seg.get());
   }
   if (!rest.empty()) {
     const size_t start = placement_cursor_++ % rest.size();
@@ -200,16 +204,19 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
   }
   order.insert(order.end(), rest.begin(), rest.end());
   // One replica per segment name (a client's segments count as one place).
-  std::set<std::string> used;
+  auto name_used = [&](const std::string& name) {
+    for (const auto& p : obj->replicas) {
+      if (segments_.at(p.segment_id)->name == name) return true;
+    }
+    return false;
+  };
   const auto now = now_();
-  for (uint64_t id : order) {
+  for (const auto& [id, seg] : order) {
     if (obj->replicas.size() == want) break;
-    Segment& seg = *segments_.at(id);
-    if (used.count(seg.name) || seg.alloc_after > now) continue;
-    auto offset = seg.alloc.Allocate(size);
+    if (seg->alloc_after > now || (!obj->replicas.empty() && name_used(seg->name))) continue;
+    auto offset = seg->alloc.Allocate(size);
     if (!offset) continue;
     obj->replicas.push_back({id, *offset});
-    used.insert(seg.name);
   }
   VLOG(1) << "placed " << key << " (" << size << " bytes): " << obj->replicas.size() << "/"
           << want << " replicas";

@@ -192,6 +192,7 @@ class MasterService {
   uint64_t next_segment_id_ = 1;
   uint64_t view_version_ = 1;
   size_t placement_cursor_ = 0;
+  std::vector<std::pair<uint64_t, Segment*>> place_order_, place_rest_;  // PlaceLocked's scratch
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, Client> clients_;
   // The client ids that objects name (their writer, their latest lease holder): declared
