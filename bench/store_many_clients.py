@@ -11,8 +11,9 @@ and removes (batch_remove, force: only its own reads hold leases, so the space i
 once) the keys of cycles older than the last --keep ones, so the pool never fills. Each client
 has keys of its own. An op is one object put or got; a client reports its ops/s.
 
-Prints, per N: the aggregate ops/s, each client's share of the mean (min / max), and at the
-end the ratio aggregate(N_max) / aggregate(1); with --json one JSON line.
+Prints, per N: the aggregate ops/s, each client's share of the mean (min / max), the master's
+CPU use over the window (cores, and microseconds per op), and at the end the ratio
+aggregate(N_max) / aggregate(1); with --json one JSON line.
 
   build/py-venv/bin/python bench/store_many_clients.py --clients 1,16 --duration 10 --json
 
@@ -113,7 +114,14 @@ def holder(args):
     store.close()
 
 
-def run_clients(args, n, common):
+def cpu_seconds(pid):
+    """utime + stime of a process (Linux /proc), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_clients(args, n, common, master_pid):
     me = os.path.abspath(__file__)
     start_at = time.time() + args.setup_s
     procs = [subprocess.Popen(
@@ -121,6 +129,12 @@ def run_clients(args, n, common):
          "--start_at", repr(start_at), "--duration", str(args.duration),
          "--keep", str(args.keep)] + common,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    # The master's CPU time over the measured window (from the common start to its end).
+    while time.time() < start_at:
+        time.sleep(0.01)
+    cpu0 = cpu_seconds(master_pid)
+    time.sleep(args.duration)
+    master_cpu = cpu_seconds(master_pid) - cpu0
     results = []
     for p in procs:
         out, err = p.communicate(timeout=args.setup_s + args.duration + 120)
@@ -137,6 +151,8 @@ def run_clients(args, n, common):
             "per_client_ops_per_s": rates,
             "cycle_p50_ms": statistics.median(r["cycle_p50_ms"] for r in results),
             "cycle_p99_ms_max": max(r["cycle_p99_ms"] for r in results),
+            "master_cpu_share": master_cpu / args.duration,
+            "master_cpu_us_per_op": master_cpu * 1e6 / max(1, sum(r["ops"] for r in results)),
             "errors": [e for r in results for e in r["errors"]][:3]}
 
 
@@ -187,12 +203,14 @@ def main():
             raise RuntimeError("the holder did not start")
         for n in [int(x) for x in args.clients.split(",") if x]:
             for rep in range(args.repeat):
-                row = run_clients(args, n, common)
+                row = run_clients(args, n, common, procs[0].pid)
                 row["repeat"] = rep
                 rows.append(row)
                 print(f"{n:3d} clients: aggregate {row['aggregate_ops_per_s']:9.0f} ops/s, "
                       f"per client min/max share of the mean {row['min_share']:.2f} / "
-                      f"{row['max_share']:.2f}, cycle p50 {row['cycle_p50_ms']:.1f} ms"
+                      f"{row['max_share']:.2f}, cycle p50 {row['cycle_p50_ms']:.1f} ms, "
+                      f"master CPU {row['master_cpu_share']:.2f} cores "
+                      f"({row['master_cpu_us_per_op']:.1f} us/op)"
                       + (f", errors {row['errors']}" if row["errors"] else ""), flush=True)
     finally:
         for p in reversed(procs):
