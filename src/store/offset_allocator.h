@@ -4,17 +4,13 @@
 // one over its local staging buffer. Not thread safe: callers hold their own lock.
 //
 // Every allocation is rounded up to `alignment` (a power of two), so offsets stay aligned.
-// Allocate and Free are O(log n) in the number of free ranges and O(1) in the number of live
-// allocations, which a sharded hash table holds (about 44 bytes each; a std::map node was 64
-// and its lookups walked ~log2(n) nodes, most of them cache misses with millions of objects).
+// Allocate and Free are O(log n) in the number of free ranges.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
-
-#include "store/sharded_map.h"
 #include <utility>
 
 namespace mooncake {
@@ -45,7 +41,7 @@ class OffsetAllocator {
   uint64_t allocated_ = 0;
   std::map<uint64_t, uint64_t> free_by_offset_;          // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
-  ShardedMap<uint64_t, uint64_t, 64> live_;              // offset -> rounded size
+  std::map<uint64_t, uint64_t> live_;                     // offset -> rounded size
 };
 
 }  // namespace store
