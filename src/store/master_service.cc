@@ -236,16 +236,33 @@ uint64_t MasterService::EvictLocked(uint64_t needed) {
   const auto now = now_();
   // (tier, last access, key): tier 0 plain objects, tier 1 soft-pinned ones.
   std::vector<std::tuple<int, Clock::time_point, const std::string*>> candidates;
+  uint64_t cand_bytes = 0;
   for (const auto& [key, obj] : objects_) {
     if (!obj.complete || obj.hard_pin || obj.lease_until > now) continue;
     const int tier = (obj.soft_pin && obj.last_access + obj.soft_pin_ttl > now) ? 1 : 0;
     candidates.emplace_back(tier, obj.last_access, &key);
+    cand_bytes += obj.size * obj.replicas.size();
   }
-  std::sort(candidates.begin(), candidates.end());
+  // Only the oldest are needed: select about as many as the bytes to free call for (linear)
+  // and sort those alone, more in rounds if they fall short. The victims and their order are
+  // a full sort's (the tuples are distinct), without sorting millions of objects.
+  const double avg_bytes =
+      std::max(1.0, static_cast<double>(cand_bytes) /
+                        static_cast<double>(std::max<size_t>(1, candidates.size())));
   uint64_t freed = 0;
-  for (const auto& cand : candidates) {
-    if (freed >= to_free) break;
-    auto it = objects_.find(*std::get<2>(cand));
+  size_t sorted = 0;
+  for (size_t i = 0; i < candidates.size() && freed < to_free; ++i) {
+    if (i == sorted) {
+      const size_t want =
+          static_cast<size_t>(static_cast<double>(to_free - freed) / avg_bytes * 1.25) + 64;
+      const size_t end = std::min(candidates.size(), sorted + want);
+      if (end < candidates.size()) {
+        std::nth_element(candidates.begin() + sorted, candidates.begin() + end, candidates.end());
+      }
+      std::sort(candidates.begin() + sorted, candidates.begin() + end);
+      sorted = end;
+    }
+    auto it = objects_.find(*std::get<2>(candidates[i]));
     freed += it->second.size * it->second.replicas.size();
     ++counters_.evicted_objects;
     EraseObjectLocked(it);
