@@ -41,7 +41,7 @@ void MasterService::Tick() {
   // Only puts in flight are looked at: a tick costs nothing per stored object.
   std::vector<std::string> stale;
   for (const std::string& key : in_flight_) {
-    if (objects_.at(key).put_started + discard <= now) stale.push_back(key);
+    if (objects_.at(key).stamp + discard <= now) stale.push_back(key);
   }
   for (const std::string& key : stale) {
     LOG(WARNING) << "discarding put of " << key << ": no PutEnd within "
@@ -50,7 +50,7 @@ void MasterService::Tick() {
     ++counters_.discarded_puts;
   }
   for (auto it = upserts_.begin(); it != upserts_.end();) {
-    if (it->second.put_started + discard > now) {
+    if (it->second.stamp + discard > now) {
       ++it;
       continue;
     }

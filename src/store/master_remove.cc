@@ -120,26 +120,33 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
                                               const std::function<bool(const std::string&)>& match) {
   rpc::CountResponse resp;
   int64_t count = 0;
-  // About kRemoveChunk keys per hold of the lock, bucket by bucket: other RPCs are served
-  // between chunks. While a scan runs the table does not rehash (the load factor limit is
-  // raised; inserts only lengthen chains), so bucket indices stay valid across chunks. Keys
-  // put meanwhile may or may not be removed.
+  // About kRemoveChunk keys per hold of the lock, shard by shard and bucket by bucket: other
+  // RPCs are served between chunks. While a scan runs the table does not rehash (the shards'
+  // load factor limit is raised; inserts only lengthen chains), so (shard, bucket) positions
+  // stay valid across chunks. Keys put meanwhile may or may not be removed.
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (scans_++ == 0) objects_.max_load_factor(std::numeric_limits<float>::max());
   }
-  size_t bucket = 0;
+  size_t shard = 0, bucket = 0;
   std::vector<std::string> victims;
   while (true) {
     std::lock_guard<std::mutex> lock(mu_);
-    const size_t buckets = objects_.bucket_count();
     size_t seen = 0;
-    for (; bucket < buckets && seen < kRemoveChunk; ++bucket) {
-      for (auto it = objects_.begin(bucket); it != objects_.end(bucket); ++it) {
-        ++seen;
-        if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
-          victims.push_back(it->first);
+    while (shard < ObjectMap::kShardCount && seen < kRemoveChunk) {
+      auto& table = objects_.shard(shard);
+      const size_t buckets = table.bucket_count();
+      for (; bucket < buckets && seen < kRemoveChunk; ++bucket) {
+        for (auto it = table.begin(bucket); it != table.end(bucket); ++it) {
+          ++seen;
+          if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
+            victims.push_back(it->first);
+          }
         }
+      }
+      if (bucket >= buckets) {
+        ++shard;
+        bucket = 0;
       }
     }
     for (const std::string& key : victims) {
@@ -149,7 +156,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
       ++count;
     }
     victims.clear();
-    if (bucket >= buckets) {
+    if (shard >= ObjectMap::kShardCount) {
       if (--scans_ == 0) objects_.max_load_factor(1.0f);
       break;
     }
@@ -181,7 +188,7 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     const auto now = now_();
     if (it == objects_.end() || !it->second.complete || it->second.owner != req.client_id() ||
         LeasedLocked(it->second) ||
-        it->second.completed_at + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
+        it->second.stamp + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
       VLOG(1) << "ReplicaClear: " << key << " skipped (absent, in flight, another client's or "
               << "leased)";
       continue;

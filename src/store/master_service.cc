@@ -181,18 +181,22 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
                                 const rpc::ReplicateConfig& config, Object* obj) {
   const size_t want = std::max<uint32_t>(1, config.replica_num());
   // Preferred segments first (in the caller's order), then the rest starting at a rotating
-  // cursor so that objects spread over segments.
-  std::vector<uint64_t> order;
+  // cursor so that objects spread over segments. (Scratch vectors of the master: no heap
+  // allocation per object.)
+  auto& order = place_order_;
+  auto& rest = place_rest_;
+  order.clear();
+  rest.clear();
+  auto chosen = [&](uint64_t id) {
+    return std::any_of(order.begin(), order.end(), [&](const auto& o) { return o.first == id; });
+  };
   for (const auto& name : config.preferred_segments()) {
     for (const auto& [id, seg] : segments_) {
-      if (seg->name == name && std::find(order.begin(), order.end(), id) == order.end()) {
-        order.push_back(id);
-      }
+      if (seg->name == name && !chosen(id)) order.emplace_back(id, seg.get());
     }
   }
-  std::vector<uint64_t> rest;
   for (const auto& [id, seg] : segments_) {
-    if (std::find(order.begin(), order.end(), id) == order.end()) rest.push_back(id);
+    if (order.empty() || !chosen(id)) rest.emplace_back(id, seg.get());
   }
   if (!rest.empty()) {
     const size_t start = placement_cursor_++ % rest.size();
@@ -200,16 +204,19 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
   }
   order.insert(order.end(), rest.begin(), rest.end());
   // One replica per segment name (a client's segments count as one place).
-  std::set<std::string> used;
+  auto name_used = [&](const std::string& name) {
+    for (const auto& p : obj->replicas) {
+      if (segments_.at(p.segment_id)->name == name) return true;
+    }
+    return false;
+  };
   const auto now = now_();
-  for (uint64_t id : order) {
+  for (const auto& [id, seg] : order) {
     if (obj->replicas.size() == want) break;
-    Segment& seg = *segments_.at(id);
-    if (used.count(seg.name) || seg.alloc_after > now) continue;
-    auto offset = seg.alloc.Allocate(size);
+    if (seg->alloc_after > now || (!obj->replicas.empty() && name_used(seg->name))) continue;
+    auto offset = seg->alloc.Allocate(size);
     if (!offset) continue;
     obj->replicas.push_back({id, *offset});
-    used.insert(seg.name);
   }
   VLOG(1) << "placed " << key << " (" << size << " bytes): " << obj->replicas.size() << "/"
           << want << " replicas";
@@ -229,16 +236,33 @@ uint64_t MasterService::EvictLocked(uint64_t needed) {
   const auto now = now_();
   // (tier, last access, key): tier 0 plain objects, tier 1 soft-pinned ones.
   std::vector<std::tuple<int, Clock::time_point, const std::string*>> candidates;
+  uint64_t cand_bytes = 0;
   for (const auto& [key, obj] : objects_) {
     if (!obj.complete || obj.hard_pin || obj.lease_until > now) continue;
     const int tier = (obj.soft_pin && obj.last_access + obj.soft_pin_ttl > now) ? 1 : 0;
     candidates.emplace_back(tier, obj.last_access, &key);
+    cand_bytes += obj.size * obj.replicas.size();
   }
-  std::sort(candidates.begin(), candidates.end());
+  // Only the oldest are needed: select about as many as the bytes to free call for (linear)
+  // and sort those alone, more in rounds if they fall short. The victims and their order are
+  // a full sort's (the tuples are distinct), without sorting millions of objects.
+  const double avg_bytes =
+      std::max(1.0, static_cast<double>(cand_bytes) /
+                        static_cast<double>(std::max<size_t>(1, candidates.size())));
   uint64_t freed = 0;
-  for (const auto& cand : candidates) {
-    if (freed >= to_free) break;
-    auto it = objects_.find(*std::get<2>(cand));
+  size_t sorted = 0;
+  for (size_t i = 0; i < candidates.size() && freed < to_free; ++i) {
+    if (i == sorted) {
+      const size_t want =
+          static_cast<size_t>(static_cast<double>(to_free - freed) / avg_bytes * 1.25) + 64;
+      const size_t end = std::min(candidates.size(), sorted + want);
+      if (end < candidates.size()) {
+        std::nth_element(candidates.begin() + sorted, candidates.begin() + end, candidates.end());
+      }
+      std::sort(candidates.begin() + sorted, candidates.begin() + end);
+      sorted = end;
+    }
+    auto it = objects_.find(*std::get<2>(candidates[i]));
     freed += it->second.size * it->second.replicas.size();
     ++counters_.evicted_objects;
     EraseObjectLocked(it);
@@ -319,7 +343,7 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
     auto existing = objects_.find(item.key());
     if (existing != objects_.end() || upserts_.count(item.key())) {
       const bool stale = existing != objects_.end() && !existing->second.complete &&
-                         existing->second.put_started +
+                         existing->second.stamp +
                                  std::chrono::seconds(config_.put_start_discard_timeout_s) <= now;
       if (!stale) {
         result->set_code(Code(ErrorCode::OBJECT_ALREADY_EXISTS));
@@ -346,13 +370,13 @@ MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest&
   const auto now = now_();
   Object obj;
   obj.size = size;
-  obj.owner = req.client_id();
+  obj.owner = client_names_.Get(req.client_id());
   obj.soft_pin = req.config().with_soft_pin();
   obj.soft_pin_ttl = std::chrono::milliseconds(req.config().soft_pin_ttl_ms() > 0
                                                    ? req.config().soft_pin_ttl_ms()
                                                    : config_.default_kv_soft_pin_ttl_ms);
   obj.hard_pin = req.config().with_hard_pin();
-  obj.put_started = now;
+  obj.stamp = now;
   obj.last_access = now;
   return obj;
 }
@@ -437,7 +461,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
     if (code == ErrorCode::OK) {
       it->second.complete = true;
       it->second.last_access = now;
-      it->second.completed_at = now;
+      it->second.stamp = now;
       in_flight_.erase(key);
     }
     resp.add_codes(Code(code));
@@ -517,7 +541,9 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     result->set_size(obj.size);
     result->set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
     obj.lease_id = lease_ids_() | 1;  // never 0
-    obj.lease_client = req.client_id();
+    if (obj.lease_client != req.client_id()) {
+      obj.lease_client = client_names_.Get(req.client_id());
+    }
     result->set_lease_id(obj.lease_id);
     FillReplicasLocked(obj, true, result->mutable_replicas());
   }

@@ -50,7 +50,9 @@
 
 #include "master.pb.h"
 #include "store/error_code.h"
+#include "store/master_records.h"
 #include "store/offset_allocator.h"
+#include "store/sharded_map.h"
 
 namespace mooncake {
 namespace store {
@@ -149,7 +151,8 @@ class MasterService {
 
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj);
-  using ObjectMap = std::unordered_map<std::string, Object>;
+  // Sharded, so that its growth rehashes a few thousand keys at a time (sharded_map.h).
+  using ObjectMap = ShardedMap<std::string, Object>;
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
   // PutStart of one item with req.upsert(): OK (result filled), or why not.
@@ -192,12 +195,16 @@ class MasterService {
   uint64_t next_segment_id_ = 1;
   uint64_t view_version_ = 1;
   size_t placement_cursor_ = 0;
+  std::vector<std::pair<uint64_t, Segment*>> place_order_, place_rest_;  // PlaceLocked's scratch
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, Client> clients_;
+  // The client ids that objects name (their writer, their latest lease holder): declared
+  // before the tables whose records refer to it, so it outlives them.
+  ClientNames client_names_;
   ObjectMap objects_;
   // Upserts in flight of keys whose current value (in objects_) stays visible until their
   // PutEnd replaces it (master_upsert.cc).
-  ObjectMap upserts_;
+  std::unordered_map<std::string, Object> upserts_;
   std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
   // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
   // unmounted since are dropped when they come up (segment ids are never reused).
@@ -206,8 +213,9 @@ class MasterService {
   };
   std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_;
   uint64_t graveyard_bytes_ = 0;
-  // RemoveWhere scans running: while there are any, objects_ does not rehash (its maximum
-  // load factor is raised), so a scan can resume at a bucket index after retaking the lock.
+  // RemoveWhere scans running: while there are any, objects_ does not rehash (its shards'
+  // maximum load factor is raised), so a scan can resume at a (shard, bucket) position after
+  // retaking the lock.
   int scans_ = 0;
   // Segment names unmounted lately -> until when a segment mounted under that name again
   // takes no new objects (the unmount time plus one lease TTL).

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "store/master_records.h"
 #include "store/master_service.h"
 
 namespace mooncake {
@@ -24,26 +25,26 @@ struct MasterService::Segment {
   MasterService::Clock::time_point alloc_after{};
 };
 
+// One object: 104 bytes (ClientName and Replicas in master_records.h keep it off the heap
+// but for its key), so that a table node with its key string is 152 bytes.
 struct MasterService::Object {
-  struct Placement {
-    uint64_t segment_id;
-    uint64_t offset;
-  };
+  using Placement = store::Placement;
   uint64_t size = 0;
-  std::vector<Placement> replicas;
-  bool complete = false;
-  bool soft_pin = false;
-  std::chrono::milliseconds soft_pin_ttl{0};  // how long after the last access the pin holds
-  bool hard_pin = false;
-  std::string owner;
-  Clock::time_point put_started;
+  Replicas replicas;
+  ClientName owner;
+  // !complete: when PutStart placed it (a put older than put_start_discard_timeout is
+  // discarded); complete: its PutEnd (ReplicaClear treats a fresh write as leased).
+  Clock::time_point stamp;
   Clock::time_point last_access;
   Clock::time_point lease_until;
   uint64_t lease_id = 0;     // the latest grant
-  std::string lease_client;  // ... and who got it
+  ClientName lease_client;   // ... and who got it
   Clock::time_point foreign_until;  // the latest lease end of grants to other clients
+  std::chrono::milliseconds soft_pin_ttl{0};  // how long after the last access the pin holds
+  bool complete = false;
+  bool soft_pin = false;
+  bool hard_pin = false;
   bool keep_soft_pin = false;  // an upsert in flight: take the replaced value's soft pin
-  Clock::time_point completed_at;  // PutEnd (ReplicaClear treats a fresh write as leased)
 };
 
 struct MasterService::Client {

@@ -22,14 +22,14 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
   };
   auto pending = upserts_.find(key);
   if (pending != upserts_.end()) {
-    if (pending->second.put_started + discard > now) return busy("has an upsert in flight");
+    if (pending->second.stamp + discard > now) return busy("has an upsert in flight");
     FreeObjectLocked(pending->second);  // never read: freed at once
     upserts_.erase(pending);
     ++counters_.discarded_puts;
   }
   auto existing = objects_.find(key);
   if (existing != objects_.end() && !existing->second.complete) {
-    if (existing->second.put_started + discard > now) return busy("has a put in flight");
+    if (existing->second.stamp + discard > now) return busy("has a put in flight");
     EraseObjectLocked(existing);
     ++counters_.discarded_puts;
     existing = objects_.end();
@@ -60,7 +60,7 @@ bool MasterService::UpsertEndLocked(const std::string& key, const std::string& c
   const auto now = now_();
   obj.complete = true;
   obj.last_access = now;
-  obj.completed_at = now;
+  obj.stamp = now;
   auto old = objects_.find(key);
   if (old != objects_.end()) {
     if (obj.keep_soft_pin && old->second.complete) {
