@@ -391,6 +391,7 @@ def main():
     sys.path.insert(0, str(REPO / "bench"))
     import store_compare
     compare_results, compare_md = store_compare.compare(REPO, build, args.quick, log)
+    scale_results, scale_md = store_compare.scale(REPO, build, args.quick, log)
     elapsed = time.time() - started
 
     stamp = datetime.datetime.now().strftime("%Y-%m-%d")
@@ -413,7 +414,8 @@ def main():
                store_table(store_rows) + "\n")
     md += ("\n## Store beside upstream's (the Python API, one run each; master with its HTTP "
            "metadata server, a holder lending 1 GiB, a client lending nothing, 127.0.0.1)\n\n" +
-           compare_md)
+           compare_md + "\n## Store scale (the master in process; many client processes)\n\n" +
+           scale_md)
     has_plot = plot(results, out / "throughput.png")
     if has_plot:
         md += "\n![throughput](throughput.png)\n"
@@ -421,6 +423,7 @@ def main():
     (out / "results.json").write_text(json.dumps(
         {"machine": machine(), "commit": commit(), "date": stamp, "quick": args.quick,
          "results": results, "store": store_rows, "store_compare": compare_results,
+         "store_scale": scale_results,
          "baselines": [{"kind": k[0], "block": k[1], "threads": k[2], **v}
                        for k, v in baselines.items()]}, indent=1))
     print(md)

@@ -224,6 +224,54 @@ def compare(repo, build, quick, log=print):
     return results, markdown(results)
 
 
+def scale(repo, build, quick, log=print):
+    """bench/run.py's Store scale section: tools/master_bench (the master filled in process:
+    per-op latency and bytes per object from 10 thousand to 10 million objects) and
+    bench/store_many_clients.py (1 vs 16 client processes of mixed puts and gets). Returns
+    (results, markdown); each tool's own table goes into the markdown as it printed it."""
+    import pathlib
+    import subprocess
+    repo, build = pathlib.Path(repo), pathlib.Path(build)
+    results, md = {}, []
+    mb = build / "tools" / "master_bench"
+    if mb.exists():
+        args = ([str(mb), "--objects=200000", "--checkpoints=10000,100000,200000",
+                 "--samples=2000", "--batch_samples=50"] if quick else
+                [str(mb), "--objects=10000000"])
+        try:
+            out = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=1800)
+            lines = out.stdout.splitlines()
+            js = [l for l in lines if l.startswith("{")]
+            results["master_bench"] = json.loads(js[-1]) if js else None
+            md += [f"`{' '.join(['tools/master_bench'] + args[1:])}`:", "", "```"] + \
+                  [l for l in lines if not l.startswith("{")] + ["```", ""]
+        except Exception as e:  # noqa: BLE001
+            log(f"master_bench failed: {e}")
+    else:
+        log(f"{mb} missing: master scale skipped")
+    py = build / "py-venv" / "bin" / "python"
+    mc = repo / "bench" / "store_many_clients.py"
+    master = build / "src" / "store" / "mooncake_master"
+    if py.exists() and mc.exists() and master.exists():
+        args = ["--clients", "1,4" if quick else "1,16", "--duration", "2" if quick else "10",
+                "--master_bin", str(master)]
+        try:
+            out = subprocess.run([str(py), str(mc)] + args + ["--json"], capture_output=True,
+                                 text=True, timeout=1800, cwd=str(repo))
+            lines = out.stdout.splitlines()
+            js = [l for l in lines if l.startswith("{")]
+            results["many_clients"] = json.loads(js[-1]) if js else None
+            if out.returncode != 0:
+                log(f"store_many_clients exit {out.returncode}: {out.stderr[-800:]}")
+            md += [f"`bench/store_many_clients.py {' '.join(args[:4])}`:", "", "```"] + \
+                  [l for l in lines if not l.startswith("{")] + ["```", ""]
+        except Exception as e:  # noqa: BLE001
+            log(f"store_many_clients failed: {e}")
+    else:
+        log("store_many_clients skipped (build/py-venv or the master missing)")
+    return results, "\n".join(md) + "\n"
+
+
 def markdown(results):
     names = [n for n in ("upstream", "ours", "ours, tcp only") if n in results]
     if not names:
