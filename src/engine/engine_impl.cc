@@ -201,7 +201,8 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
     names = {transport};
   }
   TransportContext ctx{options, &registry, local_host,
-                       [this](const std::string& name) { segments.InvalidateByName(name); }};
+                       [this](const std::string& name) { segments.InvalidateByName(name); },
+                       explicit_choice};
   for (const auto& name : names) {
     if (options.force_tcp && name != "tcp") {
       LOG(INFO) << "MC_FORCE_TCP is set: not installing transport " << name;
@@ -232,6 +233,7 @@ std::string TransferEngine::Impl::EncodeLocalDesc() {
   for (const RegionInfo& r : registry.List()) {
     if (!r.remote_accessible) continue;
     BufferDesc b{local_name, r.addr, r.length};
+    for (auto& t : transports) t->DescribeBuffer(r, &b);
     if (r.device != platform::kHostMemory) {
       b.location = std::string(platform::Devices().location_prefix()) + ":" +
                    std::to_string(r.device);
@@ -315,7 +317,26 @@ Status TransferEngine::Impl::Register(const std::vector<RegionInfo>& given) {
                    << " (same-host peers will use TCP): " << exported.status().ToString();
     }
   }
-  MC_RETURN_IF_ERROR(registry.AddBatch(regions));
+  // Transport handles first, so that no published descriptor lists a range without them.
+  std::vector<std::pair<Transport*, uint64_t>> handled;
+  for (const RegionInfo& r : regions) {
+    if (!r.remote_accessible) continue;
+    for (auto& t : transports) {
+      Status s = t->RegisterMemory(r);
+      if (s.ok()) {
+        handled.emplace_back(t.get(), r.addr);
+      } else {
+        LOG(WARNING) << "transport " << t->name() << " cannot register 0x" << std::hex << r.addr
+                     << std::dec << " (+" << r.length << "); peers reach it over another "
+                     << "transport: " << s.ToString();
+      }
+    }
+  }
+  Status added = registry.AddBatch(regions);
+  if (!added.ok()) {
+    for (auto& [t, addr] : handled) t->UnregisterMemory(addr);
+    return added;
+  }
   (void)PublishLocalDesc();  // registration stands even if the store is down (logged)
   return Status::OK();
 }
@@ -323,6 +344,7 @@ Status TransferEngine::Impl::Register(const std::vector<RegionInfo>& given) {
 Status TransferEngine::Impl::Unregister(void* addr) {
   MC_RETURN_IF_ERROR(registry.Remove(reinterpret_cast<uint64_t>(addr),
                                      options.slice_timeout_ms + 1000));
+  for (auto& t : transports) t->UnregisterMemory(reinterpret_cast<uint64_t>(addr));
   (void)PublishLocalDesc();
   return Status::OK();
 }

@@ -1,0 +1,471 @@
+#include "transport/ucx/ucx_worker.h"
+
+#include <glog/logging.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/net.h"
+#include "transport/ucx/ucx_env.h"
+
+namespace mooncake::ucx {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Empty progress rounds before the thread arms the worker and sleeps while requests are
+// outstanding (each round yields the CPU).
+constexpr int kSpinRounds = 256;
+constexpr auto kScanInterval = std::chrono::milliseconds(50);
+
+template <typename F>
+std::string PrintToString(F print) {
+  char* buf = nullptr;
+  size_t size = 0;
+  FILE* f = ::open_memstream(&buf, &size);
+  if (f == nullptr) return "";
+  print(f);
+  ::fclose(f);
+  std::string out(buf, size);
+  ::free(buf);
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxApi* api, Config config) {
+  std::unique_ptr<UcxWorker> w(new UcxWorker(api, std::move(config)));
+  MC_RETURN_IF_ERROR(w->Init());
+  return w;
+}
+
+Status UcxWorker::Init() {
+  ucp_config_t* cfg = nullptr;
+  ucs_status_t st = api_->config_read(nullptr, nullptr, &cfg);
+  if (st != UCS_OK) return api_->Error("ucp_config_read", st);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  st = api_->init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, cfg, &context_);
+  api_->config_release(cfg);
+  if (st != UCS_OK) return api_->Error("ucp_init (check UCX_TLS / UCX_NET_DEVICES)", st);
+  ucp_context_attr_t cattr{};
+  cattr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (api_->context_query(context_, &cattr) == UCS_OK) {
+    cuda_memory_ = (cattr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // serialized by mu_
+  st = api_->worker_create(context_, &wp, &worker_);
+  if (st != UCS_OK) return api_->Error("ucp_worker_create", st);
+  ucp_worker_attr_t wattr{};
+  wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  st = api_->worker_query(worker_, &wattr);
+  if (st != UCS_OK) return api_->Error("ucp_worker_query", st);
+  address_hex_ = ToHex(wattr.address, wattr.address_length);
+  api_->worker_release_address(worker_, wattr.address);
+  if (address_hex_.size() > 2 * kMaxUcxWorkerAddressBytes) {
+    return Status::FailedPrecondition("UCX worker address of " +
+                                      std::to_string(address_hex_.size() / 2) +
+                                      " bytes exceeds what peers accept");
+  }
+  st = api_->worker_get_efd(worker_, &efd_);
+  if (st != UCS_OK) return api_->Error("ucp_worker_get_efd", st);
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return ErrnoStatus("eventfd", errno);
+  local_fast_lanes_ = FastLanes(PrintToString([&](FILE* f) { api_->worker_print_info(worker_, f); }));
+  memory_ = std::make_unique<MemoryTable>(api_, context_, cuda_memory_);
+  thread_ = std::thread([this] { Run(); });
+  return Status::OK();
+}
+
+UcxWorker::~UcxWorker() { Stop(); }
+
+void UcxWorker::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+  if (thread_.joinable()) thread_.join();
+  if (worker_ != nullptr) {
+    std::lock_guard lock(mu_);
+    std::vector<std::shared_ptr<PeerState>> all;
+    for (auto& [key, st] : peers_) all.push_back(st);
+    for (auto& st : all) ClosePeerLocked(st, "UCX transport stopped", false);
+    for (auto deadline = Clock::now() + std::chrono::seconds(2);
+         !closing_.empty() && Clock::now() < deadline;) {
+      api_->worker_progress(worker_);
+      ReapClosingLocked();
+    }
+    // Whatever UCX did not complete in time still ends, once.
+    ReapClosingLocked(/*force=*/true);
+    closing_.clear();
+    memory_.reset();
+    api_->worker_destroy(worker_);
+    worker_ = nullptr;
+  }
+  if (context_ != nullptr) {
+    api_->cleanup(context_);
+    context_ = nullptr;
+  }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+// ---- peers -------------------------------------------------------------------------------
+
+Result<std::shared_ptr<UcxWorker::PeerState>> UcxWorker::PeerLocked(const SegmentDesc& desc) {
+  if (stopping_) return Status::Unavailable("UCX transport is stopped");
+  const std::string key = desc.lookup_name.empty() ? desc.name : desc.lookup_name;
+  auto it = peers_.find(key);
+  if (it != peers_.end()) {
+    if (it->second->worker_hex == desc.mc_ucx_worker) return it->second;
+    ClosePeerLocked(it->second, "peer " + key + " has a new UCX worker address", false);
+  }
+  std::string address;
+  if (desc.mc_ucx_worker.empty() || !FromHex(desc.mc_ucx_worker, &address)) {
+    return Status::InvalidArgument("segment '" + key + "' publishes no valid UCX worker address");
+  }
+  auto st = std::make_shared<PeerState>();
+  st->worker = this;
+  st->key = key;
+  st->name = desc.name;
+  st->worker_hex = desc.mc_ucx_worker;
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxWorker::OnEpError;
+  ep.err_handler.arg = st.get();
+  ucs_status_t s = api_->ep_create(worker_, &ep, &st->ep);
+  if (s != UCS_OK) {
+    return api_->Error("UCX endpoint to segment '" + key + "' (worker address of " +
+                           std::to_string(address.size()) + " bytes)",
+                       s);
+  }
+  st->lanes = FastLanes(PrintToString([&](FILE* f) { api_->ep_print_info(st->ep, f); }));
+  peers_[key] = st;
+  return st;
+}
+
+Result<std::string> UcxWorker::PeerLanes(const SegmentDesc& desc) {
+  std::lock_guard lock(mu_);
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<PeerState> st, PeerLocked(desc));
+  return st->lanes;
+}
+
+void UcxWorker::DropPeer(const SegmentDesc& desc) {
+  std::lock_guard lock(mu_);
+  const std::string key = desc.lookup_name.empty() ? desc.name : desc.lookup_name;
+  auto it = peers_.find(key);
+  if (it == peers_.end() || it->second->head != nullptr) return;  // busy ones stay until done
+  ClosePeerLocked(it->second, "peer " + key + " changed its descriptor", false);
+}
+
+Result<ucp_rkey_h> UcxWorker::RkeyLocked(PeerState* st,
+                                         const std::shared_ptr<const SegmentDesc>& desc,
+                                         size_t index) {
+  if (st->fast_desc != desc.get()) {
+    st->fast_desc = desc.get();
+    st->fast_desc_ref = desc;
+    st->fast.assign(desc->buffers.size(), nullptr);
+  }
+  if (st->fast[index] != nullptr) return st->fast[index];
+  const BufferDesc& b = desc->buffers[index];
+  if (b.ucx_rkey.empty()) {
+    return Status::FailedPrecondition("a buffer of segment '" + st->key + "' (" +
+                                      std::to_string(b.length) + " bytes at " +
+                                      std::to_string(b.addr) +
+                                      ") has no UCX key: its owner could not map it");
+  }
+  auto it = st->rkeys.find(b.ucx_rkey);
+  if (it == st->rkeys.end()) {
+    std::string packed;
+    if (!FromHex(b.ucx_rkey, &packed)) return Status::DataLoss("UCX key is not hex");
+    // UCX reads the packed key without a length: zero padding keeps a truncated key from
+    // reading past this copy.
+    packed.resize(packed.size() + kMaxUcxRkeyBytes, '\0');
+    ucp_rkey_h rkey = nullptr;
+    ucs_status_t s = api_->ep_rkey_unpack(st->ep, packed.data(), &rkey);
+    if (s != UCS_OK) {
+      return api_->Error("unpack the UCX key of a buffer of segment '" + st->key + "'", s);
+    }
+    it = st->rkeys.emplace(b.ucx_rkey, rkey).first;
+  }
+  st->fast[index] = it->second;
+  return it->second;
+}
+
+void UcxWorker::DestroyRkeysLocked(PeerState* st) {
+  for (auto& [hex, rkey] : st->rkeys) api_->rkey_destroy(rkey);
+  st->rkeys.clear();
+  st->fast.clear();
+  st->fast_desc = nullptr;
+  st->fast_desc_ref.reset();
+}
+
+void UcxWorker::ClosePeerLocked(std::shared_ptr<PeerState> st, const std::string& why,
+                                bool timeout) {
+  auto it = peers_.find(st->key);
+  if (it != peers_.end() && it->second == st) peers_.erase(it);
+  if (!st->failed) {
+    st->failed = true;
+    st->why = why;
+  }
+  for (Pending* p = st->head; p != nullptr; p = p->next) p->timed_out = p->timed_out || timeout;
+  void* req = nullptr;
+  if (st->ep != nullptr) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = api_->ep_close_nbx(st->ep, &param);
+    st->ep = nullptr;
+    if (UCS_PTR_IS_PTR(r)) req = r;
+  }
+  closing_.push_back({st, req, Clock::now() + std::chrono::seconds(2)});
+}
+
+void UcxWorker::ReapClosingLocked(bool force) {
+  const auto now = Clock::now();
+  for (size_t i = 0; i < closing_.size();) {
+    Closing& c = closing_[i];
+    if (!force && c.request != nullptr &&
+        api_->request_check_status(c.request) == UCS_INPROGRESS) {
+      ++i;
+      continue;
+    }
+    if (c.request != nullptr) {
+      if (api_->request_check_status(c.request) != UCS_INPROGRESS) api_->request_free(c.request);
+      c.request = nullptr;
+    }
+    if (!force && c.peer->head != nullptr && now < c.deadline) {
+      ++i;  // UCX still owes callbacks of canceled flushes
+      continue;
+    }
+    if (c.peer->head != nullptr) {
+      LOG(WARNING) << "UCX: endpoint to " << c.peer->key << " closed with requests UCX did "
+                   << "not complete; reporting them failed";
+      while (c.peer->head != nullptr) FinishLocked(c.peer->head, UCS_ERR_CANCELED, true);
+    }
+    DestroyRkeysLocked(c.peer.get());
+    if (i + 1 != closing_.size()) closing_[i] = std::move(closing_.back());
+    closing_.pop_back();
+  }
+}
+
+void UcxWorker::OnEpError(void* arg, ucp_ep_h, ucs_status_t status) {
+  // Called inside ucp_worker_progress, mu_ held; the endpoint is closed after it returns.
+  // The PeerState outlives its endpoint (peers_ or closing_ holds it until the close ends).
+  auto* st = static_cast<PeerState*>(arg);
+  st->worker->failed_.emplace_back(st, status);
+}
+
+// ---- data path ---------------------------------------------------------------------------
+
+UcxWorker::Pending* UcxWorker::NewPendingLocked() {
+  if (pool_.empty()) {
+    auto* p = new Pending();
+    p->worker = this;
+    return p;
+  }
+  Pending* p = pool_.back().release();
+  pool_.pop_back();
+  return p;
+}
+
+void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
+  PeerState* st = p->peer.get();
+  if (p->prev) p->prev->next = p->next; else st->head = p->next;
+  if (p->next) p->next->prev = p->prev; else st->tail = p->prev;
+  p->prev = p->next = nullptr;
+  --outstanding_;
+  if (status == UCS_OK) {
+    for (const Slice& s : p->slices) s.Done(COMPLETED, s.length);
+  } else {
+    const TransferStatusEnum result = p->timed_out ? TIMEOUT : FAILED;
+    std::string msg = "UCX transfer to segment '" + st->key + "' " +
+                      (p->timed_out ? "timed out after " + std::to_string(config_.slice_timeout_ms) +
+                                          " ms (MC_SLICE_TIMEOUT)"
+                                    : std::string("failed")) +
+                      ": " + (st->why.empty() ? api_->status_string(status) : st->why);
+    for (const Slice& s : p->slices) s.Done(result, 0, msg.c_str());
+  }
+  p->slices.clear();
+  p->peer.reset();
+  p->timed_out = false;
+  if (abandon) {
+    p->abandoned = true;  // UCX may still call OnFlush with it, which deletes it
+    return;
+  }
+  pool_.emplace_back(p);
+}
+
+void UcxWorker::OnFlush(void* request, ucs_status_t status, void* user_data) {
+  auto* p = static_cast<Pending*>(user_data);
+  UcxWorker* w = p->worker;
+  w->api_->request_free(request);
+  if (p->abandoned) {
+    delete p;
+    return;
+  }
+  w->FinishLocked(p, status);
+}
+
+Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
+                         size_t count) {
+  std::unique_lock lock(mu_);
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<PeerState> st, PeerLocked(*desc));
+  Pending* p = NewPendingLocked();
+  p->peer = st;
+  p->slices.reserve(count);
+  const BufferDesc* first = desc->buffers.data();
+  for (size_t i = 0; i < count; ++i) {
+    const Slice& s = slices[i];
+    const size_t index = static_cast<size_t>(s.remote_buffer - first);
+    if (s.remote_buffer < first || index >= desc->buffers.size() ||
+        s.remote < s.remote_buffer->addr || s.remote + s.length < s.remote ||
+        s.remote + s.length > s.remote_buffer->end()) {
+      s.Done(FAILED, 0, "UCX: remote range is not inside the peer's registered buffer");
+      continue;
+    }
+    auto rkey = RkeyLocked(st.get(), desc, index);
+    if (!rkey.ok()) {
+      s.Done(FAILED, 0, rkey.status().ToString().c_str());
+      continue;
+    }
+    ucp_request_param_t param{};
+    if (ucp_mem_h memh = memory_->Find(s.local, s.length)) {
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = memh;
+    }
+    ucs_status_ptr_t r =
+        s.opcode == TransferRequest::WRITE
+            ? api_->put_nbx(st->ep, reinterpret_cast<const void*>(s.local), s.length, s.remote,
+                            *rkey, &param)
+            : api_->get_nbx(st->ep, reinterpret_cast<void*>(s.local), s.length, s.remote,
+                            *rkey, &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      const std::string msg = "UCX " + std::string(s.opcode == TransferRequest::WRITE ? "put" : "get") +
+                              " to segment '" + st->key + "': " +
+                              api_->status_string(UCS_PTR_STATUS(r));
+      s.Done(FAILED, 0, msg.c_str());
+      continue;
+    }
+    if (r != nullptr) api_->request_free(r);  // completes on its own; the flush reports it
+    p->slices.push_back(s);
+  }
+  if (p->slices.empty()) {
+    p->peer.reset();
+    pool_.emplace_back(p);
+    return Status::OK();
+  }
+  // Linked first: the flush may complete (and unlink) before ep_flush_nbx returns.
+  p->deadline = Clock::now() + std::chrono::milliseconds(config_.slice_timeout_ms);
+  p->prev = st->tail;
+  if (st->tail) st->tail->next = p; else st->head = p;
+  st->tail = p;
+  ++outstanding_;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxWorker::OnFlush;
+  param.user_data = p;
+  ucs_status_ptr_t r = api_->ep_flush_nbx(st->ep, &param);
+  if (!UCS_PTR_IS_PTR(r)) FinishLocked(p, UCS_PTR_STATUS(r));
+  lock.unlock();
+  if (sleeping_.load(std::memory_order_acquire)) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+  return Status::OK();
+}
+
+// ---- progress ----------------------------------------------------------------------------
+
+void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
+  std::vector<std::shared_ptr<PeerState>> expired;
+  for (auto& [key, st] : peers_) {
+    if (st->head != nullptr && st->head->deadline <= now) expired.push_back(st);
+  }
+  for (auto& st : expired) {
+    LOG(WARNING) << "UCX: requests to segment " << st->key << " outstanding for "
+                 << config_.slice_timeout_ms << " ms (MC_SLICE_TIMEOUT); closing the endpoint";
+    ClosePeerLocked(st,
+                    "no completion within " + std::to_string(config_.slice_timeout_ms) +
+                        " ms (the peer is stopped or unreachable)",
+                    true);
+  }
+}
+
+void UcxWorker::Run() {
+  auto next_scan = Clock::now() + kScanInterval;
+  int idle = 0;
+  for (;;) {
+    bool sleep = false;
+    int timeout_ms = 0;
+    std::vector<std::string> names;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+      unsigned progressed = 0;
+      for (int i = 0; i < 64; ++i) {
+        unsigned n = api_->worker_progress(worker_);
+        progressed += n;
+        if (n == 0) break;
+      }
+      for (auto& [raw, status] : failed_) {
+        for (auto& [key, st] : peers_) {
+          if (st.get() != raw) continue;
+          LOG(WARNING) << "UCX: endpoint to segment " << key << " failed: "
+                       << api_->status_string(status);
+          failed_names_.push_back(st->name);
+          ClosePeerLocked(st, std::string("the peer failed (") + api_->status_string(status) + ")",
+                          false);
+          break;
+        }
+      }
+      failed_.clear();
+      if (!closing_.empty()) ReapClosingLocked();
+      const auto now = Clock::now();
+      if (now >= next_scan) {
+        ScanTimeoutsLocked(now);
+        next_scan = now + kScanInterval;
+      }
+      names.swap(failed_names_);
+      idle = progressed > 0 ? 0 : idle + 1;
+      if (progressed == 0 && (outstanding_ == 0 || idle > kSpinRounds) && closing_.empty()) {
+        ucs_status_t a = api_->worker_arm(worker_);
+        if (a == UCS_OK) {
+          sleep = true;
+          timeout_ms = outstanding_ == 0 ? 1000 : static_cast<int>(kScanInterval.count());
+          sleeping_.store(true, std::memory_order_release);
+        }
+      }
+    }
+    for (const auto& n : names) {
+      if (config_.on_peer_failure) config_.on_peer_failure(n);
+    }
+    if (sleep) {
+      pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      ::poll(fds, 2, timeout_ms);
+      sleeping_.store(false, std::memory_order_release);
+      uint64_t v;
+      if (fds[1].revents & POLLIN) (void)!::read(wake_fd_, &v, sizeof(v));
+      idle = 0;
+    } else if (idle > 0) {
+      ::sched_yield();
+    }
+  }
+}
+
+}  // namespace mooncake::ucx
