@@ -56,7 +56,7 @@ Loaded LoadOnce() {
   Bind(lib, "ucp_worker_progress", &a.worker_progress, &missing);
   Bind(lib, "ucp_worker_get_efd", &a.worker_get_efd, &missing);
   Bind(lib, "ucp_worker_arm", &a.worker_arm, &missing);
-  Bind(lib, "ucp_worker_print_info", &a.worker_print_info, &missing);
+  Bind(lib, "ucp_context_print_info", &a.context_print_info, &missing);
   Bind(lib, "ucp_ep_create", &a.ep_create, &missing);
   Bind(lib, "ucp_ep_close_nbx", &a.ep_close_nbx, &missing);
   Bind(lib, "ucp_ep_flush_nbx", &a.ep_flush_nbx, &missing);

@@ -22,6 +22,7 @@ struct UcxApi {
                                const ucp_config_t* config, ucp_context_h* context);
   void (*cleanup)(ucp_context_h context);
   ucs_status_t (*context_query)(ucp_context_h context, ucp_context_attr_t* attr);
+  void (*context_print_info)(ucp_context_h context, FILE* stream);
   ucs_status_t (*worker_create)(ucp_context_h context, const ucp_worker_params_t* p,
                                 ucp_worker_h* worker);
   void (*worker_destroy)(ucp_worker_h worker);
@@ -30,7 +31,6 @@ struct UcxApi {
   unsigned (*worker_progress)(ucp_worker_h worker);
   ucs_status_t (*worker_get_efd)(ucp_worker_h worker, int* fd);
   ucs_status_t (*worker_arm)(ucp_worker_h worker);
-  void (*worker_print_info)(ucp_worker_h worker, FILE* stream);
   ucs_status_t (*ep_create)(ucp_worker_h worker, const ucp_ep_params_t* p, ucp_ep_h* ep);
   ucs_status_ptr_t (*ep_close_nbx)(ucp_ep_h ep, const ucp_request_param_t* param);
   ucs_status_ptr_t (*ep_flush_nbx)(ucp_ep_h ep, const ucp_request_param_t* param);

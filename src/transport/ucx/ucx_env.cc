@@ -51,18 +51,57 @@ std::vector<std::string> ApplyEnvironment() {
   return log;
 }
 
-std::string FastLanes(const std::string& info) {
-  // ud moves no RMA (UCX emulates puts over it), cuda_copy is a local copy engine: neither
-  // is a reason to leave shm and tcp.
-  static const char* const kPrefixes[] = {"rc_verbs", "rc_mlx5", "dc_mlx5", "cuda_ipc",
-                                          "gdr_copy"};
-  std::set<std::string> found;
-  for (const char* p : kPrefixes) {
-    if (info.find(p) != std::string::npos) found.insert(p);
+namespace {
+
+// The transports named on the resource lines of ucp_context_print_info ("resource 1 : md 1
+// dev 1 flags -- tcp/lo") or the lane lines of ucp_ep_print_info ("lane[0]: 0:tcp/lo.0 ...").
+std::set<std::string> Transports(const std::string& info) {
+  std::set<std::string> out;
+  std::istringstream in(info);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t at;
+    if (line.find("lane[") != std::string::npos) {
+      at = line.find("]:");
+      if (at == std::string::npos) continue;
+      at = line.find(':', at + 2);  // "0:tcp/lo.0": after the resource index
+      if (at == std::string::npos) continue;
+      ++at;
+    } else if (line.find("resource") != std::string::npos) {
+      at = line.find("-- ");
+      if (at == std::string::npos) continue;
+      at += 3;
+    } else {
+      continue;
+    }
+    const size_t end = line.find('/', at);
+    if (end != std::string::npos && end > at) out.insert(line.substr(at, end - at));
   }
-  std::string out;
-  for (const auto& f : found) out += (out.empty() ? "" : ",") + f;
   return out;
 }
 
+}  // namespace
+
+std::string FastLanes(const std::string& info) {
+  // ud moves no RMA (UCX emulates puts over it), cuda_copy is a local copy engine: neither
+  // is a reason to leave shm and tcp.
+  static const char* const kFast[] = {"rc_verbs", "rc_mlx5", "dc_mlx5", "cuda_ipc", "gdr_copy"};
+  std::string out;
+  for (const std::string& t : Transports(info)) {
+    for (const char* f : kFast) {
+      if (t == f) out += (out.empty() ? "" : ",") + t;
+    }
+  }
+  return out;
+}
+
+bool HasPeerFailureLane(const std::string& info) {
+  for (const std::string& t : Transports(info)) {
+    if (t == "tcp" || t.rfind("rc_", 0) == 0 || t.rfind("dc_", 0) == 0 ||
+        t.rfind("ud_", 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
 }  // namespace mooncake::ucx

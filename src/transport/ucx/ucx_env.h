@@ -24,9 +24,12 @@ namespace mooncake::ucx {
 std::vector<std::string> ApplyEnvironment();
 
 // rc (verbs, mlx5), dc (mlx5), cuda_ipc, gdr_copy: the lanes for which the engine
-// prefers UCX over its own shm and tcp. `info` is ucp_worker_print_info's or
-// ucp_ep_print_info's text; returns the RDMA-class and GPU transports named in it, comma
-// separated, "" if none.
+// prefers UCX over its own shm and tcp. `info` is ucp_context_print_info's text (its
+// resources) or ucp_ep_print_info's (its lanes); returns the RDMA-class and GPU transports
+// named in it, comma separated, "" if none.
 std::string FastLanes(const std::string& info);
+// Whether `info` (as above) names a transport that reports a peer's failure (tcp, rc, dc,
+// ud); UCX 1.13's shared-memory ones (sysv, posix, cma) do not.
+bool HasPeerFailureLane(const std::string& info);
 
 }  // namespace mooncake::ucx

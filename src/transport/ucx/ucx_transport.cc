@@ -1,7 +1,9 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <glog/logging.h>
+#include <unistd.h>
 
+#include "common/host_id.h"
 #include "transport/ucx/ucx_env.h"
 #include "transport/ucx/ucx_factory.h"
 
@@ -19,9 +21,14 @@ Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   UcxWorker::Config config;
   config.slice_timeout_ms = ctx.options.slice_timeout_ms;
   config.on_peer_failure = ctx.on_peer_failure;
+  config.host_id = LocalHostId(ctx.options);
   MC_ASSIGN_OR_RETURN(worker_, UcxWorker::Create(api, std::move(config)));
   chosen_by_name_ = ctx.chosen_by_name;
   local_desc->mc_ucx_worker = worker_->address_hex();
+  if (local_desc->mc_host_id.empty()) {  // shm writes them too; peers watch us by pid
+    local_desc->mc_host_id = LocalHostId(ctx.options);
+    local_desc->mc_pid = static_cast<uint64_t>(::getpid());
+  }
   const std::string& fast = worker_->local_fast_lanes();
   LOG(INFO) << "UcxTransport: UCX " << api->Version() << ", worker address "
             << worker_->address_hex().size() / 2 << " bytes, RDMA-class/GPU lanes: "

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <poll.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -78,7 +79,10 @@ Status UcxWorker::Init() {
   if (st != UCS_OK) return api_->Error("ucp_worker_get_efd", st);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) return ErrnoStatus("eventfd", errno);
-  local_fast_lanes_ = FastLanes(PrintToString([&](FILE* f) { api_->worker_print_info(worker_, f); }));
+  const std::string resources =
+      PrintToString([&](FILE* f) { api_->context_print_info(context_, f); });
+  local_fast_lanes_ = FastLanes(resources);
+  peer_failure_lanes_ = HasPeerFailureLane(resources);
   memory_ = std::make_unique<MemoryTable>(api_, context_, cuda_memory_);
   thread_ = std::thread([this] { Run(); });
   return Status::OK();
@@ -142,13 +146,33 @@ Result<std::shared_ptr<UcxWorker::PeerState>> UcxWorker::PeerLocked(const Segmen
   st->name = desc.name;
   st->worker_hex = desc.mc_ucx_worker;
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  if (peer_failure_lanes_) {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  }
   ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &UcxWorker::OnEpError;
   ep.err_handler.arg = st.get();
   ucs_status_t s = api_->ep_create(worker_, &ep, &st->ep);
+  if (s == UCS_ERR_UNREACHABLE && peer_failure_lanes_) {
+    // UCX 1.13's shared-memory lanes (sysv, posix, cma) cannot report a peer's failure: with
+    // peer-failure handling no lane qualifies when the peer shares only those with us.
+    ep.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    s = api_->ep_create(worker_, &ep, &st->ep);
+  }
+  if (s == UCS_OK && !(ep.field_mask & UCP_EP_PARAM_FIELD_ERR_HANDLER)) {
+    // Without it, a same-host peer is watched by its pid.
+    st->no_failure_handling = true;
+    {
+      if (desc.mc_pid != 0 && !config_.host_id.empty() && desc.mc_host_id == config_.host_id) {
+        st->watch_pid = static_cast<pid_t>(desc.mc_pid);
+      } else {
+        LOG(WARNING) << "UCX: endpoint to segment " << key << " has no peer-failure "
+                     << "detection; a dead peer's requests end TIMEOUT (MC_SLICE_TIMEOUT)";
+      }
+    }
+  }
   if (s != UCS_OK) {
     return api_->Error("UCX endpoint to segment '" + key + "' (worker address of " +
                            std::to_string(address.size()) + " bytes)",
@@ -233,7 +257,11 @@ void UcxWorker::ClosePeerLocked(std::shared_ptr<PeerState> st, const std::string
     st->ep = nullptr;
     if (UCS_PTR_IS_PTR(r)) req = r;
   }
-  closing_.push_back({st, req, Clock::now() + std::chrono::seconds(2)});
+  // UCX cancels an endpoint's requests when it closes it with peer-failure handling; without
+  // it (shared-memory lanes) it may never call them back.
+  const auto grace = st->no_failure_handling ? std::chrono::milliseconds(200)
+                                             : std::chrono::milliseconds(2000);
+  closing_.push_back({st, req, Clock::now() + grace});
 }
 
 void UcxWorker::ReapClosingLocked(bool force) {
@@ -394,8 +422,21 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
 
 void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
   std::vector<std::shared_ptr<PeerState>> expired;
+  std::vector<std::shared_ptr<PeerState>> dead;
   for (auto& [key, st] : peers_) {
-    if (st->head != nullptr && st->head->deadline <= now) expired.push_back(st);
+    if (st->head == nullptr) continue;
+    if (st->head->deadline <= now) {
+      expired.push_back(st);
+    } else if (st->watch_pid != 0 && ::kill(st->watch_pid, 0) != 0 && errno == ESRCH) {
+      dead.push_back(st);
+    }
+  }
+  for (auto& st : dead) {
+    LOG(WARNING) << "UCX: segment " << st->key << " (pid " << st->watch_pid
+                 << ", same host) has exited";
+    failed_names_.push_back(st->name);
+    ClosePeerLocked(st, "the peer process (pid " + std::to_string(st->watch_pid) + ") has exited",
+                    false);
   }
   for (auto& st : expired) {
     LOG(WARNING) << "UCX: requests to segment " << st->key << " outstanding for "

@@ -13,6 +13,8 @@
 // progress software RMA) and closes the endpoint. The next Submit to the peer opens a new one.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -33,6 +35,9 @@ class UcxWorker {
  public:
   struct Config {
     int slice_timeout_ms = 30000;
+    // This host's identity (common/host_id.h): a peer with the same one and a pid is watched
+    // by pid where UCX cannot detect its death (shared-memory lanes).
+    std::string host_id;
     std::function<void(const std::string& segment_name)> on_peer_failure;
   };
   static Result<std::unique_ptr<UcxWorker>> Create(const UcxApi* api, Config config);
@@ -86,6 +91,10 @@ class UcxWorker {
     Pending* tail = nullptr;
     bool failed = false;
     std::string why;  // the failure, for the slices' messages
+    // The endpoint has no peer-failure handling (UCX's shared-memory lanes offer none in
+    // 1.13): a same-host peer's death is noticed by its pid instead (0: not watched).
+    pid_t watch_pid = 0;
+    bool no_failure_handling = false;
   };
   struct Closing {
     std::shared_ptr<PeerState> peer;
@@ -125,6 +134,7 @@ class UcxWorker {
   std::string address_hex_;
   std::string local_fast_lanes_;
   bool cuda_memory_ = false;
+  bool peer_failure_lanes_ = false;  // a local transport reports peer failures (ucx_env.h)
   std::unique_ptr<MemoryTable> memory_;
 
   std::mutex mu_;
