@@ -319,6 +319,7 @@ void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
   p->prev = p->next = nullptr;
   --outstanding_;
   if (status == UCS_OK) {
+    st->last_progress = Clock::now();
     for (const Slice& s : p->slices) s.Done(COMPLETED, s.length);
   } else {
     const TransferStatusEnum result = p->timed_out ? TIMEOUT : FAILED;
@@ -354,10 +355,11 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
                          size_t count) {
   std::unique_lock lock(mu_);
   MC_ASSIGN_OR_RETURN(std::shared_ptr<PeerState> st, PeerLocked(*desc));
-  Pending* p = NewPendingLocked();
-  p->peer = st;
-  p->slices.reserve(count);
+  const auto now = Clock::now();
+  if (st->head == nullptr) st->last_progress = now;  // an idle peer's clock starts now
   const BufferDesc* first = desc->buffers.data();
+  Pending* p = nullptr;
+  uint64_t group_bytes = 0;
   for (size_t i = 0; i < count; ++i) {
     const Slice& s = slices[i];
     const size_t index = static_cast<size_t>(s.remote_buffer - first);
@@ -391,15 +393,45 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
       continue;
     }
     if (r != nullptr) api_->request_free(r);  // completes on its own; the flush reports it
+    if (p == nullptr) {
+      p = NewPendingLocked();
+      p->peer = st;
+    }
     p->slices.push_back(s);
+    group_bytes += s.length;
+    if (group_bytes >= kFlushGroupBytes || p->slices.size() >= kFlushGroupSlices) {
+      FlushLocked(st, p);
+      p = nullptr;
+      group_bytes = 0;
+      if (i + 1 < count) {
+        // Let the progress thread in between groups: a long Submit must not hold back the
+        // completions (and so the progress clock) of what it posted first.
+        lock.unlock();
+        WakeProgress();
+        lock.lock();
+        if (st->failed) {  // closed meanwhile (failure, timeout, Stop): the rest fails now
+          const std::string msg = "UCX transfer to segment '" + st->key + "' failed: " + st->why;
+          for (size_t k = i + 1; k < count; ++k) slices[k].Done(FAILED, 0, msg.c_str());
+          return Status::OK();
+        }
+      }
+    }
   }
-  if (p->slices.empty()) {
-    p->peer.reset();
-    pool_.emplace_back(p);
-    return Status::OK();
+  if (p != nullptr) FlushLocked(st, p);
+  lock.unlock();
+  WakeProgress();
+  return Status::OK();
+}
+
+void UcxWorker::WakeProgress() {
+  if (sleeping_.load(std::memory_order_acquire)) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
   }
+}
+
+void UcxWorker::FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p) {
   // Linked first: the flush may complete (and unlink) before ep_flush_nbx returns.
-  p->deadline = Clock::now() + std::chrono::milliseconds(config_.slice_timeout_ms);
   p->prev = st->tail;
   if (st->tail) st->tail->next = p; else st->head = p;
   st->tail = p;
@@ -410,12 +442,6 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
   param.user_data = p;
   ucs_status_ptr_t r = api_->ep_flush_nbx(st->ep, &param);
   if (!UCS_PTR_IS_PTR(r)) FinishLocked(p, UCS_PTR_STATUS(r));
-  lock.unlock();
-  if (sleeping_.load(std::memory_order_acquire)) {
-    uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof(one));
-  }
-  return Status::OK();
 }
 
 // ---- progress ----------------------------------------------------------------------------
@@ -425,7 +451,7 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
   std::vector<std::shared_ptr<PeerState>> dead;
   for (auto& [key, st] : peers_) {
     if (st->head == nullptr) continue;
-    if (st->head->deadline <= now) {
+    if (now - st->last_progress >= std::chrono::milliseconds(config_.slice_timeout_ms)) {
       expired.push_back(st);
     } else if (st->watch_pid != 0 && ::kill(st->watch_pid, 0) != 0 && errno == ESRCH) {
       dead.push_back(st);
@@ -439,10 +465,10 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
                     false);
   }
   for (auto& st : expired) {
-    LOG(WARNING) << "UCX: requests to segment " << st->key << " outstanding for "
+    LOG(WARNING) << "UCX: no request to segment " << st->key << " completed for "
                  << config_.slice_timeout_ms << " ms (MC_SLICE_TIMEOUT); closing the endpoint";
     ClosePeerLocked(st,
-                    "no completion within " + std::to_string(config_.slice_timeout_ms) +
+                    "nothing completed for " + std::to_string(config_.slice_timeout_ms) +
                         " ms (the peer is stopped or unreachable)",
                     true);
   }

@@ -8,9 +8,10 @@
 // event fd otherwise; completions are reported from it.
 //
 // Failure: an endpoint error (peer died: connection reset, keepalive) fails the peer's
-// outstanding batches FAILED, closes the endpoint and calls on_peer_failure; a batch older
-// than slice_timeout_ms fails every batch of that peer TIMEOUT (a stopped peer does not
-// progress software RMA) and closes the endpoint. The next Submit to the peer opens a new one.
+// outstanding batches FAILED, closes the endpoint and calls on_peer_failure; when none of a
+// peer's outstanding batches completes for slice_timeout_ms (a stopped peer does not progress
+// software RMA), they all end TIMEOUT and the endpoint is closed. The next Submit to the peer
+// opens a new one.
 #pragma once
 
 #include <sys/types.h>
@@ -69,7 +70,6 @@ class UcxWorker {
     UcxWorker* worker = nullptr;
     std::shared_ptr<PeerState> peer;
     std::vector<Slice> slices;
-    std::chrono::steady_clock::time_point deadline;
     bool timed_out = false;
     // Reported by us after UCX failed to call back in time; OnFlush then only frees it.
     bool abandoned = false;
@@ -87,6 +87,9 @@ class UcxWorker {
     const SegmentDesc* fast_desc = nullptr;   // rkeys by buffer index, for this descriptor
     std::shared_ptr<const SegmentDesc> fast_desc_ref;
     std::vector<ucp_rkey_h> fast;
+    // When a batch of this peer last completed (or it was idle and got one): nothing for
+    // slice_timeout_ms while batches are outstanding ends them TIMEOUT.
+    std::chrono::steady_clock::time_point last_progress;
     Pending* head = nullptr;  // oldest first
     Pending* tail = nullptr;
     bool failed = false;
@@ -104,9 +107,15 @@ class UcxWorker {
     std::chrono::steady_clock::time_point deadline;
   };
 
+  // A Submit's slices are reported in groups of at most this many bytes / slices, each by
+  // its own flush: a long batch shows progress (and is not timed out) while it moves.
+  static constexpr uint64_t kFlushGroupBytes = 16 << 20;
+  static constexpr size_t kFlushGroupSlices = 1024;
+
   UcxWorker(const UcxApi* api, Config config) : api_(api), config_(std::move(config)) {}
   Status Init();
   void Run();
+  void WakeProgress();  // when the progress thread sleeps
 
   static void OnFlush(void* request, ucs_status_t status, void* user_data);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
@@ -116,6 +125,8 @@ class UcxWorker {
   Result<ucp_rkey_h> RkeyLocked(PeerState* st, const std::shared_ptr<const SegmentDesc>& desc,
                                 size_t index);
   Pending* NewPendingLocked();
+  // Links `p` to the peer's outstanding batches and posts the ep flush that reports it.
+  void FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p);
   void FinishLocked(Pending* p, ucs_status_t status, bool abandon = false);
   // Marks the peer failed with `why`, takes it out of peers_ and force-closes its endpoint;
   // its outstanding batches end TIMEOUT when `timeout`, else FAILED.
