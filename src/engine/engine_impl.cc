@@ -222,6 +222,15 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
       }
       return started.WithContext("start transport " + name);
     }
+    // Memory registered before Init gets this transport's handles now.
+    for (const RegionInfo& r : registry.List()) {
+      if (!r.remote_accessible) continue;
+      Status s = t->RegisterMemory(r);
+      if (!s.ok()) {
+        LOG(WARNING) << "transport " << name << " cannot register 0x" << std::hex << r.addr
+                     << std::dec << " (+" << r.length << "): " << s.ToString();
+      }
+    }
     transports.push_back(std::move(t));
   }
   return Status::OK();

@@ -333,22 +333,27 @@ void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
   p->slices.clear();
   p->peer.reset();
   p->timed_out = false;
-  if (abandon) {
-    p->abandoned = true;  // UCX may still call OnFlush with it, which deletes it
+  p->has_puts = false;
+  p->status = UCS_OK;
+  if (abandon && p->ops > 0) {
+    p->abandoned = true;  // UCX may still call OnOpDone with it, which deletes it
     return;
   }
+  p->ops = 0;
   pool_.emplace_back(p);
 }
 
-void UcxWorker::OnFlush(void* request, ucs_status_t status, void* user_data) {
+void UcxWorker::OnOpDone(void* request, ucs_status_t status, void* user_data) {
   auto* p = static_cast<Pending*>(user_data);
   UcxWorker* w = p->worker;
   w->api_->request_free(request);
+  if (status != UCS_OK && p->status == UCS_OK) p->status = status;
+  if (--p->ops > 0) return;
   if (p->abandoned) {
     delete p;
     return;
   }
-  w->FinishLocked(p, status);
+  w->FinishLocked(p, p->status);
 }
 
 Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
@@ -374,10 +379,20 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
       s.Done(FAILED, 0, rkey.status().ToString().c_str());
       continue;
     }
+    if (p == nullptr) {
+      p = NewPendingLocked();
+      p->peer = st;
+    }
     ucp_request_param_t param{};
     if (ucp_mem_h memh = memory_->Find(s.local, s.length)) {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
       param.memh = memh;
+    }
+    if (s.opcode != TransferRequest::WRITE) {
+      // A get is complete (the bytes are here) when its own request is: no flush needed.
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.send = &UcxWorker::OnOpDone;
+      param.user_data = p;
     }
     ucs_status_ptr_t r =
         s.opcode == TransferRequest::WRITE
@@ -392,10 +407,12 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
       s.Done(FAILED, 0, msg.c_str());
       continue;
     }
-    if (r != nullptr) api_->request_free(r);  // completes on its own; the flush reports it
-    if (p == nullptr) {
-      p = NewPendingLocked();
-      p->peer = st;
+    if (s.opcode == TransferRequest::WRITE) {
+      // A put completes locally first; the group's flush reports it once it is remote.
+      if (r != nullptr) api_->request_free(r);
+      p->has_puts = true;
+    } else if (r != nullptr) {
+      ++p->ops;
     }
     p->slices.push_back(s);
     group_bytes += s.length;
@@ -417,7 +434,14 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
       }
     }
   }
-  if (p != nullptr) FlushLocked(st, p);
+  if (p != nullptr) {
+    if (p->slices.empty()) {
+      p->peer.reset();
+      pool_.emplace_back(p);
+    } else {
+      FlushLocked(st, p);
+    }
+  }
   lock.unlock();
   WakeProgress();
   return Status::OK();
@@ -436,12 +460,19 @@ void UcxWorker::FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p) {
   if (st->tail) st->tail->next = p; else st->head = p;
   st->tail = p;
   ++outstanding_;
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &UcxWorker::OnFlush;
-  param.user_data = p;
-  ucs_status_ptr_t r = api_->ep_flush_nbx(st->ep, &param);
-  if (!UCS_PTR_IS_PTR(r)) FinishLocked(p, UCS_PTR_STATUS(r));
+  if (p->has_puts) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &UcxWorker::OnOpDone;
+    param.user_data = p;
+    ucs_status_ptr_t r = api_->ep_flush_nbx(st->ep, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+      ++p->ops;
+    } else if (UCS_PTR_STATUS(r) != UCS_OK && p->status == UCS_OK) {
+      p->status = UCS_PTR_STATUS(r);
+    }
+  }
+  if (p->ops == 0) FinishLocked(p, p->status);
 }
 
 // ---- progress ----------------------------------------------------------------------------

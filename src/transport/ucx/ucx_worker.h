@@ -1,9 +1,10 @@
 // UcxWorker: one UCP context and worker, the endpoints to peers and the requests in flight.
 //
 // Threading: every UCP call is made under mu_ (the worker runs in UCS_THREAD_MODE_SINGLE; the
-// lock is ours). Submit posts the puts/gets of a batch from the caller's thread, followed by
-// one ep flush whose completion reports the batch's slices (a put completes locally before
-// the bytes are remote; the flush completes when they are). One progress thread drives
+// lock is ours). Submit posts the puts/gets of a batch from the caller's thread, in groups of
+// up to 16 MiB; a group ends when its gets have completed and, if it has puts, when the ep
+// flush posted after them has (a put completes locally before the bytes are remote; the
+// flush completes when they are). One progress thread drives
 // ucp_worker_progress: it spins while requests are outstanding and sleeps on the worker's
 // event fd otherwise; completions are reported from it.
 //
@@ -71,8 +72,11 @@ class UcxWorker {
     std::shared_ptr<PeerState> peer;
     std::vector<Slice> slices;
     bool timed_out = false;
-    // Reported by us after UCX failed to call back in time; OnFlush then only frees it.
+    // Reported by us after UCX failed to call back in time; OnOpDone then only frees it.
     bool abandoned = false;
+    bool has_puts = false;  // the group ends with an ep flush (puts complete locally first)
+    int ops = 0;            // UCX requests (gets, the flush) that will still call back
+    ucs_status_t status = UCS_OK;  // the first error among them
     Pending* prev = nullptr;
     Pending* next = nullptr;
   };
@@ -117,7 +121,8 @@ class UcxWorker {
   void Run();
   void WakeProgress();  // when the progress thread sleeps
 
-  static void OnFlush(void* request, ucs_status_t status, void* user_data);
+  // A get's or a group flush's completion: the group ends when its last one calls back.
+  static void OnOpDone(void* request, ucs_status_t status, void* user_data);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   // REQUIRES: mu_ held (all below).
@@ -125,7 +130,8 @@ class UcxWorker {
   Result<ucp_rkey_h> RkeyLocked(PeerState* st, const std::shared_ptr<const SegmentDesc>& desc,
                                 size_t index);
   Pending* NewPendingLocked();
-  // Links `p` to the peer's outstanding batches and posts the ep flush that reports it.
+  // Closes the group `p`: links it to the peer's outstanding batches and, when it has puts,
+  // posts the ep flush that reports them; ends it at once when nothing is owed.
   void FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p);
   void FinishLocked(Pending* p, ucs_status_t status, bool abandon = false);
   // Marks the peer failed with `why`, takes it out of peers_ and force-closes its endpoint;
