@@ -1,9 +1,12 @@
 #include "transport/ucx/ucx_api.h"
 
 #include <dlfcn.h>
+#include <glog/logging.h>
 
 #include <cstdlib>
 #include <mutex>
+
+#include "transport/ucx/ucx_env.h"
 
 namespace mooncake::ucx {
 namespace {
@@ -27,6 +30,10 @@ bool Bind(void* lib, const char* symbol, F* out, std::string* missing) {
 
 Loaded LoadOnce() {
   Loaded out;
+  // Before the library is loaded: libucs reads some of its settings (signal handlers) then.
+  std::string set;
+  for (const auto& line : ApplyEnvironment()) set += (set.empty() ? "" : ", ") + line;
+  if (!set.empty()) VLOG(1) << "UCX environment set: " << set;
   const char* override_path = std::getenv("MC_UCX_LIBRARY");
   const std::string path = override_path != nullptr && *override_path ? override_path
                                                                          : "libucp.so.0";

@@ -55,8 +55,8 @@ struct UcxApi {
   Status Error(const std::string& what, ucs_status_t status) const;
 };
 
-// Loads libucp.so.0 once per process (later calls return the same answer). The library
-// named by MC_UCX_LIBRARY is loaded instead when set. Unavailable with dlerror's reason when
+// Loads libucp.so.0 once per process (later calls return the same answer), after applying
+// the environment of ucx_env.h. The library named by MC_UCX_LIBRARY is loaded instead when set. Unavailable with dlerror's reason when
 // the library or one of its symbols is missing.
 Result<const UcxApi*> LoadUcxApi();
 

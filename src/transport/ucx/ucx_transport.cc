@@ -16,7 +16,6 @@ Result<std::unique_ptr<Transport>> CreateUcxTransport() {
 UcxTransport::~UcxTransport() { Stop(); }
 
 Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
-  for (const auto& line : ApplyEnvironment()) VLOG(1) << "UcxTransport: " << line;
   MC_ASSIGN_OR_RETURN(const UcxApi* api, LoadUcxApi());
   UcxWorker::Config config;
   config.slice_timeout_ms = ctx.options.slice_timeout_ms;

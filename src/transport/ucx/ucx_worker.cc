@@ -38,6 +38,21 @@ std::string PrintToString(F print) {
 
 }  // namespace
 
+Status CheckWorkerAddress(const std::string& address) {
+  // UCX 1.13 packs a header byte (the address format version in its low 4 bits: 0 = v1,
+  // 1 = v2; UCX aborts on any other) and an 8-byte worker id before the device entries.
+  if (address.size() < 9) {
+    return Status::InvalidArgument("UCX worker address of " + std::to_string(address.size()) +
+                                   " bytes is too short to be one");
+  }
+  const unsigned version = static_cast<uint8_t>(address[0]) & 0xf;
+  if (version > 1) {
+    return Status::InvalidArgument("UCX worker address has format version " +
+                                   std::to_string(version) + "; UCX 1.12+ writes 0 (v1) or 1 (v2)");
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxApi* api, Config config) {
   std::unique_ptr<UcxWorker> w(new UcxWorker(api, std::move(config)));
   MC_RETURN_IF_ERROR(w->Init());
@@ -140,6 +155,10 @@ Result<std::shared_ptr<UcxWorker::PeerState>> UcxWorker::PeerLocked(const Segmen
   if (desc.mc_ucx_worker.empty() || !FromHex(desc.mc_ucx_worker, &address)) {
     return Status::InvalidArgument("segment '" + key + "' publishes no valid UCX worker address");
   }
+  MC_RETURN_IF_ERROR(CheckWorkerAddress(address).WithContext("segment '" + key + "'"));
+  // UCX reads the address without a length: zero padding keeps a truncated one from reading
+  // past this copy.
+  address.resize(address.size() + kAddressPadding, '\0');
   auto st = std::make_shared<PeerState>();
   st->worker = this;
   st->key = key;
@@ -155,6 +174,7 @@ Result<std::shared_ptr<UcxWorker::PeerState>> UcxWorker::PeerLocked(const Segmen
   ep.err_handler.cb = &UcxWorker::OnEpError;
   ep.err_handler.arg = st.get();
   ucs_status_t s = api_->ep_create(worker_, &ep, &st->ep);
+  address.resize(address.size() - kAddressPadding);
   if (s == UCS_ERR_UNREACHABLE && peer_failure_lanes_) {
     // UCX 1.13's shared-memory lanes (sysv, posix, cma) cannot report a peer's failure: with
     // peer-failure handling no lane qualifies when the peer shares only those with us.

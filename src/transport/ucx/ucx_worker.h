@@ -33,6 +33,11 @@
 
 namespace mooncake::ucx {
 
+// The checks a peer's worker address passes before UCX parses it: a minimum length and a
+// known format version (UCX asserts, aborting the process, on an unknown one). UCX's own
+// parser is trusted past them (README.md: what a hostile peer can still do).
+Status CheckWorkerAddress(const std::string& address);
+
 class UcxWorker {
  public:
   struct Config {
@@ -115,6 +120,7 @@ class UcxWorker {
   // its own flush: a long batch shows progress (and is not timed out) while it moves.
   static constexpr uint64_t kFlushGroupBytes = 16 << 20;
   static constexpr size_t kFlushGroupSlices = 1024;
+  static constexpr size_t kAddressPadding = 4096;
 
   UcxWorker(const UcxApi* api, Config config) : api_(api), config_(std::move(config)) {}
   Status Init();
