@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -373,6 +374,39 @@ TEST(SameHost, RefusedCrossProcessAccessFallsBackToTcp) {
   EXPECT_EQ(InitiatorRun(t, {"--not-dumpable", "1"}, &transport), "RESULT ok 1048576");
   EXPECT_EQ(transport, "tcp");
   EXPECT_EQ(t.proc->Command("CHECK 0 1048576 3"), "OK");
+}
+
+// UCX selection: with every transport started, ucx takes a peer only over an RDMA-class or
+// GPU lane, and where UCX has none it is not even started unless UCX_TLS asks for it.
+TEST(UcxSelection, NotStartedWhereUcxHasNoRdmaLaneAndUcxTlsIsUnset) {
+  ::unsetenv("UCX_TLS");
+  TransferEngine e;
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+  auto names = e.GetTransports();
+  if (std::find(names.begin(), names.end(), "ucx") != names.end()) {
+    GTEST_SKIP() << "UCX has an RDMA-class or GPU lane on this host: it is started here";
+  }
+  EXPECT_NE(std::find(names.begin(), names.end(), "tcp"), names.end());
+  // Named, it starts anyway (any lane UCX has).
+  TransferEngine named;
+  Status s = named.Init("P2PHANDSHAKE", "127.0.0.1", "ucx");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(named.GetTransports(), std::vector<std::string>{"ucx"});
+}
+
+TEST(UcxSelection, SoftwareLanesNeverTakeAPeerFromShmOrTcp) {
+  ::setenv("UCX_TLS", "tcp,sm,self", 1);  // both ends start ucx, over tcp and shared memory
+  RemoteTarget t = StartTarget(4 << 20);
+  std::string transport;
+  EXPECT_EQ(InitiatorRun(t, {}, &transport), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "shm");
+  EXPECT_EQ(InitiatorRun(t, {}, &transport, {"MC_HOST_ID=some-other-host"}), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "tcp");
+  // Named, ucx carries it.
+  EXPECT_EQ(InitiatorRun(t, {"--transport", "ucx"}, &transport), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "ucx");
+  EXPECT_EQ(t.proc->Command("CHECK 0 1048576 3"), "OK");
+  ::unsetenv("UCX_TLS");
 }
 
 }  // namespace

@@ -104,6 +104,15 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
                                   const std::string& transport) {
   if (initialized.load()) return Status::FailedPrecondition("engine is already initialized");
   std::string transports = transport;
+  if (transport == "rdma") {
+    // Upstream's RDMA protocol: every transport starts; ucx takes the peers it reaches over an
+    // RDMA-class lane (its start-up line says whether it has one here), shm and tcp the rest.
+    // Not an error where there is no RDMA (upstream fails; vLLM and SGLang ask for rdma by
+    // default): the fallback is logged.
+    LOG(INFO) << "protocol 'rdma': UCX carries peers reached over RDMA (ib/rc/dc) or GPU "
+                 "lanes; others use shm or tcp";
+    transports.clear();
+  }
   if (transport == "ascend" || transport == "ascend_direct") {
     // Upstream's Ascend protocols: NPU memory, moved by this engine's own transports (same-host
     // device IPC over ACL, else TCP staged through pinned buffers). Fails at once without ACL.
@@ -161,7 +170,16 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
     local_desc.tcp_data_host = local_host;
   }
 
+  requested_protocol = transport;
   MC_RETURN_IF_ERROR(StartTransports(transports));
+  if (transport == "rdma") {
+    bool ucx = false;
+    for (const auto& t : this->transports) ucx = ucx || std::string(t->name()) == "ucx";
+    if (!ucx) {
+      LOG(WARNING) << "protocol 'rdma' requested, but the UCX transport is not available here "
+                      "(see above); moving data over shm and tcp only";
+    }
+  }
 
   handshake = std::make_unique<HandshakeServer>(limits);
   MC_RETURN_IF_ERROR(handshake->Start(
@@ -202,7 +220,7 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
   }
   TransportContext ctx{options, &registry, local_host,
                        [this](const std::string& name) { segments.InvalidateByName(name); },
-                       explicit_choice};
+                       explicit_choice, requested_protocol};
   for (const auto& name : names) {
     if (options.force_tcp && name != "tcp") {
       LOG(INFO) << "MC_FORCE_TCP is set: not installing transport " << name;

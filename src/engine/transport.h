@@ -74,6 +74,9 @@ struct TransportContext {
   // built-in one was started: a transport that would not be the best choice for a peer (ucx
   // over plain TCP sockets) declines peers in CanReach unless it was named.
   bool chosen_by_name = false;
+  // The protocol Init was given ("", "rdma", "ucx", ...), for transports whose start-up
+  // message depends on what was asked for.
+  std::string protocol;
 };
 
 class Transport {

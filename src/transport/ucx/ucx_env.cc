@@ -95,6 +95,12 @@ std::string FastLanes(const std::string& info) {
   return out;
 }
 
+std::string TransportList(const std::string& info) {
+  std::string out;
+  for (const std::string& t : Transports(info)) out += (out.empty() ? "" : ",") + t;
+  return out;
+}
+
 bool HasPeerFailureLane(const std::string& info) {
   for (const std::string& t : Transports(info)) {
     if (t == "tcp" || t.rfind("rc_", 0) == 0 || t.rfind("dc_", 0) == 0 ||

@@ -31,5 +31,7 @@ std::string FastLanes(const std::string& info);
 // Whether `info` (as above) names a transport that reports a peer's failure (tcp, rc, dc,
 // ud); UCX 1.13's shared-memory ones (sysv, posix, cma) do not.
 bool HasPeerFailureLane(const std::string& info);
+// Every transport named in `info` (as above), comma separated.
+std::string TransportList(const std::string& info);
 
 }  // namespace mooncake::ucx

@@ -3,6 +3,8 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "common/host_id.h"
 #include "transport/ucx/ucx_env.h"
 #include "transport/ucx/ucx_factory.h"
@@ -29,6 +31,17 @@ Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
     local_desc->mc_pid = static_cast<uint64_t>(::getpid());
   }
   const std::string& fast = worker_->local_fast_lanes();
+  if (!chosen_by_name_ && fast.empty() && std::getenv("UCX_TLS") == nullptr) {
+    // Not offered: it would carry no peer, and UCX serves any process that learns its
+    // worker address (README.md, "Trust"), so it is not left listening for nothing.
+    const std::string seen = worker_->local_transports();
+    worker_->Stop();
+    worker_.reset();
+    return Status::FailedPrecondition(
+        "UCX " + api->Version() + " finds no RDMA-class or GPU lane here (it sees " +
+        (seen.empty() ? std::string("none") : seen) +
+        "): not started, shm and tcp carry every peer; transport 'ucx' or UCX_TLS starts it");
+  }
   LOG(INFO) << "UcxTransport: UCX " << api->Version() << ", worker address "
             << worker_->address_hex().size() / 2 << " bytes, RDMA-class/GPU lanes: "
             << (fast.empty() ? "none" : fast) << ", CUDA memory: "

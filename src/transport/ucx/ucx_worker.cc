@@ -97,6 +97,7 @@ Status UcxWorker::Init() {
   const std::string resources =
       PrintToString([&](FILE* f) { api_->context_print_info(context_, f); });
   local_fast_lanes_ = FastLanes(resources);
+  local_transports_ = TransportList(resources);
   peer_failure_lanes_ = HasPeerFailureLane(resources);
   memory_ = std::make_unique<MemoryTable>(api_, context_, cuda_memory_);
   thread_ = std::thread([this] { Run(); });

@@ -55,6 +55,8 @@ class UcxWorker {
   const std::string& address_hex() const { return address_hex_; }
   // The RDMA-class and GPU transports this worker opened, "" when none (ucx_env.h).
   const std::string& local_fast_lanes() const { return local_fast_lanes_; }
+  // Every transport UCX opened here ("tcp,sysv,posix,cma"), for messages.
+  const std::string& local_transports() const { return local_transports_; }
   // Whether the UCX library handles CUDA memory.
   bool cuda_memory() const { return cuda_memory_; }
   MemoryTable& memory() { return *memory_; }
@@ -156,6 +158,7 @@ class UcxWorker {
   int wake_fd_ = -1;   // eventfd: Submit or Stop wakes the sleeping progress thread
   std::string address_hex_;
   std::string local_fast_lanes_;
+  std::string local_transports_;
   bool cuda_memory_ = false;
   bool peer_failure_lanes_ = false;  // a local transport reports peer failures (ucx_env.h)
   std::unique_ptr<MemoryTable> memory_;
