@@ -13,7 +13,10 @@ pkgs=(build-essential cmake ninja-build pkg-config
       etcd-server redis-server
       python3 python3-venv python3-pip
       # Upstream's CPU wheel (interop tests and side-by-side benchmarks) loads these.
-      libibverbs1 libnuma1 libcurl4)
+      libibverbs1 libnuma1 libcurl4
+      # The UCX transport (headers to build it; libucp loaded at run time) and ucx_perftest,
+      # its baseline in bench/ucx_bench.py.
+      libucx-dev ucx-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -390,7 +390,7 @@ TEST_P(BadCalls, UnregisterWhileRequestsUseTheMemory) {
   ExpectHealthy(13);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, BadCalls, ::testing::Values("tcp", "shm", "ucx_tcp"),
+INSTANTIATE_TEST_SUITE_P(Transports, BadCalls, ::testing::ValuesIn(WithUcx({"tcp", "shm"}, {"ucx_tcp"})),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -486,7 +486,7 @@ TEST_P(SilentPeer, TimedOutWriteNeverLandsAfterALaterWriteCompleted) {
   EXPECT_EQ(held, "OK") << "a write reported TIMEOUT was applied after a later write completed";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, SilentPeer, ::testing::Values("tcp", "shm", "ucx_tcp"),
+INSTANTIATE_TEST_SUITE_P(Transports, SilentPeer, ::testing::ValuesIn(WithUcx({"tcp", "shm"}, {"ucx_tcp"})),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

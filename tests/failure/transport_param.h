@@ -8,8 +8,19 @@
 #include <stdlib.h>
 
 #include <string>
+#include <vector>
+
+#include "engine/transport.h"
 
 namespace mc_failure {
+
+// The suite's parameters: `base`, plus the ucx ones where this build has the UCX transport
+// (MC_WITH_UCX; where it has none, "ucx" answers Unimplemented and its cases are not made).
+inline std::vector<std::string> WithUcx(std::vector<std::string> base,
+                                        const std::vector<std::string>& ucx) {
+  if (mooncake::CreateTransport("ucx").ok()) base.insert(base.end(), ucx.begin(), ucx.end());
+  return base;
+}
 
 inline std::string TransportOf(const std::string& param) {
   return param.substr(0, param.find('_'));
