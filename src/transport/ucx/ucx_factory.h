@@ -10,5 +10,7 @@
 namespace mooncake::ucx {
 
 Result<std::unique_ptr<Transport>> CreateUcxTransport();
+// Whether this build has the transport (false from ucx_unavailable.cc).
+bool UcxTransportBuilt();
 
 }  // namespace mooncake::ucx

@@ -3,6 +3,8 @@
 
 namespace mooncake::ucx {
 
+bool UcxTransportBuilt() { return false; }
+
 Result<std::unique_ptr<Transport>> CreateUcxTransport() {
   return Status::Unimplemented(
       "transport 'ucx' is not built into this engine: UCX's headers (ucp/api/ucp.h) were not "
