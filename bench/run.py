@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+from ucx_bench import run_ucx
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 KIB, MIB = 1024, 1024 * 1024
 BLOCKS = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
@@ -406,6 +408,7 @@ def main():
     if store_rows:
         md += ("\n## Store (mooncake_master + 2 clients, 1 thread, registered buffers)\n\n" +
                store_table(store_rows) + "\n")
+    md += run_ucx(build, 1 if args.quick else runs, max(duration, 0.5))[1]  # bench/ucx_bench.py
     has_plot = plot(results, out / "throughput.png")
     if has_plot:
         md += "\n![throughput](throughput.png)\n"

@@ -56,7 +56,9 @@ Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
 }
 
 void UcxTransport::Stop() {
+  std::unique_lock lock(state_mu_);
   if (worker_) worker_->Stop();
+  stopped_ = true;
 }
 
 bool UcxTransport::CanReach(const SegmentDesc& peer) {
@@ -110,16 +112,19 @@ void UcxTransport::DropPeer(const SegmentDesc& peer) {
 }
 
 Status UcxTransport::RegisterMemory(const RegionInfo& region) {
-  if (!worker_) return Status::FailedPrecondition("UCX transport is not started");
+  std::shared_lock lock(state_mu_);
+  if (!worker_ || stopped_) return Status::FailedPrecondition("UCX transport is not running");
   return worker_->memory().Map(region);
 }
 
 void UcxTransport::UnregisterMemory(uint64_t addr) {
-  if (worker_) worker_->memory().Unmap(addr);
+  std::shared_lock lock(state_mu_);
+  if (worker_ && !stopped_) worker_->memory().Unmap(addr);
 }
 
 void UcxTransport::DescribeBuffer(const RegionInfo& region, BufferDesc* out) {
-  if (worker_) out->ucx_rkey = worker_->memory().PackedKey(region.addr);
+  std::shared_lock lock(state_mu_);
+  if (worker_ && !stopped_) out->ucx_rkey = worker_->memory().PackedKey(region.addr);
 }
 
 }  // namespace mooncake::ucx

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 
 #include "engine/transport.h"
@@ -44,6 +45,10 @@ class UcxTransport : public Transport {
  private:
   std::unique_ptr<UcxWorker> worker_;
   bool chosen_by_name_ = false;
+  // Registration calls may come after Stop (an engine unregistering memory as it shuts
+  // down): they find the worker's memory table gone and do nothing.
+  std::shared_mutex state_mu_;
+  bool stopped_ = false;  // GUARDED_BY(state_mu_)
   std::mutex mu_;
   std::map<std::string, bool> reach_;  // by peer name + worker address; GUARDED_BY(mu_)
 };

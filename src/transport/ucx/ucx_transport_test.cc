@@ -204,6 +204,15 @@ TEST_F(UcxHostile, UnregisteredRangeLosesItsKey) {
   BufferDesc d;
   b_.transport.DescribeBuffer(RegionInfo{addr, b_.mem.size(), "cpu:0", true}, &d);
   EXPECT_TRUE(d.ucx_rkey.empty()) << "no key is published for an unregistered range";
+  // After Stop (an engine shutting down), registration calls do nothing and fail cleanly.
+  a_.transport.Stop();
+  const uint64_t mine = reinterpret_cast<uint64_t>(a_.mem.data());
+  a_.transport.UnregisterMemory(mine);
+  EXPECT_FALSE(a_.transport.RegisterMemory(RegionInfo{mine, 4096, "cpu:0", true}).ok());
+  BufferDesc after;
+  a_.transport.DescribeBuffer(RegionInfo{mine, 4096, "cpu:0", true}, &after);
+  EXPECT_TRUE(after.ucx_rkey.empty());
+  EXPECT_FALSE(a_.transport.CanReach(b_.desc));
 }
 
 }  // namespace
