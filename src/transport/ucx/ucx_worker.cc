@@ -562,7 +562,9 @@ void UcxWorker::Run() {
       }
       names.swap(failed_names_);
       idle = progressed > 0 ? 0 : idle + 1;
-      if (progressed == 0 && (outstanding_ == 0 || idle > kSpinRounds) && closing_.empty()) {
+      // Spins a while after the last progress even with nothing of ours outstanding: a
+      // target serving a peer's gets (software RMA) must keep pushing the replies.
+      if (progressed == 0 && idle > kSpinRounds && closing_.empty()) {
         ucs_status_t a = api_->worker_arm(worker_);
         if (a == UCS_OK) {
           sleep = true;
