@@ -7,6 +7,8 @@
 // once, before libucp is loaded (UCX reads some of them when it is loaded).
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -33,5 +35,19 @@ std::string FastLanes(const std::string& info);
 bool HasPeerFailureLane(const std::string& info);
 // Every transport named in `info` (as above), comma separated.
 std::string TransportList(const std::string& info);
+
+// What `print(FILE*)` writes (UCX's *_print_info), as a string; "" without a memory stream.
+template <typename F>
+std::string PrintToString(F print) {
+  char* buf = nullptr;
+  size_t size = 0;
+  FILE* f = ::open_memstream(&buf, &size);
+  if (f == nullptr) return "";
+  print(f);
+  ::fclose(f);
+  std::string out(buf, size);
+  ::free(buf);
+  return out;
+}
 
 }  // namespace mooncake::ucx
