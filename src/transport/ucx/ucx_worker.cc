@@ -120,6 +120,9 @@ void UcxWorker::Stop() {
     memory_.reset();
     api_->worker_destroy(worker_);
     worker_ = nullptr;
+    // UCX cannot call back any more: what it never completed is freed now.
+    for (Pending* p : abandoned_) delete p;
+    abandoned_.clear();
   }
   if (context_ != nullptr) {
     api_->cleanup(context_);
@@ -167,6 +170,7 @@ void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
   p->status = UCS_OK;
   if (abandon && p->ops > 0) {
     p->abandoned = true;  // UCX may still call OnOpDone with it, which deletes it
+    abandoned_.insert(p);
     return;
   }
   p->ops = 0;
@@ -180,6 +184,7 @@ void UcxWorker::OnOpDone(void* request, ucs_status_t status, void* user_data) {
   if (status != UCS_OK && p->status == UCS_OK) p->status = status;
   if (--p->ops > 0) return;
   if (p->abandoned) {
+    w->abandoned_.erase(p);
     delete p;
     return;
   }

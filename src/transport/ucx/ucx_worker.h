@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +171,9 @@ class UcxWorker {
   std::vector<std::pair<PeerState*, ucs_status_t>> failed_;  // GUARDED_BY(mu_)
   std::vector<std::string> failed_names_;                     // GUARDED_BY(mu_)
   std::vector<std::unique_ptr<Pending>> pool_;                // GUARDED_BY(mu_)
+  // Reported by us, still owed callbacks by UCX (shared-memory endpoints closed under
+  // requests); freed by OnOpDone or, at the latest, when the worker is destroyed.
+  std::set<Pending*> abandoned_;                              // GUARDED_BY(mu_)
   size_t outstanding_ = 0;                                    // GUARDED_BY(mu_)
   bool stopping_ = false;                                     // GUARDED_BY(mu_)
   std::atomic<bool> sleeping_{false};
