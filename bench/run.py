@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from ucx_bench import run_ucx
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 KIB, MIB = 1024, 1024 * 1024
 BLOCKS = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
@@ -416,6 +418,7 @@ def main():
            "metadata server, a holder lending 1 GiB, a client lending nothing, 127.0.0.1)\n\n" +
            compare_md + "\n## Store scale (the master in process; many client processes)\n\n" +
            scale_md)
+    md += run_ucx(build, 1 if args.quick else runs, max(duration, 0.5))[1]  # bench/ucx_bench.py
     has_plot = plot(results, out / "throughput.png")
     if has_plot:
         md += "\n![throughput](throughput.png)\n"

@@ -8,7 +8,9 @@
 #   3. the seed pair (examples/python/run_pair.sh) with cuda:0 tensors;
 #   4. the bench, 16 MiB blocks: GPU->GPU same host (cuda_ipc) beside a cudaMemcpy
 #      device-to-device baseline measured in the same run, GPU->host and host->GPU over TCP;
-#   5. a short table, last.
+#   5. UCX rows (issue #16), where the UCX library has CUDA (ucx_info -d lists cuda_copy or
+#      cuda_ipc): GPU->GPU write and read with --protocol=ucx; SKIP with the reason otherwise;
+#   6. a short table, last.
 # A step whose prerequisite is missing is reported as SKIP with the reason. Without a GPU the
 # script says so and exits 0 at once.
 #   scripts/gpu_check.sh            # on the GPU machine
@@ -190,7 +192,21 @@ h2d=$("$bin_base" h2d --block_size $bs --batch 16 --duration 2 2>/dev/null | gbp
 ratio=$(awk -v a="$ipc_w" -v b="$base" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }')
 row "cuda_ipc write / D2D baseline (target >= 80%)" info "$ratio"
 
-# 5. The table.
+# 5. UCX: GPU memory registered with UCX and moved by it (cuda_ipc on one host), where the
+#    UCX library in use was built with CUDA; otherwise the staging paths above stay in charge.
+if ! command -v ucx_info >/dev/null 2>&1; then
+  row "ucx GPU->GPU, 16 MiB" SKIP "ucx_info not found (apt-get install ucx-utils libucx0)"
+elif ! ucx_info -d 2>/dev/null | grep -Eq 'Transport: (cuda_copy|cuda_ipc)'; then
+  row "ucx GPU->GPU, 16 MiB" SKIP "UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p') here has no CUDA transport (ucx_info -d): device memory stays on cuda_ipc/tcp staging"
+else
+  bench_row ucx_write "GPU->GPU write, ucx, 16 MiB" --gpu_id=0 -- --gpu_id=0 --operation=write --protocol=ucx
+  ucx_w=$last_gbps
+  bench_row ucx_read "GPU<-GPU read, ucx, 16 MiB" --gpu_id=0 -- --gpu_id=0 --operation=read --protocol=ucx
+  ratio=$(awk -v a="$ucx_w" -v b="$base" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }')
+  row "ucx write / D2D baseline" info "$ratio"
+fi
+
+# 6. The table.
 echo
 echo "gpu_check: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), $(( $(date +%s) - start )) s"
 printf '| %-46s | %-6s | %s\n' check result detail

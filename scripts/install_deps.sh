@@ -5,15 +5,18 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libgoogle-glog-dev libgflags-dev nlohmann-json3-dev libgtest-dev libgmock-dev libssl-dev
       libcurl4-openssl-dev libhiredis-dev libcpp-httplib-dev
-      # The Store's master RPC (gRPC + protobuf).
-      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+      # The Store's master RPC messages (protobuf; the wire is the Store's own).
+      libprotobuf-dev protobuf-compiler
       # The master's remove_by_regex (linear-time regular expressions).
       libre2-dev
       # Servers the metadata-store tests start on 127.0.0.1.
       etcd-server redis-server
       python3 python3-venv python3-pip
       # Upstream's CPU wheel (interop tests and side-by-side benchmarks) loads these.
-      libibverbs1 libnuma1 libcurl4)
+      libibverbs1 libnuma1 libcurl4
+      # The UCX transport (headers to build it; libucp loaded at run time) and ucx_perftest,
+      # its baseline in bench/ucx_bench.py.
+      libucx-dev ucx-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -8,7 +8,7 @@
 //       FILL <off> <len> <seed>   -> "OK"
 //     and exits 0 on EOF.
 //   mp_peer initiator --segment S --remote-addr A --size N --op write|read --block B
-//                     [--seed S] [--batch K] [--threads T]
+//                     [--seed S] [--batch K] [--threads T] [--transport NAME]
 //     write: fills a local buffer with pattern(seed) and writes [A, A+N) in B-byte requests,
 //     K per batch; read: reads [A, A+N) and checks every byte against pattern(seed).
 //     T threads share the range. Prints "TRANSPORT <name>" (the transport used), then
@@ -200,7 +200,9 @@ int Initiator(const std::map<std::string, std::string>& f) {
     return fail("need --segment, --remote-addr, --size, --block > 0");
   }
   TransferEngine engine;
-  Status s = engine.Init("P2PHANDSHAKE", "127.0.0.1");
+  // --transport: the one transport to install ("" = every built-in one, the default).
+  const std::string transport = f.count("--transport") ? f.at("--transport") : "";
+  Status s = engine.Init("P2PHANDSHAKE", "127.0.0.1", transport);
   if (!s.ok()) return fail(s.ToString());
   Buffer mem = Buffer::Make(f, size);
   uint8_t* buf = mem.ptr;

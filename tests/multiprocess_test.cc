@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "engine/transport.h"
 #include "mooncake/transfer_engine.h"
 
 namespace mooncake {
@@ -42,16 +44,35 @@ RemoteTarget StartTarget(uint64_t size) {
   return t;
 }
 
+// The parameter: the transport the initiator installs, and for ucx the UCX lanes both ends
+// may use (UCX_TLS, set for this process and the target it starts): "ucx_tcp" is ucx over
+// UCX_TLS=tcp, "ucx_sm" over UCX_TLS=sm,self.
+std::string TransportOf(const std::string& param) { return param.substr(0, param.find('_')); }
+const char* UcxTlsOf(const std::string& param) {
+  if (param == "ucx_tcp") return "tcp";
+  if (param == "ucx_sm") return "sm,self";
+  return nullptr;
+}
+
+// The parameters: `base`, plus the ucx ones where this build has the UCX transport.
+std::vector<std::string> WithUcx(std::vector<std::string> base,
+                                 const std::vector<std::string>& ucx) {
+  if (CreateTransport("ucx").ok()) base.insert(base.end(), ucx.begin(), ucx.end());
+  return base;
+}
+
 // Every test runs over each transport: the same suite, parameterised by the transport the
-// initiator installs ("tcp" or "shm"); the target offers both.
+// initiator installs ("tcp", "shm" or "ucx"); the target offers every one.
 class MultiProcess : public ::testing::TestWithParam<std::string> {
  protected:
   static constexpr uint64_t kSize = 64 << 20;
   void SetUp() override {
+    if (const char* tls = UcxTlsOf(GetParam())) ::setenv("UCX_TLS", tls, 1);
     EngineOptions o;
     o.slice_timeout_ms = 4000;
     engine_ = std::make_unique<TransferEngine>(o);
-    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+    Status init = engine_->Init("P2PHANDSHAKE", "127.0.0.1", transport());
+    ASSERT_TRUE(init.ok()) << init.ToString();
     target_ = StartTarget(kSize);
     ASSERT_FALSE(target_.segment.empty());
     local_.assign(kSize, 0);
@@ -61,9 +82,13 @@ class MultiProcess : public ::testing::TestWithParam<std::string> {
     seg_ = *seg;
     auto info = engine_->GetSegmentInfo(seg_);
     ASSERT_TRUE(info.ok());
-    ASSERT_EQ(info->transport, GetParam()) << "the suite must run over the transport it names";
+    ASSERT_EQ(info->transport, transport()) << "the suite must run over the transport it names";
   }
-  void TearDown() override { engine_.reset(); }
+  void TearDown() override {
+    engine_.reset();
+    ::unsetenv("UCX_TLS");
+  }
+  std::string transport() const { return TransportOf(GetParam()); }
 
   Status Move(TransferRequest::OpCode op, size_t off, size_t len, size_t block, size_t batch) {
     std::vector<TransferRequest> reqs;
@@ -184,10 +209,12 @@ TEST_P(MultiProcess, ManyInitiatorProcessesIntoOneTarget) {
     kids.push_back(std::make_unique<Child>(std::vector<std::string>{
         MP_PEER_PATH, "initiator", "--segment", target_.segment, "--remote-addr",
         std::to_string(target_.addr + i * chunk), "--size", std::to_string(chunk), "--op",
-        "write", "--block", "65536", "--seed", std::to_string(20 + i), "--threads", "2"}));
+        "write", "--block", "65536", "--seed", std::to_string(20 + i), "--threads", "2",
+        "--transport", transport()}));
   }
   for (int i = 0; i < kInitiators; ++i) {
     std::string line = kids[i]->ReadLine();
+    EXPECT_EQ(line, "TRANSPORT " + transport());
     if (line.rfind("TRANSPORT", 0) == 0) line = kids[i]->ReadLine();
     EXPECT_EQ(line, "RESULT ok " + std::to_string(chunk));
     EXPECT_EQ(kids[i]->Wait(), 0);
@@ -257,7 +284,15 @@ TEST_P(MultiProcess, UnregisterDuringTrafficEndsEveryRequest) {
   // Nothing reaches the unregistered memory any more; the error says why.
   Status after = engine_->TransferSync(
       {{TransferRequest::WRITE, local_.data(), seg_, target_.addr, 4096}});
-  EXPECT_FALSE(after.ok());
+  if (transport() == "ucx") {
+    // Known limitation (src/transport/ucx/README.md): UCX's software lanes (tcp, sm) emulate
+    // RMA and check no key at the target, so a peer holding an old descriptor still writes;
+    // on RDMA lanes the NIC refuses a key whose memory was unmapped. If this starts failing,
+    // UCX enforces keys on these lanes too: update the README and expect the refusal.
+    EXPECT_TRUE(after.ok()) << after.ToString();
+  } else {
+    EXPECT_FALSE(after.ok());
+  }
   EXPECT_EQ(target_.proc->Command("CHECK 0 0 0"), "OK") << "target still alive";
 }
 
@@ -285,7 +320,8 @@ TEST_P(MultiProcess, SharedMemoryBuffersReallocatedAtTheSameAddress) {
   EXPECT_FALSE(engine_->FreeSharedMemory(local_.data()).ok()) << "not shared memory";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, MultiProcess, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, MultiProcess,
+                         ::testing::ValuesIn(WithUcx({"tcp", "shm"}, {"ucx_tcp", "ucx_sm"})),
                          [](const auto& info) { return info.param; });
 
 // Same-host selection and its fallbacks.
@@ -346,6 +382,41 @@ TEST(SameHost, RefusedCrossProcessAccessFallsBackToTcp) {
   EXPECT_EQ(InitiatorRun(t, {"--not-dumpable", "1"}, &transport), "RESULT ok 1048576");
   EXPECT_EQ(transport, "tcp");
   EXPECT_EQ(t.proc->Command("CHECK 0 1048576 3"), "OK");
+}
+
+// UCX selection: with every transport started, ucx takes a peer only over an RDMA-class or
+// GPU lane, and where UCX has none it is not even started unless UCX_TLS asks for it.
+TEST(UcxSelection, NotStartedWhereUcxHasNoRdmaLaneAndUcxTlsIsUnset) {
+  if (!CreateTransport("ucx").ok()) GTEST_SKIP() << "this build has no UCX transport";
+  ::unsetenv("UCX_TLS");
+  TransferEngine e;
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1").ok());
+  auto names = e.GetTransports();
+  if (std::find(names.begin(), names.end(), "ucx") != names.end()) {
+    GTEST_SKIP() << "UCX has an RDMA-class or GPU lane on this host: it is started here";
+  }
+  EXPECT_NE(std::find(names.begin(), names.end(), "tcp"), names.end());
+  // Named, it starts anyway (any lane UCX has).
+  TransferEngine named;
+  Status s = named.Init("P2PHANDSHAKE", "127.0.0.1", "ucx");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(named.GetTransports(), std::vector<std::string>{"ucx"});
+}
+
+TEST(UcxSelection, SoftwareLanesNeverTakeAPeerFromShmOrTcp) {
+  if (!CreateTransport("ucx").ok()) GTEST_SKIP() << "this build has no UCX transport";
+  ::setenv("UCX_TLS", "tcp,sm,self", 1);  // both ends start ucx, over tcp and shared memory
+  RemoteTarget t = StartTarget(4 << 20);
+  std::string transport;
+  EXPECT_EQ(InitiatorRun(t, {}, &transport), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "shm");
+  EXPECT_EQ(InitiatorRun(t, {}, &transport, {"MC_HOST_ID=some-other-host"}), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "tcp");
+  // Named, ucx carries it.
+  EXPECT_EQ(InitiatorRun(t, {"--transport", "ucx"}, &transport), "RESULT ok 1048576");
+  EXPECT_EQ(transport, "ucx");
+  EXPECT_EQ(t.proc->Command("CHECK 0 1048576 3"), "OK");
+  ::unsetenv("UCX_TLS");
 }
 
 }  // namespace

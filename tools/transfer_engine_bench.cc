@@ -39,7 +39,9 @@ DEFINE_string(metadata_server, "P2PHANDSHAKE",
               "P2PHANDSHAKE, or a store: etcd://h:p, redis://h:p, http://h:p/metadata");
 DEFINE_string(segment_id, "", "initiator: the target's segment name, <host>:<port> from its log");
 DEFINE_string(operation, "read", "read | write");
-DEFINE_string(protocol, "auto", "transport: auto (the best both ends share), shm or tcp");
+DEFINE_string(protocol, "auto",
+              "transport: auto (the best both ends share), shm, tcp or ucx (UCX over the lanes "
+              "UCX_TLS allows; both ends must have UCX)");
 DEFINE_uint64(block_size, 65536, "bytes per request");
 DEFINE_int32(batch_size, 128, "requests per batch");
 DEFINE_uint64(block_iteration, 0,

@@ -117,12 +117,17 @@ int PyTransferEngine::InitializeExt(const std::string& local_hostname,
   }
   // As upstream, the protocol does not pick between the network transports: "", "tcp" and
   // "rdma" (vLLM's and SGLang's default) start every transport built in, and requests take
-  // the best one both ends share (shm on one host, else tcp; MC_FORCE_TCP keeps tcp only).
-  // "rdma" says so when no RDMA transport exists. Any other name ("shm") starts only that
-  // transport, and must be built in, or initialize fails.
+  // the best one both ends share (shm on one host, ucx over an RDMA-class lane, else tcp;
+  // MC_FORCE_TCP keeps tcp only). "rdma" says so when UCX is not available. Any other name
+  // ("shm", "ucx") starts only that transport, and must be built in, or initialize fails.
+  // device_name (upstream's NIC list, "mlx5_0,mlx5_1") becomes UCX's device list
+  // (MC_UCX_DEVICES -> UCX_NET_DEVICES, src/transport/ucx/ucx_env.h) unless either is set.
   const bool wants_rdma = protocol == "rdma";
   const bool automatic = protocol.empty() || protocol == "tcp" || wants_rdma;
-  const std::string transport = automatic ? "" : protocol;
+  const std::string transport = automatic ? (wants_rdma ? "rdma" : "") : protocol;
+  if (!device_name.empty() && (wants_rdma || protocol == "ucx" || protocol.empty())) {
+    ::setenv("MC_UCX_DEVICES", device_name.c_str(), 0);
+  }
 
   auto holder = std::make_shared<EngineHolder>();
   holder->engine = std::make_unique<TransferEngine>();
@@ -135,11 +140,9 @@ int PyTransferEngine::InitializeExt(const std::string& local_hostname,
   std::string names;
   for (const auto& n : installed) names += (names.empty() ? "" : ",") + n;
   bool has_rdma = false;
-  for (const auto& n : installed) has_rdma = has_rdma || n == "rdma";
-  if (wants_rdma && !has_rdma) {
-    LOG(WARNING) << "protocol 'rdma' requested, but this engine has no RDMA transport (none "
-                    "built in or no RDMA device); using " << names;
-  }
+  for (const auto& n : installed) has_rdma = has_rdma || n == "ucx";
+  // protocol 'rdma' without RDMA: the engine has said so once (UCX absent or without an
+  // RDMA-class lane).
   if (!device_name.empty() && !has_rdma) {
     LOG(INFO) << "device_name '" << device_name << "' (an RDMA NIC filter) is unused by " << names;
   }

@@ -104,6 +104,15 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
                                   const std::string& transport) {
   if (initialized.load()) return Status::FailedPrecondition("engine is already initialized");
   std::string transports = transport;
+  if (transport == "rdma") {
+    // Upstream's RDMA protocol: every transport starts; ucx takes the peers it reaches over an
+    // RDMA-class lane (its start-up line says whether it has one here), shm and tcp the rest.
+    // Not an error where there is no RDMA (upstream fails; vLLM and SGLang ask for rdma by
+    // default): the fallback is logged.
+    LOG(INFO) << "protocol 'rdma': UCX carries peers reached over RDMA (ib/rc/dc) or GPU "
+                 "lanes; others use shm or tcp";
+    transports.clear();
+  }
   if (transport == "ascend" || transport == "ascend_direct") {
     // Upstream's Ascend protocols: NPU memory, moved by this engine's own transports (same-host
     // device IPC over ACL, else TCP staged through pinned buffers). Fails at once without ACL.
@@ -161,7 +170,16 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
     local_desc.tcp_data_host = local_host;
   }
 
+  requested_protocol = transport;
   MC_RETURN_IF_ERROR(StartTransports(transports));
+  if (transport == "rdma") {
+    bool ucx = false;
+    for (const auto& t : this->transports) ucx = ucx || std::string(t->name()) == "ucx";
+    if (!ucx) {
+      LOG(WARNING) << "protocol 'rdma' requested, but the UCX transport is not available here "
+                      "(see above); moving data over shm and tcp only";
+    }
+  }
 
   handshake = std::make_unique<HandshakeServer>(limits);
   MC_RETURN_IF_ERROR(handshake->Start(
@@ -201,7 +219,8 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
     names = {transport};
   }
   TransportContext ctx{options, &registry, local_host,
-                       [this](const std::string& name) { segments.InvalidateByName(name); }};
+                       [this](const std::string& name) { segments.InvalidateByName(name); },
+                       explicit_choice, requested_protocol};
   for (const auto& name : names) {
     if (options.force_tcp && name != "tcp") {
       LOG(INFO) << "MC_FORCE_TCP is set: not installing transport " << name;
@@ -221,6 +240,15 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
       }
       return started.WithContext("start transport " + name);
     }
+    // Memory registered before Init gets this transport's handles now.
+    for (const RegionInfo& r : registry.List()) {
+      if (!r.remote_accessible) continue;
+      Status s = t->RegisterMemory(r);
+      if (!s.ok()) {
+        LOG(WARNING) << "transport " << name << " cannot register 0x" << std::hex << r.addr
+                     << std::dec << " (+" << r.length << "): " << s.ToString();
+      }
+    }
     transports.push_back(std::move(t));
   }
   return Status::OK();
@@ -232,6 +260,7 @@ std::string TransferEngine::Impl::EncodeLocalDesc() {
   for (const RegionInfo& r : registry.List()) {
     if (!r.remote_accessible) continue;
     BufferDesc b{local_name, r.addr, r.length};
+    for (auto& t : transports) t->DescribeBuffer(r, &b);
     if (r.device != platform::kHostMemory) {
       b.location = std::string(platform::Devices().location_prefix()) + ":" +
                    std::to_string(r.device);
@@ -315,7 +344,26 @@ Status TransferEngine::Impl::Register(const std::vector<RegionInfo>& given) {
                    << " (same-host peers will use TCP): " << exported.status().ToString();
     }
   }
-  MC_RETURN_IF_ERROR(registry.AddBatch(regions));
+  // Transport handles first, so that no published descriptor lists a range without them.
+  std::vector<std::pair<Transport*, uint64_t>> handled;
+  for (const RegionInfo& r : regions) {
+    if (!r.remote_accessible) continue;
+    for (auto& t : transports) {
+      Status s = t->RegisterMemory(r);
+      if (s.ok()) {
+        handled.emplace_back(t.get(), r.addr);
+      } else {
+        LOG(WARNING) << "transport " << t->name() << " cannot register 0x" << std::hex << r.addr
+                     << std::dec << " (+" << r.length << "); peers reach it over another "
+                     << "transport: " << s.ToString();
+      }
+    }
+  }
+  Status added = registry.AddBatch(regions);
+  if (!added.ok()) {
+    for (auto& [t, addr] : handled) t->UnregisterMemory(addr);
+    return added;
+  }
   (void)PublishLocalDesc();  // registration stands even if the store is down (logged)
   return Status::OK();
 }
@@ -323,6 +371,7 @@ Status TransferEngine::Impl::Register(const std::vector<RegionInfo>& given) {
 Status TransferEngine::Impl::Unregister(void* addr) {
   MC_RETURN_IF_ERROR(registry.Remove(reinterpret_cast<uint64_t>(addr),
                                      options.slice_timeout_ms + 1000));
+  for (auto& t : transports) t->UnregisterMemory(reinterpret_cast<uint64_t>(addr));
   (void)PublishLocalDesc();
   return Status::OK();
 }

@@ -74,6 +74,7 @@ class TransferEngine::Impl {
   std::atomic<bool> store_ok{true};
   std::string local_name;  // segment name
   std::string local_host;
+  std::string requested_protocol;  // Init's `transport`, as given
   uint16_t rpc_port = 0;
   std::vector<std::unique_ptr<Transport>> transports;
   std::unique_ptr<HandshakeServer> handshake;

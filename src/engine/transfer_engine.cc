@@ -113,8 +113,15 @@ Result<SegmentInfo> TransferEngine::GetSegmentInfo(SegmentID id) {
   info.name = desc->name;
   info.protocol = desc->protocol;
   for (const auto& b : desc->buffers) info.buffers.push_back({b.addr, b.length});
-  // The transport for host memory at both ends (device buffers may take another).
+  // The transport for host memory at both ends (device buffers may take another), asked for
+  // the peer's first host buffer (per-buffer fields such as a UCX key count).
   BufferDesc host_buffer;
+  for (const auto& b : desc->buffers) {
+    if (b.device < 0) {
+      host_buffer = b;
+      break;
+    }
+  }
   if (Transport* t = impl_->PickTransport(*desc, host_buffer, -1)) info.transport = t->name();
   return info;
 }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -282,7 +284,16 @@ TEST(Engine, InitErrors) {
     EXPECT_NE(store.message().find("etcd://127.0.0.1:1"), std::string::npos) << store.ToString();
   }
   EXPECT_EQ(e.Init("zookeeper://127.0.0.1:1", "127.0.0.1").code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(e.Init("P2PHANDSHAKE", "127.0.0.1", "rdma").code(), Status::Code::kUnimplemented);
+  EXPECT_EQ(e.Init("P2PHANDSHAKE", "127.0.0.1", "nvlink").code(), Status::Code::kUnimplemented);
+  {
+    // Upstream's "rdma": every transport starts (ucx takes peers over RDMA lanes where UCX
+    // has them); without RDMA it still initializes, over shm and tcp, with one warning.
+    TransferEngine rdma(FastOptions());
+    Status s = rdma.Init("P2PHANDSHAKE", "127.0.0.1", "rdma");
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    auto names = rdma.GetTransports();
+    EXPECT_NE(std::find(names.begin(), names.end(), "tcp"), names.end());
+  }
   EXPECT_EQ(e.Init("P2PHANDSHAKE", ":80").code(), Status::Code::kInvalidArgument);
   EXPECT_FALSE(e.initialized());
   EXPECT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1:16001").ok()) << "usable after failed inits";

@@ -70,6 +70,13 @@ struct TransportContext {
   // Called (from a transport thread) when a peer's connection fails: its cached descriptor
   // is dropped so the next request fetches it again (a restarted peer is found anew).
   std::function<void(const std::string& segment_name)> on_peer_failure;
+  // True when the caller named this transport (Init's `transport`), false when every
+  // built-in one was started: a transport that would not be the best choice for a peer (ucx
+  // over plain TCP sockets) declines peers in CanReach unless it was named.
+  bool chosen_by_name = false;
+  // The protocol Init was given ("", "rdma", "ucx", ...), for transports whose start-up
+  // message depends on what was asked for.
+  std::string protocol;
 };
 
 class Transport {
@@ -103,6 +110,22 @@ class Transport {
 
   // Forget cached connections to a peer (its descriptor changed).
   virtual void DropPeer(const SegmentDesc& peer) = 0;
+
+  // Memory registration, for transports that need a handle per range (ucx). The engine calls
+  // RegisterMemory before a range is published and UnregisterMemory after the registry has
+  // removed it (no local slice uses it any more); then no peer may reach it through this
+  // transport. An error from RegisterMemory is logged and leaves the range without this
+  // transport's fields (peers reach it over another transport). Thread-safe.
+  virtual Status RegisterMemory(const RegionInfo& region) {
+    (void)region;
+    return Status::OK();
+  }
+  virtual void UnregisterMemory(uint64_t addr) { (void)addr; }
+  // Fills this transport's fields of the descriptor's entry for a registered range.
+  virtual void DescribeBuffer(const RegionInfo& region, BufferDesc* out) {
+    (void)region;
+    (void)out;
+  }
 };
 
 // src/engine/transport_registry.cc: creates the built-in transport called `name`, or

@@ -36,6 +36,24 @@ Status DecodeDeviceFields(const json& b, BufferDesc* bd) {
   return GetUint(b, "mc_ipc_offset", UINT64_MAX, &bd->ipc_offset);
 }
 
+// An optional hex field of at most max_bytes bytes (2 * max_bytes digits, an even count).
+Status GetHexField(const json& j, const char* key, size_t max_bytes, std::string* out) {
+  MC_RETURN_IF_ERROR(GetString(j, key, false, out));
+  if (out->empty()) return Status::OK();
+  if (out->size() > 2 * max_bytes) {
+    const size_t got = out->size();
+    out->clear();
+    return Status::DataLoss(std::string(key) + " is " + std::to_string(got) +
+                            " hex digits long, more than the " + std::to_string(2 * max_bytes) +
+                            " allowed");
+  }
+  if (out->size() % 2 != 0 || out->find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+    out->clear();
+    return Status::DataLoss(std::string(key) + " is not an even number of hex digits");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 const BufferDesc* SegmentDesc::FindBuffer(uint64_t addr, uint64_t len) const {
@@ -50,13 +68,15 @@ bool SegmentDesc::SameContent(const SegmentDesc& o) const {
   if (name != o.name || protocol != o.protocol || tcp_data_port != o.tcp_data_port ||
       tcp_data_host != o.tcp_data_host || mc_host_id != o.mc_host_id || mc_pid != o.mc_pid ||
       mc_shm_path != o.mc_shm_path || mc_tcp_fence != o.mc_tcp_fence ||
+      mc_ucx_worker != o.mc_ucx_worker ||
       tcp_proto_version != o.tcp_proto_version || buffers.size() != o.buffers.size()) {
     return false;
   }
   for (size_t i = 0; i < buffers.size(); ++i) {
     const auto &a = buffers[i], &b = o.buffers[i];
     if (a.name != b.name || a.addr != b.addr || a.length != b.length ||
-        a.location != b.location || a.ipc_handle != b.ipc_handle || a.ipc_offset != b.ipc_offset) {
+        a.location != b.location || a.ipc_handle != b.ipc_handle || a.ipc_offset != b.ipc_offset ||
+        a.ucx_rkey != b.ucx_rkey) {
       return false;
     }
   }
@@ -80,6 +100,7 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
       jb["mc_ipc_handle"] = b.ipc_handle;
       jb["mc_ipc_offset"] = b.ipc_offset;
     }
+    if (!b.ucx_rkey.empty()) jb["mc_ucx_rkey"] = b.ucx_rkey;
     bufs.push_back(std::move(jb));
   }
   j["buffers"] = std::move(bufs);
@@ -87,6 +108,7 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
   if (d.mc_pid != 0) j["mc_pid"] = d.mc_pid;
   if (!d.mc_shm_path.empty()) j["mc_shm_path"] = d.mc_shm_path;
   if (d.mc_tcp_fence) j["mc_tcp_fence"] = 1;
+  if (!d.mc_ucx_worker.empty()) j["mc_ucx_worker"] = d.mc_ucx_worker;
   // Invalid UTF-8 (names are bytes from the user) is replaced, never thrown.
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -122,6 +144,8 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
   uint64_t fence = 0;
   MC_RETURN_IF_ERROR(GetUint(j, "mc_tcp_fence", UINT32_MAX, &fence));
   d.mc_tcp_fence = fence == 1;
+  MC_RETURN_IF_ERROR(GetHexField(j, "mc_ucx_worker", kMaxUcxWorkerAddressBytes, &d.mc_ucx_worker)
+                         .WithContext("segment descriptor"));
   if (j.contains("buffers")) {
     const json& bufs = j["buffers"];
     if (!bufs.is_array()) return Status::DataLoss("segment descriptor: 'buffers' is not an array");
@@ -142,6 +166,8 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
       }
       MC_RETURN_IF_ERROR(GetString(b, "mc_location", false, &bd.location).WithContext(where));
       MC_RETURN_IF_ERROR(DecodeDeviceFields(b, &bd).WithContext(where));
+      MC_RETURN_IF_ERROR(
+          GetHexField(b, "mc_ucx_rkey", kMaxUcxRkeyBytes, &bd.ucx_rkey).WithContext(where));
       d.buffers.push_back(std::move(bd));
     }
   }

@@ -27,6 +27,9 @@ struct BufferDesc {
   int device = -1;       // N of "cuda:N" / "npu:N", else -1
   std::string ipc_handle = {};
   uint64_t ipc_offset = 0;
+  // UCX transport (our extension, "mc_ucx_rkey"): the packed remote key of this buffer's UCX
+  // memory handle, in hex (at most 2 * kMaxUcxRkeyBytes digits). "" when the owner has none.
+  std::string ucx_rkey = {};
   uint64_t end() const { return addr + length; }
 };
 
@@ -48,6 +51,9 @@ struct SegmentDesc {
   // The TCP data server applies HELLO/FENCE frames (src/transport/tcp/tcp_fence.h):
   // "mc_tcp_fence": 1. Written only when set.
   bool mc_tcp_fence = false;
+  // UCX transport (our extension): the UCP worker address, in hex (at most
+  // 2 * kMaxUcxWorkerAddressBytes digits). Written only when set.
+  std::string mc_ucx_worker;
   // Where to reach the peer: set by whoever fetched the descriptor (P2P: the host part of
   // the segment name). Not part of the JSON.
   std::string host;
@@ -62,6 +68,10 @@ struct SegmentDesc {
 };
 
 constexpr size_t kMaxDescriptorBuffers = 1 << 20;
+// Bounds on the UCX fields a peer sends (bytes, before hex): far above what UCX 1.13 packs
+// (a worker address with several NICs is a few hundred bytes, an rkey tens to hundreds).
+constexpr size_t kMaxUcxWorkerAddressBytes = 16384;
+constexpr size_t kMaxUcxRkeyBytes = 4096;
 
 std::string EncodeSegmentDesc(const SegmentDesc& desc);
 Result<SegmentDesc> DecodeSegmentDesc(std::string_view json);

@@ -443,5 +443,57 @@ TEST(SegmentDescDeviceTest, MalformedDeviceFieldsAreRejected) {
   EXPECT_EQ(ok->buffers[0].device, -1);
 }
 
+TEST(SegmentDescUcxTest, UcxFieldsRoundTripAndAreWrittenOnlyWhenSet) {
+  SegmentDesc d;
+  d.name = "127.0.0.1:1";
+  d.buffers.push_back({"127.0.0.1:1", 4096, 100});
+  const std::string plain = EncodeSegmentDesc(d);
+  EXPECT_EQ(plain.find("mc_ucx"), std::string::npos) << plain;
+  d.mc_ucx_worker = "00ff10ab";
+  d.buffers[0].ucx_rkey = "0102";
+  auto back = DecodeSegmentDesc(EncodeSegmentDesc(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->mc_ucx_worker, "00ff10ab");
+  EXPECT_EQ(back->buffers[0].ucx_rkey, "0102");
+  EXPECT_TRUE(back->SameContent(d));
+  SegmentDesc restarted = *back;
+  restarted.buffers[0].ucx_rkey = "0103";
+  EXPECT_FALSE(restarted.SameContent(d)) << "new keys are a changed descriptor";
+  restarted = *back;
+  restarted.mc_ucx_worker = "00ff10ac";
+  EXPECT_FALSE(restarted.SameContent(d)) << "a new worker address is a changed descriptor";
+}
+
+TEST(SegmentDescUcxTest, HostileUcxFieldsAreRefusedWithTheirName) {
+  const std::string buf = R"({"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":1,"length":2,)";
+  const std::string top = R"({"name":"a","protocol":"tcp","buffers":[],)";
+  auto expect_refused = [](const std::string& json, const std::string& words) {
+    auto r = DecodeSegmentDesc(json);
+    ASSERT_FALSE(r.ok()) << json.substr(0, 200);
+    EXPECT_EQ(r.status().code(), Status::Code::kDataLoss);
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().ToString();
+  };
+  // Absurd lengths: one digit past the bound is refused, the bound itself is accepted.
+  const std::string huge_worker(2 * kMaxUcxWorkerAddressBytes + 2, 'a');
+  expect_refused(top + R"("mc_ucx_worker":")" + huge_worker + R"("})", "mc_ucx_worker is");
+  expect_refused(top + R"("mc_ucx_worker":")" + std::string(200000, 'a') + R"("})",
+                 "mc_ucx_worker is");
+  EXPECT_TRUE(DecodeSegmentDesc(top + R"("mc_ucx_worker":")" +
+                                std::string(2 * kMaxUcxWorkerAddressBytes, 'a') + R"("})")
+                  .ok());
+  expect_refused(buf + R"("mc_ucx_rkey":")" + std::string(2 * kMaxUcxRkeyBytes + 2, 'b') +
+                     R"("}]})",
+                 "mc_ucx_rkey is");
+  EXPECT_TRUE(DecodeSegmentDesc(buf + R"("mc_ucx_rkey":")" +
+                                std::string(2 * kMaxUcxRkeyBytes, 'b') + R"("}]})")
+                  .ok());
+  // Not hex, odd digit counts, wrong types.
+  expect_refused(top + R"("mc_ucx_worker":"zz"})", "not an even number of hex digits");
+  expect_refused(top + R"("mc_ucx_worker":"abc"})", "not an even number of hex digits");
+  expect_refused(buf + R"("mc_ucx_rkey":"0g"}]})", "mc_ucx_rkey");
+  expect_refused(buf + R"("mc_ucx_rkey":12}]})", "mc_ucx_rkey");
+  expect_refused(top + R"("mc_ucx_worker":[1]})", "mc_ucx_worker");
+}
+
 }  // namespace
 }  // namespace mooncake

@@ -8,6 +8,7 @@
 
 #include "engine_util.h"
 #include "failure_util.h"
+#include "transport_param.h"
 #include "pattern.h"
 
 namespace mc_failure {
@@ -38,11 +39,11 @@ EngineOptions Options() {
         << "')";                                                                   \
   } while (0)
 
-class BadCalls : public ::testing::TestWithParam<std::string> {
+class BadCalls : public TransportTest {
  protected:
   void SetUp() override {
     ASSERT_TRUE(target_.Init("P2PHANDSHAKE", "127.0.0.1").ok());
-    ASSERT_TRUE(initiator_.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+    ASSERT_TRUE(initiator_.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
     ASSERT_TRUE(remote_.data() && local_.data());
     ASSERT_TRUE(target_.RegisterLocalMemory(remote_.data(), kSize).ok());
     ASSERT_TRUE(initiator_.RegisterLocalMemory(local_.data(), kSize).ok());
@@ -51,7 +52,7 @@ class BadCalls : public ::testing::TestWithParam<std::string> {
     seg_ = *seg;
     auto info = initiator_.GetSegmentInfo(seg_);
     ASSERT_TRUE(info.ok());
-    ASSERT_EQ(info->transport, GetParam());
+    ASSERT_EQ(info->transport, transport());
   }
 
   Status SubmitOne(const TransferRequest& r) {
@@ -328,7 +329,7 @@ TEST_P(BadCalls, CallsBeforeInit) {
 // batches; every later call fails ("call Init first"), and peers can no longer reach it.
 TEST_P(BadCalls, SecondInitIsRefusedAndLeavesTheEngineWorking) {
   const std::string name = initiator_.GetLocalSegmentName();
-  Status again = initiator_.Init("P2PHANDSHAKE", "127.0.0.1", GetParam());
+  Status again = initiator_.Init("P2PHANDSHAKE", "127.0.0.1", transport());
   EXPECT_EQ(again.code(), Code::kFailedPrecondition) << again.ToString();
   EXPECT_FALSE(again.message().empty());
   EXPECT_TRUE(initiator_.initialized()) << "a refused second Init tore the engine down";
@@ -389,7 +390,7 @@ TEST_P(BadCalls, UnregisterWhileRequestsUseTheMemory) {
   ExpectHealthy(13);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, BadCalls, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, BadCalls, ::testing::ValuesIn(WithUcx({"tcp", "shm"}, {"ucx_tcp"})),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

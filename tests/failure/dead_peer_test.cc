@@ -9,6 +9,7 @@
 
 #include "engine_util.h"
 #include "failure_util.h"
+#include "transport_param.h"
 #include "fault_proxy.h"
 #include "pattern.h"
 
@@ -120,7 +121,7 @@ uint16_t RpcPortOf(const std::string& segment) {
   return static_cast<uint16_t>(std::stoi(segment.substr(segment.rfind(':') + 1)));
 }
 
-class DeadPeer : public ::testing::TestWithParam<std::string> {
+class DeadPeer : public TransportTest {
  protected:
   void SetUp() override {
     port_ = FreePorts(3);
@@ -136,7 +137,7 @@ class DeadPeer : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(b_.ok()) << b_.error;
 
     engine_ = std::make_unique<TransferEngine>(InitiatorOptions());
-    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
     big_ = std::make_unique<Buffer>(kBig);
     small_ = std::make_unique<Buffer>(2 * kStreamSize);
     ASSERT_TRUE(big_->data() && small_->data());
@@ -151,7 +152,7 @@ class DeadPeer : public ::testing::TestWithParam<std::string> {
     for (SegmentID s : {seg_a_, seg_b_}) {
       auto info = engine_->GetSegmentInfo(s);
       ASSERT_TRUE(info.ok());
-      ASSERT_EQ(info->transport, GetParam());
+      ASSERT_EQ(info->transport, transport());
     }
   }
   void TearDown() override {
@@ -318,7 +319,7 @@ TEST_P(DeadPeer, RestartedPeerOpenedUnderAnotherNameIsFoundAgain) {
   ASSERT_NE(*seg, seg_a_);
   auto info = engine_->GetSegmentInfo(*seg);
   ASSERT_TRUE(info.ok());
-  ASSERT_EQ(info->transport, GetParam());
+  ASSERT_EQ(info->transport, transport());
   FillPattern(big_->data(), 4 * kMiB, 41, 0);
   ASSERT_TRUE(engine_->TransferSync({{TransferRequest::WRITE, big_->data(), *seg, a_.addr, 4 * kMiB}})
                   .ok());
@@ -354,7 +355,7 @@ TEST_P(DeadPeer, RestartedPeerOpenedUnderAnotherNameIsFoundAgain) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, DeadPeer, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, DeadPeer, ::testing::ValuesIn(WithUcx({"tcp", "shm"}, {"ucx_tcp", "ucx_sm"})),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

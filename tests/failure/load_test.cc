@@ -9,6 +9,7 @@
 
 #include "engine_util.h"
 #include "failure_util.h"
+#include "transport_param.h"
 #include "pattern.h"
 
 namespace mc_failure {
@@ -20,7 +21,7 @@ using std::chrono::milliseconds;
 constexpr int kEngines = 64;
 constexpr size_t kSlot = 64 << 10;
 
-class Load : public ::testing::TestWithParam<std::string> {};
+class Load : public TransportTest {};
 
 TEST_P(Load, SixtyFourEnginesOpenOneTargetAtOnce) {
   Peer t = Peer::Start(FAIL_PEER_PATH, kEngines * kSlot);
@@ -43,7 +44,7 @@ TEST_P(Load, SixtyFourEnginesOpenOneTargetAtOnce) {
       o.slice_timeout_ms = 10000;
       Buffer local(2 * kSlot);  // outlives the engine that registers it
       TransferEngine e(o);
-      r.init = e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam());
+      r.init = e.Init("P2PHANDSHAKE", "127.0.0.1", transport());
       if (r.init.ok()) r.init = e.RegisterLocalMemory(local.data(), local.size());
       ready.Wait();  // every engine is up: now all open at once
       if (!r.init.ok()) {
@@ -82,7 +83,7 @@ TEST_P(Load, SixtyFourEnginesOpenOneTargetAtOnce) {
     EXPECT_TRUE(r.write.ok()) << r.write.ToString();
     EXPECT_TRUE(r.read.ok()) << r.read.ToString();
     EXPECT_TRUE(r.verified);
-    EXPECT_EQ(r.transport, GetParam());
+    EXPECT_EQ(r.transport, transport());
     opened_ok += r.open.ok();
     verified += r.verified;
     max_open = std::max(max_open, r.open_ms);
@@ -99,7 +100,7 @@ TEST_P(Load, SixtyFourEnginesOpenOneTargetAtOnce) {
   EXPECT_TRUE(t.Ping());
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Load, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, Load, ::testing::ValuesIn(WithUcx({"tcp", "shm"}, {"ucx_tcp", "ucx_sm"})),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

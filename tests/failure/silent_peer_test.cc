@@ -10,6 +10,7 @@
 
 #include "engine_util.h"
 #include "failure_util.h"
+#include "transport_param.h"
 #include "pattern.h"
 
 namespace mc_failure {
@@ -33,7 +34,7 @@ EngineOptions Options() {
   return o;
 }
 
-class SilentPeer : public ::testing::TestWithParam<std::string> {
+class SilentPeer : public TransportTest {
  protected:
   void SetUp() override {
     Peer::Options po;
@@ -41,7 +42,7 @@ class SilentPeer : public ::testing::TestWithParam<std::string> {
     t_ = Peer::Start(FAIL_PEER_PATH, kSize, po);
     ASSERT_TRUE(t_.ok()) << t_.error;
     engine_ = std::make_unique<TransferEngine>(Options());
-    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+    ASSERT_TRUE(engine_->Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
     local_ = std::make_unique<Buffer>(kSize);
     ASSERT_TRUE(local_->data());
     ASSERT_TRUE(engine_->RegisterLocalMemory(local_->data(), kSize).ok());
@@ -50,7 +51,7 @@ class SilentPeer : public ::testing::TestWithParam<std::string> {
     seg_ = *seg;
     auto info = engine_->GetSegmentInfo(seg_);
     ASSERT_TRUE(info.ok());
-    ASSERT_EQ(info->transport, GetParam());
+    ASSERT_EQ(info->transport, transport());
   }
   void TearDown() override {
     if (t_.proc) t_.proc->Continue();
@@ -97,7 +98,7 @@ TEST_P(SilentPeer, StoppedMidTransferEndsTimeoutByTheDeadlineAndRecovers) {
   // Over shm, requests queued behind the timed-out one may end FAILED after a reconnect
   // attempt (RequestsQueuedBehindATimeoutEndTimeoutByTheDeadline pins that down);
   // the bound below covers it (slice timeout + connect timeout, both 2 s here).
-  if (GetParam() == "tcp") {
+  if (GetParam() == "tcp" || GetParam() == "ucx_tcp") {
     EXPECT_EQ(out.failed, 0u) << "a silent peer's requests end TIMEOUT, not FAILED";
   }
   // The bound is twice the slice timeout: over TCP the stopped peer's kernel still takes a
@@ -219,7 +220,7 @@ TEST_P(SilentPeer, RequestsQueuedBehindATimeoutEndTimeoutByTheDeadline) {
   o.tcp_streams_per_peer = 1;
   o.shm_streams_per_peer = 1;
   TransferEngine e(o);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
   ASSERT_TRUE(e.RegisterLocalMemory(local_->data(), kSize).ok());
   auto seg = e.OpenSegment(t_.segment);
   ASSERT_TRUE(seg.ok());
@@ -269,13 +270,13 @@ TEST_P(SilentPeer, SliceTimeoutFromTheEnvironment) {
   ASSERT_EQ(env.slice_timeout_ms, 1000);
   env.handshake_io_timeout_ms = 2000;
   TransferEngine e(env);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
   ASSERT_TRUE(e.RegisterLocalMemory(local_->data(), kSize).ok());
   auto seg = e.OpenSegment(t_.segment);
   ASSERT_TRUE(seg.ok());
   auto info = e.GetSegmentInfo(*seg);  // picks (and for shm, probes) the transport now
   ASSERT_TRUE(info.ok());
-  ASSERT_EQ(info->transport, GetParam());
+  ASSERT_EQ(info->transport, transport());
   // Warm up: the streams' connections exist before the peer goes silent.
   ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, local_->data(), *seg, t_.addr, 8 * kMiB}})
                   .ok());
@@ -305,13 +306,13 @@ TEST_P(SilentPeer, NewRequestToAStoppedPeerEndsByTheSliceTimeout) {
   ASSERT_EQ(env.slice_timeout_ms, 1000);
   ASSERT_EQ(env.tcp_connect_timeout_ms, 5000);
   TransferEngine e(env);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
   ASSERT_TRUE(e.RegisterLocalMemory(local_->data(), kSize).ok());
   auto seg = e.OpenSegment(t_.segment);
   ASSERT_TRUE(seg.ok());
   auto info = e.GetSegmentInfo(*seg);
   ASSERT_TRUE(info.ok());
-  ASSERT_EQ(info->transport, GetParam());
+  ASSERT_EQ(info->transport, transport());
   ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, local_->data(), *seg, t_.addr, kMiB}}).ok());
   ASSERT_TRUE(t_.proc->Stop());
   Status first = e.TransferSync({{TransferRequest::WRITE, local_->data(), *seg, t_.addr, kMiB}},
@@ -348,7 +349,7 @@ TEST_P(SilentPeer, BusyButHealthyPeerIsNotTimedOut) {
   o.tcp_split_size = 4 * kMiB;
   o.shm_split_size = 4 * kMiB;
   TransferEngine e(o);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
   ASSERT_TRUE(e.RegisterLocalMemory(local_->data(), kSize).ok());
   auto seg = e.OpenSegment(t_.segment);
   ASSERT_TRUE(seg.ok());
@@ -391,7 +392,7 @@ TEST_P(SilentPeer, TimedOutReadNeverWritesLocalMemoryLater) {
   Buffer mine(4 * kMiB);  // outlives the engine, and whatever it still does to it
   ASSERT_TRUE(mine.data());
   TransferEngine e(o);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
   ASSERT_TRUE(e.RegisterLocalMemory(mine.data(), mine.size()).ok());
   auto seg = e.OpenSegment(t_.segment);
   ASSERT_TRUE(seg.ok());
@@ -446,7 +447,7 @@ TEST_P(SilentPeer, TimedOutWriteNeverLandsAfterALaterWriteCompleted) {
   Buffer mine(2 * kMiB);
   ASSERT_TRUE(mine.data());
   TransferEngine e(o);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", GetParam()).ok());
+  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
   ASSERT_TRUE(e.RegisterLocalMemory(mine.data(), mine.size()).ok());
   auto seg = e.OpenSegment(t_.segment);
   ASSERT_TRUE(seg.ok());
@@ -485,7 +486,7 @@ TEST_P(SilentPeer, TimedOutWriteNeverLandsAfterALaterWriteCompleted) {
   EXPECT_EQ(held, "OK") << "a write reported TIMEOUT was applied after a later write completed";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, SilentPeer, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, SilentPeer, ::testing::ValuesIn(WithUcx({"tcp", "shm"}, {"ucx_tcp"})),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,0 +1,183 @@
+// UcxWorker: one UCP context and worker, the endpoints to peers and the requests in flight.
+//
+// Threading: every UCP call is made under mu_ (the worker runs in UCS_THREAD_MODE_SINGLE; the
+// lock is ours). Submit posts the puts/gets of a batch from the caller's thread, in groups of
+// up to 16 MiB; a group ends when its gets have completed and, if it has puts, when the ep
+// flush posted after them has (a put completes locally before the bytes are remote; the
+// flush completes when they are). One progress thread drives
+// ucp_worker_progress: it spins while requests are outstanding and sleeps on the worker's
+// event fd otherwise; completions are reported from it.
+//
+// Failure: an endpoint error (peer died: connection reset, keepalive) fails the peer's
+// outstanding batches FAILED, closes the endpoint and calls on_peer_failure; when none of a
+// peer's outstanding batches completes for slice_timeout_ms (a stopped peer does not progress
+// software RMA), they all end TIMEOUT and the endpoint is closed. The next Submit to the peer
+// opens a new one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/transport.h"
+#include "transport/ucx/ucx_api.h"
+#include "transport/ucx/ucx_memory.h"
+
+namespace mooncake::ucx {
+
+// The checks a peer's worker address passes before UCX parses it: a minimum length and a
+// known format version (UCX asserts, aborting the process, on an unknown one). UCX's own
+// parser is trusted past them (README.md: what a hostile peer can still do).
+Status CheckWorkerAddress(const std::string& address);
+
+class UcxWorker {
+ public:
+  struct Config {
+    int slice_timeout_ms = 30000;
+    // This host's identity (common/host_id.h): a peer with the same one and a pid is watched
+    // by pid where UCX cannot detect its death (shared-memory lanes).
+    std::string host_id;
+    std::function<void(const std::string& segment_name)> on_peer_failure;
+  };
+  static Result<std::unique_ptr<UcxWorker>> Create(const UcxApi* api, Config config);
+  ~UcxWorker();
+  // Fails what is outstanding, closes every endpoint, destroys the worker. Idempotent.
+  void Stop();
+
+  const std::string& address_hex() const { return address_hex_; }
+  // The RDMA-class and GPU transports this worker opened, "" when none (ucx_env.h).
+  const std::string& local_fast_lanes() const { return local_fast_lanes_; }
+  // Every transport UCX opened here ("tcp,sysv,posix,cma"), for messages.
+  const std::string& local_transports() const { return local_transports_; }
+  // Whether the UCX library handles CUDA memory.
+  bool cuda_memory() const { return cuda_memory_; }
+  MemoryTable& memory() { return *memory_; }
+  const UcxApi& api() const { return *api_; }
+
+  // The RDMA-class lanes of the endpoint to `peer` ("" when UCX reaches it over sockets or
+  // shared memory only; the endpoint is created on first use). Error when UCX cannot create
+  // one (a malformed worker address, no common transport).
+  Result<std::string> PeerLanes(const SegmentDesc& peer);
+  // REQUIRES: every slice's remote_buffer points into peer->buffers. Slices whose buffer has
+  // no key end FAILED at once; an error is returned only when nothing was queued.
+  Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
+                size_t count);
+  void DropPeer(const SegmentDesc& peer);
+
+ private:
+  struct PeerState;
+  struct Pending {
+    UcxWorker* worker = nullptr;
+    std::shared_ptr<PeerState> peer;
+    std::vector<Slice> slices;
+    bool timed_out = false;
+    // Reported by us after UCX failed to call back in time; OnOpDone then only frees it.
+    bool abandoned = false;
+    bool has_puts = false;  // the group ends with an ep flush (puts complete locally first)
+    int ops = 0;            // UCX requests (gets, the flush) that will still call back
+    ucs_status_t status = UCS_OK;  // the first error among them
+    Pending* prev = nullptr;
+    Pending* next = nullptr;
+  };
+  struct PeerState {
+    UcxWorker* worker = nullptr;
+    std::string key;   // the name the peer was opened under
+    std::string name;  // its descriptor's name (for on_peer_failure)
+    std::string worker_hex;
+    ucp_ep_h ep = nullptr;
+    std::string lanes;
+    std::map<std::string, ucp_rkey_h> rkeys;  // by packed key (hex); destroyed at close
+    const SegmentDesc* fast_desc = nullptr;   // rkeys by buffer index, for this descriptor
+    std::shared_ptr<const SegmentDesc> fast_desc_ref;
+    std::vector<ucp_rkey_h> fast;
+    // When a batch of this peer last completed (or it was idle and got one): nothing for
+    // slice_timeout_ms while batches are outstanding ends them TIMEOUT.
+    std::chrono::steady_clock::time_point last_progress;
+    Pending* head = nullptr;  // oldest first
+    Pending* tail = nullptr;
+    bool failed = false;
+    std::string why;  // the failure, for the slices' messages
+    // The endpoint has no peer-failure handling (UCX's shared-memory lanes offer none in
+    // 1.13): a same-host peer's death is noticed by its pid instead (0: not watched).
+    pid_t watch_pid = 0;
+    bool no_failure_handling = false;
+  };
+  struct Closing {
+    std::shared_ptr<PeerState> peer;
+    void* request;  // of ucp_ep_close_nbx, or nullptr once done
+    // After the close, UCX calls back every outstanding flush (canceled); what it has not by
+    // then is reported by us.
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  // A Submit's slices are reported in groups of at most this many bytes / slices, each by
+  // its own flush: a long batch shows progress (and is not timed out) while it moves.
+  static constexpr uint64_t kFlushGroupBytes = 16 << 20;
+  static constexpr size_t kFlushGroupSlices = 1024;
+  static constexpr size_t kAddressPadding = 4096;
+
+  UcxWorker(const UcxApi* api, Config config) : api_(api), config_(std::move(config)) {}
+  Status Init();
+  void Run();
+  void WakeProgress();  // when the progress thread sleeps
+
+  // A get's or a group flush's completion: the group ends when its last one calls back.
+  static void OnOpDone(void* request, ucs_status_t status, void* user_data);
+  static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  // REQUIRES: mu_ held (all below).
+  Result<std::shared_ptr<PeerState>> PeerLocked(const SegmentDesc& desc);
+  Result<ucp_rkey_h> RkeyLocked(PeerState* st, const std::shared_ptr<const SegmentDesc>& desc,
+                                size_t index);
+  Pending* NewPendingLocked();
+  // Closes the group `p`: links it to the peer's outstanding batches and, when it has puts,
+  // posts the ep flush that reports them; ends it at once when nothing is owed.
+  void FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p);
+  void FinishLocked(Pending* p, ucs_status_t status, bool abandon = false);
+  // Marks the peer failed with `why`, takes it out of peers_ and force-closes its endpoint;
+  // its outstanding batches end TIMEOUT when `timeout`, else FAILED.
+  void ClosePeerLocked(std::shared_ptr<PeerState> st, const std::string& why, bool timeout);
+  // `force`: do not wait for UCX's callbacks (Stop, after its grace period).
+  void ReapClosingLocked(bool force = false);
+  void ScanTimeoutsLocked(std::chrono::steady_clock::time_point now);
+  void DestroyRkeysLocked(PeerState* st);
+
+  const UcxApi* const api_;
+  const Config config_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;       // the worker's event fd
+  int wake_fd_ = -1;   // eventfd: Submit or Stop wakes the sleeping progress thread
+  std::string address_hex_;
+  std::string local_fast_lanes_;
+  std::string local_transports_;
+  bool cuda_memory_ = false;
+  bool peer_failure_lanes_ = false;  // a local transport reports peer failures (ucx_env.h)
+  std::unique_ptr<MemoryTable> memory_;
+
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<PeerState>> peers_;  // by key; GUARDED_BY(mu_)
+  std::vector<Closing> closing_;                             // GUARDED_BY(mu_)
+  // Peers whose endpoint failed (from OnEpError, inside progress): closed after it returns.
+  std::vector<std::pair<PeerState*, ucs_status_t>> failed_;  // GUARDED_BY(mu_)
+  std::vector<std::string> failed_names_;                     // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<Pending>> pool_;                // GUARDED_BY(mu_)
+  // Reported by us, still owed callbacks by UCX (shared-memory endpoints closed under
+  // requests); freed by OnOpDone or, at the latest, when the worker is destroyed.
+  std::set<Pending*> abandoned_;                              // GUARDED_BY(mu_)
+  size_t outstanding_ = 0;                                    // GUARDED_BY(mu_)
+  bool stopping_ = false;                                     // GUARDED_BY(mu_)
+  std::atomic<bool> sleeping_{false};
+  std::thread thread_;
+};
+
+}  // namespace mooncake::ucx
