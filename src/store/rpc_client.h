@@ -11,6 +11,7 @@
 
 #include <google/protobuf/message_lite.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -62,6 +63,7 @@ class RpcClient {
   const size_t max_idle_;
   std::mutex mu_;
   std::vector<Conn> idle_;
+  std::atomic<int> in_flight_{0};  // calls in progress
 };
 
 }  // namespace store
