@@ -1,4 +1,5 @@
 #include "store/rpc_server.h"
+#include "store/rpc_server_internal.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,12 +23,7 @@
 namespace mooncake {
 namespace store {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr size_t kReadChunk = 256 << 10;
-// Replies of pipelined requests gathered before the loop writes them.
-constexpr size_t kMaxGatheredReply = 1 << 20;
+namespace rpc_internal {
 
 // Logs at most one line a second per call site.
 bool LogNow(std::atomic<int64_t>* last) {
@@ -49,48 +45,9 @@ std::string PeerOf(int fd) {
   return std::string(host) + ":" + serv;
 }
 
-}  // namespace
+}  // namespace rpc_internal
 
-struct RpcServer::Conn {
-  int fd = -1;
-  uint64_t id = 0;
-  std::string in;      // bytes received, not yet handled
-  std::string out;     // reply bytes not yet sent
-  size_t sent = 0;     // of out
-  bool busy = false;   // a request is on the worker
-  bool eof = false;    // the client sent FIN: serve what came, then close
-  bool close_after_flush = false;
-  uint32_t events = 0;  // what epoll watches for now
-  Clock::time_point last_active;
-  Clock::time_point partial_since = Clock::time_point::max();  // an incomplete request began
-};
-
-struct RpcServer::Job {
-  Loop* loop;
-  int fd;
-  uint64_t conn_id;
-  uint16_t method;
-  uint32_t seq;
-  std::string payload;
-  std::string reply;  // the whole frame, filled by the worker
-};
-
-struct RpcServer::Loop {
-  int ep = -1;
-  int wake = -1;  // eventfd: the worker's replies, Stop()
-  std::thread thread;
-  std::unordered_map<int, std::unique_ptr<Conn>> conns;
-  std::mutex done_mu;
-  std::vector<std::unique_ptr<Job>> done;
-  std::string scratch;
-};
-
-struct RpcServer::Worker {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::unique_ptr<Job>> jobs;
-  std::thread thread;
-};
+using namespace rpc_internal;  // NOLINT
 
 RpcServer::RpcServer(Options options, Handler handler)
     : options_(std::move(options)), handler_(std::move(handler)) {}
@@ -375,162 +332,6 @@ void RpcServer::Accept(Loop* loop) {
   }
 }
 
-bool RpcServer::Finished(const Conn* c) const {
-  return c->eof && !c->busy && c->sent == c->out.size();
-}
-
-bool RpcServer::OnReadable(Loop* loop, Conn* c) {
-  while (true) {
-    ssize_t n = read(c->fd, &loop->scratch[0], loop->scratch.size());
-    if (n > 0) {
-      if (buffered_.load() + static_cast<size_t>(n) > options_.max_buffered_bytes) {
-        static std::atomic<int64_t> last{0};
-        if (LogNow(&last)) {
-          LOG(WARNING) << "master RPC: incomplete requests hold "
-                       << options_.max_buffered_bytes << " bytes: closed " << PeerOf(c->fd);
-        }
-        ++dropped_;
-        return false;
-      }
-      c->in.append(loop->scratch.data(), static_cast<size_t>(n));
-      buffered_ += static_cast<size_t>(n);
-      c->last_active = Clock::now();
-      if (static_cast<size_t>(n) < loop->scratch.size()) return true;
-      continue;
-    }
-    if (n == 0) {  // the client is done sending: answer what came, then close
-      c->eof = true;
-      return true;
-    }
-    if (errno == EINTR) continue;
-    return errno == EAGAIN || errno == EWOULDBLOCK;
-  }
-}
-
-bool RpcServer::Serve(Loop* loop, Conn* c) {
-  size_t at = 0;
-  bool ok = true;
-  while (!c->busy && !c->close_after_flush && c->out.size() - c->sent < kMaxGatheredReply) {
-    if (c->in.size() - at < kFrameHeaderBytes) break;
-    FrameHeader h;
-    const HeaderCheck check = DecodeHeader(c->in.data() + at, &h);
-    if (check == HeaderCheck::kBadMagic) {
-      static std::atomic<int64_t> last{0};
-      if (LogNow(&last)) {
-        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " is "
-                     << DescribeForeignBytes(c->in.data() + at, c->in.size() - at)
-                     << ": connection closed";
-      }
-      ++dropped_;
-      ok = false;
-      break;
-    }
-    if (check == HeaderCheck::kTooLarge) {
-      static std::atomic<int64_t> last{0};
-      if (LogNow(&last)) {
-        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " announced a request of " << h.length
-                     << " bytes (limit " << kMaxMessageBytes << "): connection closed";
-      }
-      ++dropped_;
-      const std::string msg = "request of " + std::to_string(h.length) +
-                              " bytes is over the limit of " + std::to_string(kMaxMessageBytes);
-      const size_t base = c->out.size();
-      c->out.resize(base + kFrameHeaderBytes);
-      c->out += msg;
-      FrameHeader r{h.method, static_cast<uint16_t>(RpcStatus::kTooLarge), h.seq,
-                    static_cast<uint32_t>(msg.size())};
-      EncodeHeader(&c->out[base], r);
-      c->close_after_flush = true;
-      at = c->in.size();  // nothing after it is read
-      break;
-    }
-    if (c->in.size() - at - kFrameHeaderBytes < h.length) break;  // incomplete
-    const char* payload = c->in.data() + at + kFrameHeaderBytes;
-    if (options_.slow && options_.slow(h.method)) {
-      auto job = std::make_unique<Job>();
-      job->loop = loop;
-      job->fd = c->fd;
-      job->conn_id = c->id;
-      job->method = h.method;
-      job->seq = h.seq;
-      job->payload.assign(payload, h.length);
-      at += kFrameHeaderBytes + h.length;
-      c->busy = true;
-      {
-        std::lock_guard<std::mutex> l(worker_->mu);
-        worker_->jobs.push_back(std::move(job));
-      }
-      worker_->cv.notify_one();
-      break;
-    }
-    const size_t base = c->out.size();
-    c->out.resize(base + kFrameHeaderBytes);
-    RpcStatus st = handler_(h.method, payload, h.length, &c->out);
-    FrameHeader r{h.method, static_cast<uint16_t>(st), h.seq,
-                  static_cast<uint32_t>(c->out.size() - base - kFrameHeaderBytes)};
-    EncodeHeader(&c->out[base], r);
-    at += kFrameHeaderBytes + h.length;
-  }
-  if (at > 0) {
-    buffered_ -= at;
-    c->in.erase(0, at);
-  }
-  if (c->in.empty()) {
-    c->partial_since = Clock::time_point::max();
-  } else if (at > 0 || c->partial_since == Clock::time_point::max()) {
-    c->partial_since = Clock::now();  // a new request has begun
-  }
-  if (!ok) return false;
-  if (!Flush(c)) return false;
-  if (c->close_after_flush && c->sent == c->out.size()) return false;
-  return true;
-}
-
-bool RpcServer::Flush(Conn* c) {
-  while (c->sent < c->out.size()) {
-    ssize_t n = send(c->fd, c->out.data() + c->sent, c->out.size() - c->sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      c->sent += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    return false;
-  }
-  if (!c->out.empty()) {
-    c->out.clear();
-    c->sent = 0;
-    if (c->out.capacity() > (4u << 20)) std::string().swap(c->out);
-  }
-  return true;
-}
-
-void RpcServer::Rearm(Loop* loop, Conn* c) {
-  uint32_t want;
-  if (c->sent < c->out.size()) {
-    want = EPOLLOUT;
-  } else if (c->busy || c->eof) {
-    want = 0;  // errors only: a client gone meanwhile fails the reply's send
-  } else {
-    want = EPOLLIN | EPOLLRDHUP;
-  }
-  if (want == c->events) return;
-  epoll_event ev{};
-  ev.events = want;
-  ev.data.fd = c->fd;
-  epoll_ctl(loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
-  c->events = want;
-}
-
-void RpcServer::Close(Loop* loop, Conn* c) {
-  const int fd = c->fd;
-  buffered_ -= c->in.size();
-  epoll_ctl(loop->ep, EPOLL_CTL_DEL, fd, nullptr);
-  close(fd);
-  --open_;
-  loop->conns.erase(fd);  // destroys c
-}
-
 const char* MethodName(uint16_t method) {
   static const char* const kNames[] = {
       "?",      "Ping",           "MountSegment", "UnmountSegment", "PutStart",
@@ -538,6 +339,7 @@ const char* MethodName(uint16_t method) {
       "RemoveByRegex", "RemoveAll", "ReplicaClear", "GetStats"};
   return method <= kMaxMethod ? kNames[method] : "?";
 }
+
 
 }  // namespace store
 }  // namespace mooncake

@@ -1,0 +1,175 @@
+// One connection of RpcServer's loops: reads, the requests it carries (handled inline or
+// handed to the worker), its replies, and its close (rpc_server.h for the bounds).
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "store/rpc_server.h"
+#include "store/rpc_server_internal.h"
+
+namespace mooncake {
+namespace store {
+
+using namespace rpc_internal;  // NOLINT
+
+bool RpcServer::Finished(const Conn* c) const {
+  return c->eof && !c->busy && c->sent == c->out.size();
+}
+
+bool RpcServer::OnReadable(Loop* loop, Conn* c) {
+  while (true) {
+    ssize_t n = read(c->fd, &loop->scratch[0], loop->scratch.size());
+    if (n > 0) {
+      if (buffered_.load() + static_cast<size_t>(n) > options_.max_buffered_bytes) {
+        static std::atomic<int64_t> last{0};
+        if (LogNow(&last)) {
+          LOG(WARNING) << "master RPC: incomplete requests hold "
+                       << options_.max_buffered_bytes << " bytes: closed " << PeerOf(c->fd);
+        }
+        ++dropped_;
+        return false;
+      }
+      c->in.append(loop->scratch.data(), static_cast<size_t>(n));
+      buffered_ += static_cast<size_t>(n);
+      c->last_active = Clock::now();
+      if (static_cast<size_t>(n) < loop->scratch.size()) return true;
+      continue;
+    }
+    if (n == 0) {  // the client is done sending: answer what came, then close
+      c->eof = true;
+      return true;
+    }
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+}
+
+bool RpcServer::Serve(Loop* loop, Conn* c) {
+  size_t at = 0;
+  bool ok = true;
+  while (!c->busy && !c->close_after_flush && c->out.size() - c->sent < kMaxGatheredReply) {
+    if (c->in.size() - at < kFrameHeaderBytes) break;
+    FrameHeader h;
+    const HeaderCheck check = DecodeHeader(c->in.data() + at, &h);
+    if (check == HeaderCheck::kBadMagic) {
+      static std::atomic<int64_t> last{0};
+      if (LogNow(&last)) {
+        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " is "
+                     << DescribeForeignBytes(c->in.data() + at, c->in.size() - at)
+                     << ": connection closed";
+      }
+      ++dropped_;
+      ok = false;
+      break;
+    }
+    if (check == HeaderCheck::kTooLarge) {
+      static std::atomic<int64_t> last{0};
+      if (LogNow(&last)) {
+        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " announced a request of " << h.length
+                     << " bytes (limit " << kMaxMessageBytes << "): connection closed";
+      }
+      ++dropped_;
+      const std::string msg = "request of " + std::to_string(h.length) +
+                              " bytes is over the limit of " + std::to_string(kMaxMessageBytes);
+      const size_t base = c->out.size();
+      c->out.resize(base + kFrameHeaderBytes);
+      c->out += msg;
+      FrameHeader r{h.method, static_cast<uint16_t>(RpcStatus::kTooLarge), h.seq,
+                    static_cast<uint32_t>(msg.size())};
+      EncodeHeader(&c->out[base], r);
+      c->close_after_flush = true;
+      at = c->in.size();  // nothing after it is read
+      break;
+    }
+    if (c->in.size() - at - kFrameHeaderBytes < h.length) break;  // incomplete
+    const char* payload = c->in.data() + at + kFrameHeaderBytes;
+    if (options_.slow && options_.slow(h.method)) {
+      auto job = std::make_unique<Job>();
+      job->loop = loop;
+      job->fd = c->fd;
+      job->conn_id = c->id;
+      job->method = h.method;
+      job->seq = h.seq;
+      job->payload.assign(payload, h.length);
+      at += kFrameHeaderBytes + h.length;
+      c->busy = true;
+      {
+        std::lock_guard<std::mutex> l(worker_->mu);
+        worker_->jobs.push_back(std::move(job));
+      }
+      worker_->cv.notify_one();
+      break;
+    }
+    const size_t base = c->out.size();
+    c->out.resize(base + kFrameHeaderBytes);
+    RpcStatus st = handler_(h.method, payload, h.length, &c->out);
+    FrameHeader r{h.method, static_cast<uint16_t>(st), h.seq,
+                  static_cast<uint32_t>(c->out.size() - base - kFrameHeaderBytes)};
+    EncodeHeader(&c->out[base], r);
+    at += kFrameHeaderBytes + h.length;
+  }
+  if (at > 0) {
+    buffered_ -= at;
+    c->in.erase(0, at);
+  }
+  if (c->in.empty()) {
+    c->partial_since = Clock::time_point::max();
+  } else if (at > 0 || c->partial_since == Clock::time_point::max()) {
+    c->partial_since = Clock::now();  // a new request has begun
+  }
+  if (!ok) return false;
+  if (!Flush(c)) return false;
+  if (c->close_after_flush && c->sent == c->out.size()) return false;
+  return true;
+}
+
+bool RpcServer::Flush(Conn* c) {
+  while (c->sent < c->out.size()) {
+    ssize_t n = send(c->fd, c->out.data() + c->sent, c->out.size() - c->sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      c->sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;
+  }
+  if (!c->out.empty()) {
+    c->out.clear();
+    c->sent = 0;
+    if (c->out.capacity() > (4u << 20)) std::string().swap(c->out);
+  }
+  return true;
+}
+
+void RpcServer::Rearm(Loop* loop, Conn* c) {
+  uint32_t want;
+  if (c->sent < c->out.size()) {
+    want = EPOLLOUT;
+  } else if (c->busy || c->eof) {
+    want = 0;  // errors only: a client gone meanwhile fails the reply's send
+  } else {
+    want = EPOLLIN | EPOLLRDHUP;
+  }
+  if (want == c->events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.fd = c->fd;
+  epoll_ctl(loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
+  c->events = want;
+}
+
+void RpcServer::Close(Loop* loop, Conn* c) {
+  const int fd = c->fd;
+  buffered_ -= c->in.size();
+  epoll_ctl(loop->ep, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  --open_;
+  loop->conns.erase(fd);  // destroys c
+}
+
+
+}  // namespace store
+}  // namespace mooncake

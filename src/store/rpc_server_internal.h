@@ -1,0 +1,80 @@
+// RpcServer's internals shared by rpc_server.cc (start, stop, the loops, accept, the worker)
+// and rpc_server_conn.cc (one connection's reads, requests, replies, closes).
+#pragma once
+
+#include <glog/logging.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "store/rpc_server.h"
+
+namespace mooncake {
+namespace store {
+namespace rpc_internal {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kReadChunk = 256 << 10;
+// Replies of pipelined requests gathered before the loop writes them.
+constexpr size_t kMaxGatheredReply = 1 << 20;
+
+// Logs at most one line a second per call site.
+bool LogNow(std::atomic<int64_t>* last);
+// host:port of the peer of fd, for log lines.
+std::string PeerOf(int fd);
+
+}  // namespace rpc_internal
+
+using rpc_internal::Clock;
+
+struct RpcServer::Conn {
+  int fd = -1;
+  uint64_t id = 0;
+  std::string in;      // bytes received, not yet handled
+  std::string out;     // reply bytes not yet sent
+  size_t sent = 0;     // of out
+  bool busy = false;   // a request is on the worker
+  bool eof = false;    // the client sent FIN: serve what came, then close
+  bool close_after_flush = false;
+  uint32_t events = 0;  // what epoll watches for now
+  Clock::time_point last_active;
+  Clock::time_point partial_since = Clock::time_point::max();  // an incomplete request began
+};
+
+struct RpcServer::Job {
+  Loop* loop;
+  int fd;
+  uint64_t conn_id;
+  uint16_t method;
+  uint32_t seq;
+  std::string payload;
+  std::string reply;  // the whole frame, filled by the worker
+};
+
+struct RpcServer::Loop {
+  int ep = -1;
+  int wake = -1;  // eventfd: the worker's replies, Stop()
+  std::thread thread;
+  std::unordered_map<int, std::unique_ptr<Conn>> conns;
+  std::mutex done_mu;
+  std::vector<std::unique_ptr<Job>> done;
+  std::string scratch;
+};
+
+struct RpcServer::Worker {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Job>> jobs;
+  std::thread thread;
+};
+
+}  // namespace store
+}  // namespace mooncake
