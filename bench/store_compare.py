@@ -183,14 +183,20 @@ def run_pair(python, master_bin, protocol, extra, log=print, env=None):
             raise RuntimeError(f"{python} client: {out.stderr[-1500:]}")
         return json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
     finally:
-        for p in reversed(procs):
-            if p.stdin:
-                p.stdin.close()
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
+
+
+def stop_processes(procs):
+    """Closes their stdin, terminates them in reverse order, kills what is left after 10 s."""
+    import subprocess
+    for p in reversed(procs):
+        if p.stdin:
+            p.stdin.close()
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 META_CALLS = ("is_exist", "get_size", "remove", "get")

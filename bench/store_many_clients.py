@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from store_compare import stop_processes  # bench/, beside this script
+
 MIB = 1 << 20
 CASES = ((4096, 128), (65536, 16))  # (block, batch)
 
@@ -213,14 +215,7 @@ def main():
                       f"({row['master_cpu_us_per_op']:.1f} us/op)"
                       + (f", errors {row['errors']}" if row["errors"] else ""), flush=True)
     finally:
-        for p in reversed(procs):
-            if p.stdin:
-                p.stdin.close()
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
     by_n = {}
     for r in rows:
         by_n.setdefault(r["clients"], []).append(r["aggregate_ops_per_s"])

@@ -11,21 +11,35 @@ namespace store {
 
 namespace {
 
+// The request parsed on `arena` (a batch's keys cost no malloc / free each), or nullptr
+// after appending what was wrong to *out.
+template <class Req>
+const Req* ParseOnArena(const char* data, size_t n, std::string* out, const char* name,
+                        google::protobuf::Arena* arena) {
+  Req* req = google::protobuf::Arena::CreateMessage<Req>(arena);
+  if (n > static_cast<size_t>(INT32_MAX) || !req->ParseFromArray(data, static_cast<int>(n))) {
+    out->append(std::string("the payload is not a ") + name + " request");
+    return nullptr;
+  }
+  return req;
+}
+
+// An arena whose first block fits a request of n bytes and its reply (a parsed message
+// takes a few times its wire size).
+google::protobuf::ArenaOptions ArenaFor(size_t n) {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = std::min<size_t>(4096 + 8 * n, 4 << 20);
+  options.max_block_size = 4 << 20;
+  return options;
+}
+
 template <class Req, class Resp>
 RpcStatus Serve(const char* data, size_t n, std::string* out, const char* name,
                 Resp (*call)(MasterService*, const Req&), MasterService* m) {
-  // The request on an arena: a batch's keys cost no malloc / free each. Its first block is
-  // sized to the payload (a parsed message takes a few times its wire size).
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = std::min<size_t>(1024 + 4 * n, 4 << 20);
-  options.max_block_size = 4 << 20;
-  google::protobuf::Arena arena(options);
-  Req& req = *google::protobuf::Arena::CreateMessage<Req>(&arena);
-  if (n > static_cast<size_t>(INT32_MAX) || !req.ParseFromArray(data, static_cast<int>(n))) {
-    out->append(std::string("the payload is not a ") + name + " request");
-    return RpcStatus::kBadRequest;
-  }
-  call(m, req).AppendToString(out);
+  google::protobuf::Arena arena(ArenaFor(n));
+  const Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
+  if (req == nullptr) return RpcStatus::kBadRequest;
+  call(m, *req).AppendToString(out);
   return RpcStatus::kOk;
 }
 
@@ -34,17 +48,11 @@ RpcStatus Serve(const char* data, size_t n, std::string* out, const char* name,
 template <class Req, class Resp>
 RpcStatus ServeInto(const char* data, size_t n, std::string* out, const char* name,
                     void (MasterService::*into)(const Req&, Resp*), MasterService* m) {
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = std::min<size_t>(4096 + 8 * n, 4 << 20);
-  options.max_block_size = 4 << 20;
-  google::protobuf::Arena arena(options);
-  Req& req = *google::protobuf::Arena::CreateMessage<Req>(&arena);
-  if (n > static_cast<size_t>(INT32_MAX) || !req.ParseFromArray(data, static_cast<int>(n))) {
-    out->append(std::string("the payload is not a ") + name + " request");
-    return RpcStatus::kBadRequest;
-  }
+  google::protobuf::Arena arena(ArenaFor(n));
+  const Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
+  if (req == nullptr) return RpcStatus::kBadRequest;
   Resp& resp = *google::protobuf::Arena::CreateMessage<Resp>(&arena);
-  (m->*into)(req, &resp);
+  (m->*into)(*req, &resp);
   resp.AppendToString(out);
   return RpcStatus::kOk;
 }

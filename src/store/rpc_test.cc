@@ -176,16 +176,27 @@ TEST_F(RpcTest, NoServerIsAClearError) {
   EXPECT_NE(s.message().find("host:port"), std::string::npos) << s.message();
 }
 
-TEST_F(RpcTest, ForeignServerIsNamed) {
-  // A server that answers like HTTP/1 (the master's metrics port, say).
+// A listening socket on 127.0.0.1 for a hand-written server; -1 on failure.
+int ListenLoopback(int* port) {
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(lfd, 4), 0);
   socklen_t len = sizeof(a);
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(lfd, 4) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (lfd >= 0) ::close(lfd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return lfd;
+}
+
+TEST_F(RpcTest, ForeignServerIsNamed) {
+  // A server that answers like HTTP/1 (the master's metrics port, say).
+  int port = 0;
+  const int lfd = ListenLoopback(&port);
+  ASSERT_GE(lfd, 0);
   std::thread srv([lfd] {
     int fd = ::accept(lfd, nullptr, nullptr);
     char buf[256];
@@ -194,7 +205,7 @@ TEST_F(RpcTest, ForeignServerIsNamed) {
     (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
     ::close(fd);
   });
-  RpcClient c("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  RpcClient c("127.0.0.1:" + std::to_string(port));
   bool known;
   Status s = Ping("x", &known, &c);
   srv.join();
@@ -206,14 +217,9 @@ TEST_F(RpcTest, ForeignServerIsNamed) {
 // A master that sends the first byte of its reply late and then stalls cannot hold a call
 // past its timeout (each wait is what is left of the call's time, not a whole timeout).
 TEST_F(RpcTest, AStalledReplyEndsAtTheCallsTimeout) {
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(lfd, 4), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = 0;
+  const int lfd = ListenLoopback(&port);
+  ASSERT_GE(lfd, 0);
   std::atomic<bool> stop{false};
   std::thread srv([&] {
     int fd = ::accept(lfd, nullptr, nullptr);
@@ -226,7 +232,7 @@ TEST_F(RpcTest, AStalledReplyEndsAtTheCallsTimeout) {
     for (int i = 0; i < 100 && !stop; ++i) std::this_thread::sleep_for(milliseconds(10));
     ::close(fd);
   });
-  RpcClient c("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  RpcClient c("127.0.0.1:" + std::to_string(port));
   bool known;
   const auto t0 = Clock::now();
   Status s = Ping("x", &known, &c, milliseconds(300));
