@@ -65,6 +65,11 @@ struct EngineOptions {
   // MC_SHM_MAX_MAP_TOTAL_GB (32768 = 32 TiB).
   uint64_t shm_max_map_per_conn = uint64_t{4} << 40;
   uint64_t shm_max_map_total = uint64_t{32} << 40;
+  // Same-host initiator: map the memory a target lends (its memfd-backed registrations,
+  // such as a Store segment) and copy to and from it with memcpy here, with no message to the
+  // target; the caps above bound what is mapped. MC_SHM_MAP_PEERS=0 leaves every copy to
+  // the target. On.
+  bool shm_map_peers = true;
   // Overrides the host identity (tests: simulate another host). MC_HOST_ID, unset.
   std::string host_id_override;
   // Metadata-store modes (etcd/redis/http). The RPC address published under rpc_meta is

@@ -86,6 +86,7 @@ EngineOptions EngineOptions::FromEnvironment() {
   if (EnvInt("MC_SHM_STREAMS_PER_PEER", 1, 16, &n)) o.shm_streams_per_peer = static_cast<int>(n);
   if (EnvInt("MC_SHM_MAX_MAP_PER_CONN_GB", 0, 1L << 17, &n)) o.shm_max_map_per_conn = uint64_t(n) << 30;
   if (EnvInt("MC_SHM_MAX_MAP_TOTAL_GB", 0, 1L << 17, &n)) o.shm_max_map_total = uint64_t(n) << 30;
+  if (const char* v = Env("MC_SHM_MAP_PEERS")) o.shm_map_peers = std::string(v) != "0";
   if (const char* v = Env("MC_HOST_ID")) o.host_id_override = v;
   long slo = o.store_client_min_port, shi = o.store_client_max_port;
   const bool set_lo = EnvInt("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &slo);

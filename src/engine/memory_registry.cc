@@ -1,7 +1,14 @@
 #include "engine/memory_registry.h"
 
+#include <fcntl.h>
+#include <glog/logging.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -88,6 +95,7 @@ Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
 
 Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
   MemoryRegion* region = nullptr;
+  ExportSlot* slot = nullptr;
   {
     std::unique_lock lock(mu_);
     long i = FindLocked(addr);
@@ -100,10 +108,19 @@ Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
                                         " is already being unregistered by another call");
     }
     region->removing = true;
+    if (region->export_slot >= 0) {
+      // Peers that mapped it stop here: they copy only while the slot holds their gen
+      // (seq_cst, paired with their users increment before they check it).
+      slot = &export_page_[region->export_slot];
+      slot->gen.store(next_gen_++, std::memory_order_seq_cst);
+    }
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  while (region->users.load(std::memory_order_acquire) != 0 &&
-         std::chrono::steady_clock::now() < deadline) {
+  auto busy = [&] {
+    return region->users.load(std::memory_order_acquire) != 0 ||
+           (slot && slot->users.load(std::memory_order_seq_cst) != 0);
+  };
+  while (busy() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   std::unique_lock lock(mu_);
@@ -114,10 +131,86 @@ Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
                                       std::to_string(users) +
                                       " transfer(s); it stays registered");
   }
+  if (slot) {
+    const uint64_t peers = slot->users.load(std::memory_order_seq_cst);
+    if (peers == 0) {
+      free_slots_.push_back(static_cast<uint32_t>(region->export_slot));
+    } else {
+      // An honest peer is counted for one memcpy; one still counted after wait_ms is stuck
+      // or hostile. The range goes anyway (what such a peer copies lands in the memfd's
+      // pages, not in other memory of ours); its slot is retired, not reused.
+      LOG(WARNING) << "buffer " << Hex(addr) << ": " << peers << " same-host peer(s) still "
+                   << "count themselves as copying it after " << wait_ms
+                   << " ms; unregistered anyway, its export slot retired";
+    }
+  }
   long i = FindLocked(addr);  // the table may have shifted while we waited
   regions_.erase(regions_.begin() + i);
   version_.fetch_add(1, std::memory_order_acq_rel);
   return Status::OK();
+}
+
+MemoryRegistry::~MemoryRegistry() {
+  if (export_page_) ::munmap(export_page_, kExportSlots * sizeof(ExportSlot));
+  if (export_fd_ >= 0) ::close(export_fd_);
+}
+
+Status MemoryRegistry::MakeExportPageLocked() {
+  const size_t bytes = kExportSlots * sizeof(ExportSlot);
+  int fd = ::memfd_create("mooncake-export", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
+  void* p = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  // Peers check the seals: a page they could lose would turn their reads into SIGBUS.
+  if (p == MAP_FAILED ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    if (p != MAP_FAILED) ::munmap(p, bytes);
+    ::close(fd);
+    return Status::Internal(std::string("export page: ") + std::strerror(err));
+  }
+  export_fd_ = fd;
+  export_page_ = static_cast<ExportSlot*>(p);
+  for (uint32_t i = kExportSlots; i-- > 0;) free_slots_.push_back(i);
+  return Status::OK();
+}
+
+Result<ExportList> MemoryRegistry::Export(size_t max) {
+  ExportList out;
+  std::unique_lock lock(mu_);
+  for (const auto& r : regions_) {
+    if (out.ranges.size() == max) break;
+    if (r->shared_fd < 0 || !r->remote_accessible || r->removing || r->device >= 0) continue;
+    if (!export_page_) {
+      Status made = MakeExportPageLocked();
+      if (!made.ok()) {
+        for (const ExportedRange& e : out.ranges) ::close(e.fd);
+        return made;
+      }
+    }
+    if (r->export_slot < 0) {
+      if (free_slots_.empty()) continue;  // lent no further: the target copies these
+      r->export_slot = static_cast<int>(free_slots_.back());
+      free_slots_.pop_back();
+      export_page_[r->export_slot].gen.store(next_gen_++, std::memory_order_seq_cst);
+    }
+    int fd = ::fcntl(r->shared_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) break;  // out of descriptors: lend what we have
+    const ExportSlot& s = export_page_[r->export_slot];
+    out.ranges.push_back({r->begin, r->length, fd, static_cast<uint32_t>(r->export_slot),
+                          s.gen.load(std::memory_order_seq_cst)});
+  }
+  if (!out.ranges.empty()) {
+    out.page_fd = ::fcntl(export_fd_, F_DUPFD_CLOEXEC, 0);
+    out.page_bytes = kExportSlots * sizeof(ExportSlot);
+    if (out.page_fd < 0) {
+      for (const ExportedRange& e : out.ranges) ::close(e.fd);
+      out.ranges.clear();
+    }
+  }
+  return out;
 }
 
 MemoryRegion* MemoryRegistry::Pin(uint64_t addr, uint64_t len, bool remote_only) {

@@ -31,6 +31,7 @@ struct MemoryRegion {
   uint64_t ipc_offset = 0;  // of `begin` inside the allocation the handle names
   uint64_t sequence = 0;  // registration order
   bool removing = false;  // being unregistered: Pin skips it, Add still sees it; GUARDED_BY(mu_)
+  int export_slot = -1;   // its ExportSlot while lent to same-host peers (Export); GUARDED_BY(mu_)
   std::atomic<int64_t> users{0};
   uint64_t end() const { return begin + length; }
 };
@@ -46,8 +47,36 @@ struct RegionInfo {
   uint64_t ipc_offset = 0;
 };
 
+// Same-host peers may map memfd-backed ranges and copy with memcpy themselves (Export, the
+// shm transport). Each lent range has one slot in a shared page (the export page), which the
+// peers map too: a peer copies only while the slot's `gen` is the value it was given, and
+// counts itself in `users` for the length of the copy. Remove changes `gen` first and then
+// waits for `users`, so no honest peer copies into or out of a range once it is unregistered.
+struct ExportSlot {
+  std::atomic<uint64_t> gen;
+  std::atomic<uint64_t> users;
+};
+static_assert(sizeof(ExportSlot) == 16, "wire layout: peers map the export page");
+
+struct ExportedRange {
+  uint64_t addr;
+  uint64_t length;
+  int fd;         // a duplicate of the range's memfd: the caller closes it
+  uint32_t slot;  // index in the export page
+  uint64_t gen;
+};
+
+struct ExportList {
+  int page_fd = -1;  // a duplicate of the export page's memfd (-1 when nothing is lent)
+  uint64_t page_bytes = 0;
+  std::vector<ExportedRange> ranges;
+};
+
 class MemoryRegistry {
  public:
+  // Slots in the export page (one page): at most this many ranges are lent at once.
+  static constexpr uint32_t kExportSlots = 256;
+
   MemoryRegistry() = default;
   MemoryRegistry(const MemoryRegistry&) = delete;
   MemoryRegistry& operator=(const MemoryRegistry&) = delete;
@@ -79,6 +108,12 @@ class MemoryRegistry {
 
   // In registration order (upstream lists descriptor buffers so; buffers[0] is the first).
   std::vector<RegionInfo> List() const;
+  // Lends the ranges a same-host peer may map: host memory backed by a memfd
+  // (AllocateSharedMemory), registered for remote access, not being removed; at most `max`
+  // of them, each with its slot (see ExportSlot). The descriptors are duplicates the caller
+  // closes. Errors: the export page could not be made (memfd_create, mmap).
+  Result<ExportList> Export(size_t max);
+  ~MemoryRegistry();
   size_t size() const;
   // Bumped by every Add and every completed Remove.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
@@ -89,7 +124,13 @@ class MemoryRegistry {
   bool OverlapsLocked(uint64_t addr, uint64_t length) const;
   void InsertLocked(std::unique_ptr<MemoryRegion> region);
 
+  Status MakeExportPageLocked();
+
   mutable std::shared_mutex mu_;
+  int export_fd_ = -1;                    // the export page's memfd; GUARDED_BY(mu_)
+  ExportSlot* export_page_ = nullptr;     // kExportSlots slots, shared; GUARDED_BY(mu_)
+  std::vector<uint32_t> free_slots_;      // GUARDED_BY(mu_)
+  uint64_t next_gen_ = 1;                 // GUARDED_BY(mu_)
   std::vector<std::unique_ptr<MemoryRegion>> regions_;  // sorted by begin; GUARDED_BY(mu_)
   uint64_t next_sequence_ = 0;                           // GUARDED_BY(mu_)
   std::atomic<uint64_t> version_{0};

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "common/auth.h"
+#include "transport/shm/shm_exports.h"
 #include "transport/shm/shm_maps.h"
 #include "transport/shm/shm_peer.h"
 #include "transport/shm/shm_transport.h"
@@ -150,6 +151,10 @@ void ShmServer::Serve(int fd) {
       if (!maps.Map(fd, h.count, timeout, &mr, &refusal).ok()) break;
       if (!refusal.empty()) LOG(WARNING) << "ShmServer: pid " << pid << ": " << refusal;
       if (!WriteFull(fd, &mr, sizeof(mr), timeout).ok()) break;
+      continue;
+    }
+    if (h.magic == kExportMagic && h.count == 0) {
+      if (!ServeExport(fd, h.seq, registry_, timeout).ok()) break;
       continue;
     }
     if (h.magic != kMagic || h.count == 0 || h.count > kMaxItems) {

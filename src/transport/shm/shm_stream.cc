@@ -58,7 +58,7 @@ void ShmStream::Fail(std::vector<Slice>& slices, TransferStatusEnum result,
                      const std::string& why) {
   for (const Slice& s : slices) {
     queued_bytes_.fetch_sub(s.length, std::memory_order_relaxed);
-    s.task->OnSliceDone(result, 0, why.c_str());
+    s.Done(result, 0, why.c_str());
   }
   slices.clear();
 }
@@ -153,7 +153,7 @@ Status ShmStream::ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq) 
     const Slice& sl = batch[i];
     queued_bytes_.fetch_sub(sl.length, std::memory_order_relaxed);
     if (statuses[i] == kOk) {
-      sl.task->OnSliceDone(COMPLETED, sl.length);
+      sl.Done(COMPLETED, sl.length);
     } else {
       const char* why =
           statuses[i] == kRejected
@@ -163,7 +163,7 @@ Status ShmStream::ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq) 
               ? "the target refused the copy: the process that opened this same-host "
                 "connection has exited (a connection serves only the process that opened it)"
               : "the target's process_vm_readv/writev failed (bad local address?)";
-      sl.task->OnSliceDone(FAILED, 0, why);
+      sl.Done(FAILED, 0, why);
     }
   }
   batch.clear();
@@ -194,7 +194,7 @@ void ShmStream::Run() {
       std::vector<MemoryRegion*> pins;
       for (auto& f : inflight) {
         for (const Slice& sl : f.batch) {
-          if (MemoryRegion* r = sl.task->local_region()) {
+          if (MemoryRegion* r = sl.task ? sl.task->local_region() : nullptr) {
             r->users.fetch_add(1, std::memory_order_acq_rel);
             pins.push_back(r);
           }

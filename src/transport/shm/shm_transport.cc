@@ -151,6 +151,8 @@ Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   options_ = ctx.options;
   on_peer_failure_ = ctx.on_peer_failure;
   registry_ = ctx.registry;
+  export_limits_.max_map_per_conn = options_.shm_max_map_per_conn;
+  export_limits_.max_map_total = options_.shm_max_map_total;
   if (!options_.enable_shm) return Status::Unimplemented("disabled by MC_DISABLE_SHM");
   // Let same-host peers read and write our registered memory where Yama restricts ptrace.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -174,6 +176,7 @@ void ShmTransport::Stop() {
     if (stopped_) return;
     stopped_ = true;
     peers.swap(peers_);
+    exports_.clear();
   }
   for (auto& [k, p] : peers) {
     for (auto& s : p->streams) s->Stop();
@@ -212,19 +215,68 @@ bool ShmTransport::CanReach(const SegmentDesc& peer) {
     LOG(WARNING) << "same-host transport to " << peer.name << " unavailable ("
                  << fd.status().ToString() << "); using TCP";
   }
+  // What the target lends us to copy ourselves; without it the target copies everything.
+  std::shared_ptr<const PeerExports> lent;
+  if (fd.ok() && options_.shm_map_peers) {
+    auto ex = FetchExports(std::move(*fd), options_.tcp_connect_timeout_ms, &export_limits_);
+    if (ex.ok()) {
+      lent = *ex;
+      if (lent) {
+        VLOG(1) << "same-host peer " << peer.name << " lends " << lent->ranges() << " ranges ("
+                << lent->bytes() << " bytes): copied here with memcpy";
+      }
+    } else {
+      LOG(WARNING) << "same-host peer " << peer.name << ": its memory is not mapped here ("
+                   << ex.status().ToString() << "); it copies every slice itself";
+    }
+  }
+  const bool ok = fd.ok();
   std::unique_lock lock(mu_);
-  reachable_[peer.mc_shm_path] = fd.ok();
-  return fd.ok();
+  reachable_[peer.mc_shm_path] = ok;
+  if (lent) exports_[peer.mc_shm_path] = std::move(lent);
+  return ok;
 }
 
 Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
                             size_t count) {
   std::shared_ptr<Peer> peer;
+  std::shared_ptr<const PeerExports> lent;
   {
     std::shared_lock lock(mu_);
     if (stopped_) return Status::FailedPrecondition("same-host transport is stopped");
     auto it = peers_.find(desc->mc_shm_path);
     if (it != peers_.end()) peer = it->second;
+    auto ex = exports_.find(desc->mc_shm_path);
+    if (ex != exports_.end()) lent = ex->second;
+  }
+  if (lent && !lent->Alive()) {
+    // The target exited (or broke the protocol): its pages are no place for our bytes. The
+    // streams find out the same and report it.
+    LOG(WARNING) << "same-host peer " << desc->name << " ended its loan of memory (exited?); "
+                 << "its slices go over the connection again";
+    std::unique_lock lock(mu_);
+    auto ex = exports_.find(desc->mc_shm_path);
+    if (ex != exports_.end() && ex->second == lent) exports_.erase(ex);
+    lent.reset();
+  }
+  if (lent) {
+    // Slices in memory the target lends us: copied here and now, the rest go to a stream.
+    thread_local std::vector<Slice> rest;
+    rest.clear();
+    uint64_t copied = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const Slice& s = slices[i];
+      if (s.local_device < 0 && lent->Copy(s)) {
+        ++copied;
+        s.Done(COMPLETED, s.length);
+      } else {
+        rest.push_back(s);
+      }
+    }
+    if (copied) mapped_copies_.fetch_add(copied, std::memory_order_relaxed);
+    if (rest.empty()) return Status::OK();
+    slices = rest.data();
+    count = rest.size();
   }
   if (!peer) {
     std::unique_lock lock(mu_);
@@ -284,6 +336,7 @@ void ShmTransport::DropPeer(const SegmentDesc& desc) {
   {
     std::unique_lock lock(mu_);
     reachable_.erase(desc.mc_shm_path);
+    exports_.erase(desc.mc_shm_path);
     auto it = peers_.find(desc.mc_shm_path);
     if (it == peers_.end()) return;
     peer = std::move(it->second);

@@ -23,6 +23,7 @@
 #include "common/conn_server.h"
 #include "common/net.h"
 #include "engine/transport.h"
+#include "transport/shm/shm_exports.h"
 #include "transport/shm/shm_maps.h"
 
 namespace mooncake::shm {
@@ -122,6 +123,8 @@ class ShmTransport : public Transport {
   Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
                 size_t count) override;
   void DropPeer(const SegmentDesc& peer) override;
+  // Slices this transport copied itself through memory a target lends (tests, benches).
+  uint64_t mapped_copies() const { return mapped_copies_.load(std::memory_order_relaxed); }
 
  private:
   struct Peer {
@@ -147,7 +150,12 @@ class ShmTransport : public Transport {
   std::shared_mutex mu_;
   std::map<std::string, bool> reachable_;               // by socket path; GUARDED_BY(mu_)
   std::map<std::string, std::shared_ptr<Peer>> peers_;  // by socket path; GUARDED_BY(mu_)
+  // Memory each target lends us to copy ourselves (shm_exports.h), fetched with the first
+  // hello; by socket path; GUARDED_BY(mu_).
+  std::map<std::string, std::shared_ptr<const PeerExports>> exports_;
+  ShmLimits export_limits_;  // caps on what we map of targets' memory
   bool stopped_ = false;                                // GUARDED_BY(mu_)
+  std::atomic<uint64_t> mapped_copies_{0};
 
   std::mutex zombie_mu_;
   std::condition_variable zombie_cv_;

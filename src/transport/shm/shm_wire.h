@@ -16,6 +16,12 @@
 //     maps them and from then on copies to/from those ranges with memcpy; the set replaces
 //     the previous one. The initiator sends it before the first request after its
 //     registrations changed. Reply: MapReply (count = ranges mapped, status why not).
+//   Export (magic kExportMagic): RequestHeader with count 0: the initiator asks for the
+//     target's memory it may map. Reply: ExportReply + count x ExportItem, with count + 1
+//     memfds attached to its first byte when count > 0: the export page (ExportSlots, see
+//     engine/memory_registry.h), then one per range. The initiator then copies to and from
+//     those ranges with memcpy itself while each range's slot holds the gen it was given,
+//     counting itself in the slot's users meanwhile (shm_exports.h).
 //   Descriptors on any other message, or more than kMaxSharedRanges before a header is
 //   complete, make the target close the connection.
 #pragma once
@@ -43,6 +49,7 @@ inline void AttachFds(msghdr* msg, char* control, const int* fds, size_t n) {
 constexpr uint32_t kMagic = 0x4853434D;  // "MCSH"
 constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMapMagic = 0x504D434D;  // "MCMP"
+constexpr uint32_t kExportMagic = 0x5845434D;  // "MCEX"
 constexpr uint32_t kMaxItems = 1024;
 constexpr uint32_t kMaxSharedRanges = 250;  // fds in one SCM_RIGHTS message (kernel: 253)
 constexpr uint32_t kNonceSize = 16;
@@ -119,7 +126,23 @@ struct MapReply {
   uint32_t detail = 0;  // kMapBadRange: the range's index; kMapFailed: errno
 };
 
+struct ExportReply {
+  uint32_t magic = kExportMagic;
+  uint32_t count = 0;       // ranges (at most kMaxSharedRanges - 1: the page takes a descriptor)
+  uint64_t seq = 0;
+  uint64_t page_bytes = 0;  // length of the export page
+};
+
+struct ExportItem {
+  uint64_t addr;    // where the range starts in the target
+  uint64_t length;  // its memfd maps it whole, from offset 0
+  uint64_t gen;     // the slot's gen while the range is lent
+  uint32_t slot;    // index of its ExportSlot (16 bytes each) in the export page
+  uint32_t pad;
+};
+
 static_assert(sizeof(Item) == 32, "wire layout");
+static_assert(sizeof(ExportReply) == 24 && sizeof(ExportItem) == 32, "wire layout");
 static_assert(sizeof(RequestHeader) == 16 && sizeof(ReplyHeader) == 16, "wire layout");
 static_assert(sizeof(HelloRequest) == 24 && sizeof(HelloReply) == 16, "wire layout");
 static_assert(sizeof(MapReply) == 24 && sizeof(HelloProof) == 8, "wire layout");
