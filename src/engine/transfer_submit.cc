@@ -68,25 +68,26 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
   routes.clear();
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& r = requests[i];
-    const std::string which = "request " + std::to_string(i) + ": ";
+    // Named only in an error (built then: a batch of small requests is hot).
+    auto which = [i] { return "request " + std::to_string(i) + ": "; };
     auto src = reinterpret_cast<uint64_t>(r.source);
     if (r.length == 0) {
       UnpinAll(prepared);
-      return Status::InvalidArgument(which + "length is 0");
+      return Status::InvalidArgument(which() + "length is 0");
     }
     if (r.opcode != TransferRequest::READ && r.opcode != TransferRequest::WRITE) {
       UnpinAll(prepared);
-      return Status::InvalidArgument(which + "opcode must be READ or WRITE");
+      return Status::InvalidArgument(which() + "opcode must be READ or WRITE");
     }
     if (src + r.length < src || r.target_offset + r.length < r.target_offset) {
       UnpinAll(prepared);
-      return Status::InvalidArgument(which + "address + length wraps around");
+      return Status::InvalidArgument(which() + "address + length wraps around");
     }
     Prepared p;
     p.local = registry.Pin(src, r.length, /*remote_only=*/false);
     if (p.local == nullptr) {
       UnpinAll(prepared);
-      return Status::InvalidArgument(which + "local range " + RangeText(src, r.length) +
+      return Status::InvalidArgument(which() + "local range " + RangeText(src, r.length) +
                                      " is not inside registered memory; register it first");
     }
     if (r.target_id == LOCAL_SEGMENT_ID) {
@@ -94,7 +95,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
       if (p.local_target == nullptr) {
         MemoryRegistry::Unpin(p.local);
         UnpinAll(prepared);
-        return Status::InvalidArgument(which + "target range " +
+        return Status::InvalidArgument(which() + "target range " +
                                        RangeText(r.target_offset, r.length) +
                                        " is not inside this engine's registered memory");
       }
@@ -111,7 +112,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
       if (!desc.ok()) {
         MemoryRegistry::Unpin(p.local);
         UnpinAll(prepared);
-        return desc.status().WithContext(which.substr(0, which.size() - 2));
+        return desc.status().WithContext("request " + std::to_string(i));
       }
       routes.push_back({r.target_id, std::move(desc).value(), nullptr, nullptr, false, false});
       first_route = routes.size() - 1;
@@ -135,7 +136,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     if (buf == nullptr) {
       MemoryRegistry::Unpin(p.local);
       UnpinAll(prepared);
-      return Status::InvalidArgument(which + "remote range " +
+      return Status::InvalidArgument(which() + "remote range " +
                                      RangeText(r.target_offset, r.length) +
                                      " is not inside any buffer registered by segment '" +
                                      route->desc->name + "'");
@@ -152,7 +153,7 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     if (transport == nullptr) {
       MemoryRegistry::Unpin(p.local);
       UnpinAll(prepared);
-      return Status::Unavailable(which + "no installed transport reaches segment '" +
+      return Status::Unavailable(which() + "no installed transport reaches segment '" +
                                  route->desc->name + "' (protocol " + route->desc->protocol +
                                  ") for " + (p.local->device < 0 ? "host" : "device") +
                                  " memory here and " + (buf->device < 0 ? "host" : "device") +

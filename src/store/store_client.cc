@@ -211,12 +211,20 @@ int StoreClient::Impl::Close() {
 }
 
 bool StoreClient::Impl::IsRegistered(const void* p, size_t n) {
+  uint64_t lo, len;
+  return RegisteredRange(p, n, &lo, &len);
+}
+
+bool StoreClient::Impl::RegisteredRange(const void* p, size_t n, uint64_t* lo, uint64_t* len) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(reg_mu);
   auto it = registered.upper_bound(a);
   if (it == registered.begin()) return false;
   --it;
-  return a >= it->first && a + n <= it->first + it->second;
+  if (a < it->first || a + n > it->first + it->second) return false;
+  *lo = it->first;
+  *len = it->second;
+  return true;
 }
 
 Result<SegmentID> StoreClient::Impl::Open(const std::string& name) {

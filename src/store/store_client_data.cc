@@ -54,6 +54,14 @@ void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>*
   std::vector<Staged> staged;
   // No local buffer: PutMany / GetRound refused unregistered memory before this.
   const size_t chunk = staging ? std::min<size_t>(kMaxStagingChunk, staging->capacity()) : 0;
+  // A batch's jobs mostly name one segment and one registered buffer: the last ones found are
+  // tried first (no lock, no lookup).
+  const std::string* last_segment = nullptr;
+  SegmentID last_target = 0;
+  const char* reg_lo = nullptr;
+  const char* reg_hi = nullptr;
+  direct.reserve(jobs.size());
+  direct_owner.reserve(jobs.size());
   for (const Job& job : jobs) {
     if ((*failed)[job.owner]) continue;
     if (*job.segment == seg_name) {  // a replica in our own segment: plain memory
@@ -65,15 +73,29 @@ void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>*
       }
       continue;
     }
-    auto target = Open(*job.segment);
-    if (!target.ok()) {
-      LOG(ERROR) << "store: cannot reach segment " << *job.segment << ": "
-                 << target.status().ToString();
-      (*failed)[job.owner] = 1;
-      continue;
+    if (last_segment == nullptr || *job.segment != *last_segment) {
+      auto target = Open(*job.segment);
+      if (!target.ok()) {
+        LOG(ERROR) << "store: cannot reach segment " << *job.segment << ": "
+                   << target.status().ToString();
+        (*failed)[job.owner] = 1;
+        continue;
+      }
+      last_segment = job.segment;
+      last_target = *target;
     }
-    if (IsRegistered(job.local, job.len)) {
-      direct.push_back({job.op, job.local, *target, job.remote, job.len});
+    bool registered = reg_lo != nullptr && job.local >= reg_lo && job.local <= reg_hi &&
+                      job.len <= static_cast<size_t>(reg_hi - job.local);
+    if (!registered) {
+      uint64_t lo = 0, len = 0;
+      registered = RegisteredRange(job.local, job.len, &lo, &len);
+      if (registered) {
+        reg_lo = reinterpret_cast<const char*>(lo);
+        reg_hi = reg_lo + len;
+      }
+    }
+    if (registered) {
+      direct.push_back({job.op, job.local, last_target, job.remote, job.len});
       direct_owner.push_back(job.owner);
     } else if (chunk == 0) {
       LOG(ERROR) << "store: unregistered memory and no local buffer to stage it";
@@ -436,8 +458,11 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
     deadline[i] = sent + lease - std::min<std::chrono::milliseconds>(lease / 10,
                                                                      std::chrono::milliseconds(500));
   }
-  // Replica order per key: ours first (a memcpy), then the master's order.
-  std::vector<std::vector<const rpc::Replica*>> choices(keys.size());
+  // Replica order per key: ours first (a memcpy), then the master's order; key i's are
+  // choices[choice_at[i] ..] (choice_n[i] of them).
+  std::vector<const rpc::Replica*> choices;
+  choices.reserve(keys.size());
+  std::vector<uint32_t> choice_at(keys.size(), 0), choice_n(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& r = resp.results(static_cast<int>(i));
     if (r.code() != 0) {
@@ -456,11 +481,15 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
       continue;
     }
     out[i] = static_cast<int64_t>(r.size());
+    choice_at[i] = static_cast<uint32_t>(choices.size());
     for (const auto& rep : r.replicas()) {
-      if (rep.buffer().segment_name() == seg_name) choices[i].insert(choices[i].begin(), &rep);
-      else choices[i].push_back(&rep);
+      if (rep.buffer().segment_name() == seg_name) choices.push_back(&rep);
     }
-    if (choices[i].empty()) out[i] = ToInt(ErrorCode::INVALID_REPLICA);
+    for (const auto& rep : r.replicas()) {
+      if (rep.buffer().segment_name() != seg_name) choices.push_back(&rep);
+    }
+    choice_n[i] = static_cast<uint32_t>(choices.size()) - choice_at[i];
+    if (choice_n[i] == 0) out[i] = ToInt(ErrorCode::INVALID_REPLICA);
   }
   // Try replica 0 of every key in one round; keys that failed try their next replica.
   std::vector<size_t> attempt(keys.size(), 0);
@@ -468,20 +497,22 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
   for (size_t i = 0; i < keys.size(); ++i) {
     if (out[i] > 0) pending.push_back(i);
   }
+  std::vector<Job> jobs;
+  std::vector<Span> clipped;
   while (!pending.empty()) {
-    std::vector<Job> jobs;
+    jobs.clear();
     std::vector<char> failed(keys.size(), 0);
-    std::vector<std::vector<Span>> clipped(keys.size());
     for (size_t i : pending) {
-      const rpc::Replica* rep = choices[i][attempt[i]];
+      const rpc::Replica* rep = choices[choice_at[i] + attempt[i]];
       // Only the object's bytes: clip the parts to its size.
       size_t left = rep->buffer().size();
+      clipped.clear();
       for (const auto& p : parts[i]) {
         if (left == 0) break;
-        clipped[i].push_back({p.ptr, std::min(left, p.size)});
-        left -= clipped[i].back().size;
+        clipped.push_back({p.ptr, std::min(left, p.size)});
+        left -= clipped.back().size;
       }
-      AddJobs(TransferRequest::READ, clipped[i], &rep->buffer().segment_name(),
+      AddJobs(TransferRequest::READ, clipped, &rep->buffer().segment_name(),
               rep->buffer().addr(), i, &jobs);
     }
     RunJobs(jobs, &failed);
@@ -494,7 +525,7 @@ std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>&
         continue;
       }
       if (!failed[i]) continue;
-      if (++attempt[i] < choices[i].size()) {
+      if (++attempt[i] < choice_n[i]) {
         LOG(WARNING) << "get " << keys[i] << ": replica failed, trying the next one";
         retry.push_back(i);
       } else {

@@ -65,6 +65,8 @@ class StoreClient::Impl {
   }
 
   bool IsRegistered(const void* p, size_t n);
+  // As IsRegistered, also giving the registered range that holds [p, p + n).
+  bool RegisteredRange(const void* p, size_t n, uint64_t* lo, uint64_t* len);
   // False (after a log line) when `parts` need staging and there is no local buffer.
   bool Stageable(const char* what, const std::string& key, const std::vector<Span>& parts);
   Result<SegmentID> Open(const std::string& name);
