@@ -82,13 +82,20 @@ bool PeerExports::Alive() const {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
-bool PeerExports::Copy(const Slice& s) const {
+const PeerExports::Range* PeerExports::Find(const Slice& s) const {
   // The last range starting at or below s.remote.
   auto it = std::upper_bound(ranges_.begin(), ranges_.end(), s.remote,
                              [](uint64_t a, const Range& r) { return a < r.addr; });
-  if (it == ranges_.begin()) return false;
+  if (it == ranges_.begin()) return nullptr;
   const Range& r = *--it;
-  if (s.length > r.length || s.remote - r.addr > r.length - s.length) return false;
+  if (s.length > r.length || s.remote - r.addr > r.length - s.length) return nullptr;
+  return &r;
+}
+
+bool PeerExports::Copy(const Slice& s) const {
+  const Range* found = Find(s);
+  if (found == nullptr) return false;
+  const Range& r = *found;
   // Counted first, then the gen checked (both seq_cst): an unregistration that changed the
   // gen before our check sees our count when it waits (MemoryRegistry::Remove).
   r.slot->users.fetch_add(1, std::memory_order_seq_cst);

@@ -31,6 +31,8 @@ class PeerExports {
   // Copies `s` (host memory here) with memcpy if its remote range lies in a lent range that
   // is still lent; false when it does not (the caller sends it to the target instead).
   bool Copy(const Slice& s) const;
+  // Whether `s`'s remote range lies in a lent range (not whether the loan still holds).
+  bool Covers(const Slice& s) const { return Find(s) != nullptr; }
   // False once the target's end of the export connection closed (it exited: what we would
   // copy would go to a dead process's pages) or sent anything (it may not): the loan is over.
   bool Alive() const;
@@ -47,6 +49,7 @@ class PeerExports {
     ExportSlot* slot;
     uint64_t gen;
   };
+  const Range* Find(const Slice& s) const;
   ShmLimits* const limits_;
   const UniqueFd conn_;  // the export connection, kept open while the loan lasts
   std::vector<Range> ranges_;  // sorted by addr, not overlapping

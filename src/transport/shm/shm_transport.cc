@@ -259,25 +259,45 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
     if (ex != exports_.end() && ex->second == lent) exports_.erase(ex);
     lent.reset();
   }
+  // Slices in memory the target lends us are copied here (memcpy, no message), up to
+  // kInlineBytes of them per call; the rest go to the streams first, so that the target
+  // copies those meanwhile (a large batch keeps both processes copying).
+  thread_local std::vector<Slice> mine, rest;
+  mine.clear();
   if (lent) {
-    // Slices in memory the target lends us: copied here and now, the rest go to a stream.
-    thread_local std::vector<Slice> rest;
     rest.clear();
-    uint64_t copied = 0;
+    uint64_t budget = kInlineBytes;
     for (size_t i = 0; i < count; ++i) {
       const Slice& s = slices[i];
-      if (s.local_device < 0 && lent->Copy(s)) {
-        ++copied;
-        s.Done(COMPLETED, s.length);
+      if (s.local_device < 0 && s.length <= budget && lent->Covers(s)) {
+        budget -= s.length;
+        mine.push_back(s);
       } else {
         rest.push_back(s);
       }
     }
-    if (copied) mapped_copies_.fetch_add(copied, std::memory_order_relaxed);
-    if (rest.empty()) return Status::OK();
     slices = rest.data();
     count = rest.size();
   }
+  if (count > 0) MC_RETURN_IF_ERROR(ToStreams(desc, peer, slices, count));
+  if (mine.empty()) return Status::OK();
+  uint64_t copied = 0;
+  rest.clear();
+  for (const Slice& s : mine) {
+    if (lent->Copy(s)) {
+      ++copied;
+      s.Done(COMPLETED, s.length);
+    } else {
+      rest.push_back(s);  // the loan ended meanwhile: the target decides
+    }
+  }
+  if (copied) mapped_copies_.fetch_add(copied, std::memory_order_relaxed);
+  if (rest.empty()) return Status::OK();
+  return ToStreams(desc, peer, rest.data(), rest.size());
+}
+
+Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
+                               std::shared_ptr<Peer>& peer, const Slice* slices, size_t count) {
   if (!peer) {
     std::unique_lock lock(mu_);
     if (stopped_) return Status::FailedPrecondition("same-host transport is stopped");

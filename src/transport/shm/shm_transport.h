@@ -138,6 +138,11 @@ class ShmTransport : public Transport {
     int fd;
     std::vector<MemoryRegion*> pins;
   };
+  // Hands slices to the peer's streams (made on first use), spread over them.
+  Status ToStreams(const std::shared_ptr<const SegmentDesc>& desc, std::shared_ptr<Peer>& peer,
+                   const Slice* slices, size_t count);
+  // Bytes of lent memory one Submit copies itself; more go to the target (both copy then).
+  static constexpr uint64_t kInlineBytes = 2 << 20;
   void Hold(const std::string& path, int fd, std::vector<MemoryRegion*> pins);
   Status WaitForZombies(const std::string& path, int timeout_ms);
   void ReapLoop();
