@@ -212,6 +212,10 @@ def shm():
     seeds["map_fds_on_header_byte5"] = b"\x00" + bytes([0x28, 1, 0x04]) + b"\x00\x40" + \
         b"\x00\x01" + item(0x60, 0, b"\xff", slot_ioff(0, 0))
     seeds["map_fd_flood"] = b"\x00" + bytes([0x18, 0, 0x80]) + req
+    # An export request (nothing to lend here: an empty loan), then a request; and one with
+    # a count, which the target refuses by closing.
+    seeds["export_then_request"] = b"\x00" + b"\x03" + struct.pack("<II", 0x5845434D, 0) + req
+    seeds["export_with_count"] = b"\x00" + b"\x03" + struct.pack("<II", 0x5845434D, 1) + req
     seeds["request_with_fds"] = b"\x00" + b"\x10\x00\x02" + item(0x20, 0, b"\x10")
     seeds["request_fd_flood"] = b"\x00" + b"\x10\x00\x80" + item(0x20, 0, b"\x10")
     # Hello variants: a malformed proof message, a v1 hello, a proof address from the input.

@@ -225,6 +225,14 @@ inline ShmExpectation Model(Input* in, bool sanitize) {
       e.maps += maps.size();
       continue;
     }
+    if (h.magic == shm::kExportMagic && h.count == 0) {
+      // An export request: the harness's registry has no memfd-backed memory to lend, so an
+      // empty loan (no descriptors), and the connection goes on.
+      shm::ExportReply er;
+      er.seq = h.seq;
+      Append(&e.full, er);
+      continue;
+    }
     if (h.magic != shm::kMagic || h.count == 0 || h.count > shm::kMaxItems) break;
     size_t need = size_t{h.count} * sizeof(shm::Item);
     take_fds(pos, pos + std::min(need, s.size() - pos), nullptr, nullptr);
