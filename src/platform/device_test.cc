@@ -138,7 +138,9 @@ TEST(SimBackend, DeviceMemoryIsRecognizedAndNotTouchableByTheCpu) {
 }
 
 TEST(SimBackend, AsyncCopiesRunInOrderAndEventsWaitForThem) {
-  SimDeviceBackend sim(1, /*async_delay_us=*/2000);
+  // Each queued copy takes 100 ms, so the second is queued behind the first even when this
+  // thread loses its core for a while (with 2 ms, a loaded CI machine saw depth 1).
+  SimDeviceBackend sim(1, /*async_delay_us=*/100000);
   auto d = sim.Malloc(0, 1 << 20);
   auto h = sim.MallocHost(1 << 20);
   auto s = sim.CreateStream();

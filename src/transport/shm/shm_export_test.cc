@@ -20,37 +20,12 @@
 #include "transport/shm/shm_exports.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/shm/shm_wire.h"
+#include "engine/slice_recorder_test_util.h"
 
 namespace mooncake::shm {
 namespace {
 
-class Recorder : public SliceHook {
- public:
-  void OnSliceDone(const Slice&, TransferStatusEnum result, uint64_t, const char* message) override {
-    std::lock_guard lock(mu_);
-    results_.push_back(result);
-    if (message != nullptr && message_.empty()) message_ = message;
-    cv_.notify_all();
-  }
-  bool Wait(size_t n) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return results_.size() >= n; });
-  }
-  std::vector<TransferStatusEnum> results() {
-    std::lock_guard lock(mu_);
-    return results_;
-  }
-  std::string message() {
-    std::lock_guard lock(mu_);
-    return message_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<TransferStatusEnum> results_;
-  std::string message_;
-};
+using Recorder = testing_util::SliceRecorder;
 
 // A memfd of `size` bytes sealed against shrinking, mapped here: what AllocateSharedMemory
 // makes.

@@ -23,10 +23,9 @@ constexpr uint64_t kMaxPageBytes = 1 << 20;
 
 // Reads exactly `len` bytes, keeping the descriptors that come with them (at most the
 // kernel's SCM_MAX_FD per message; a truncated set fails).
-Status RecvWithFds(int fd, void* buf, size_t len, int timeout_ms, std::vector<int>* fds) {
+Status RecvAllWithFds(int fd, void* buf, size_t len, int timeout_ms, std::vector<int>* fds) {
   auto* p = static_cast<uint8_t*>(buf);
   size_t got = 0;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
   while (got < len) {
     pollfd pfd{fd, POLLIN, 0};
     int r = ::poll(&pfd, 1, timeout_ms);
@@ -35,26 +34,14 @@ Status RecvWithFds(int fd, void* buf, size_t len, int timeout_ms, std::vector<in
       if (errno == EINTR) continue;
       return ErrnoStatus("poll", errno);
     }
-    iovec iov{p + got, len - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    bool truncated = false;
+    ssize_t n = RecvWithFds(fd, p + got, len - got, fds, &truncated);
     if (n == 0) return Status::Unavailable("the same-host target closed the connection");
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return ErrnoStatus("recvmsg", errno);
     }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
-        fds->insert(fds->end(), in, in + count);
-      }
-    }
-    if (msg.msg_flags & MSG_CTRUNC) return Status::ResourceExhausted("descriptors truncated");
+    if (truncated) return Status::ResourceExhausted("descriptors truncated");
     got += static_cast<size_t>(n);
   }
   return Status::OK();
@@ -130,7 +117,7 @@ Result<std::shared_ptr<const PeerExports>> FetchExports(UniqueFd conn, int timeo
     }
   } closer{fds};
   ExportReply er;
-  MC_RETURN_IF_ERROR(RecvWithFds(fd, &er, sizeof(er), timeout_ms, &fds));
+  MC_RETURN_IF_ERROR(RecvAllWithFds(fd, &er, sizeof(er), timeout_ms, &fds));
   if (er.magic != kExportMagic || er.seq != h.seq || er.count > kMaxExports) {
     return Status::DataLoss("malformed reply to the export request");
   }
@@ -139,8 +126,8 @@ Result<std::shared_ptr<const PeerExports>> FetchExports(UniqueFd conn, int timeo
     return std::shared_ptr<const PeerExports>();
   }
   std::vector<ExportItem> items(er.count);
-  MC_RETURN_IF_ERROR(RecvWithFds(fd, items.data(), items.size() * sizeof(ExportItem),
-                                 timeout_ms, &fds));
+  MC_RETURN_IF_ERROR(RecvAllWithFds(fd, items.data(), items.size() * sizeof(ExportItem),
+                                    timeout_ms, &fds));
   if (fds.size() != er.count + 1) {
     return Status::DataLoss("the export reply carries " + std::to_string(fds.size()) +
                             " descriptors for " + std::to_string(er.count) + " ranges");

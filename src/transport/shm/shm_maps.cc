@@ -38,9 +38,6 @@ Status ConnMaps::RecvHeader(int fd, RequestHeader* h, int timeout_ms) {
   fds_refused_ = false;
   auto* p = reinterpret_cast<uint8_t*>(h);
   size_t got = 0, received = 0;
-  // Room for the kernel's most per message (SCM_MAX_FD): more would be closed by the kernel
-  // and reported as MSG_CTRUNC.
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
   while (got < sizeof(*h)) {
     pollfd pfd{fd, POLLIN, 0};
     int r = ::poll(&pfd, 1, got == 0 ? -1 : timeout_ms);
@@ -49,27 +46,15 @@ Status ConnMaps::RecvHeader(int fd, RequestHeader* h, int timeout_ms) {
       if (errno == EINTR) continue;
       return ErrnoStatus("poll", errno);
     }
-    iovec iov{p + got, sizeof(*h) - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    const size_t before = fds_.size();
+    bool truncated = false;
+    ssize_t n = RecvWithFds(fd, p + got, sizeof(*h) - got, &fds_, &truncated);
     if (n == 0) return Status::Unavailable("connection closed by the initiator");
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return ErrnoStatus("recvmsg", errno);
     }
-    size_t added = 0;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
-        fds_.insert(fds_.end(), in, in + count);
-        added += count;
-      }
-    }
+    const size_t added = fds_.size() - before;
     limits_->held_fds.fetch_add(added);
     received += added;
     got += static_cast<size_t>(n);
@@ -80,7 +65,7 @@ Status ConnMaps::RecvHeader(int fd, RequestHeader* h, int timeout_ms) {
           std::to_string(received) + " descriptors before a message header was complete (a "
           "map message carries at most 250); closing the connection");
     }
-    if ((msg.msg_flags & MSG_CTRUNC) ||
+    if (truncated ||
         (added > 0 && limits_->held_fds.load() > limits_->max_held_fds)) {
       // Out of descriptors, or all connections together hold their budget: close these at
       // once; the announcement is refused but the connection goes on (its copies then use

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace mooncake::shm {
 
@@ -44,6 +45,31 @@ inline void AttachFds(msghdr* msg, char* control, const int* fds, size_t n) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int) * n);
   std::memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+}
+
+// One non-blocking recvmsg of up to `len` bytes into `p`, appending the descriptors that
+// come with them (SCM_RIGHTS, close-on-exec) to `fds`. Returns recvmsg's result (errno set
+// when negative); *truncated: the kernel dropped descriptors past the kernel's per-message
+// most (MSG_CTRUNC).
+inline ssize_t RecvWithFds(int fd, void* p, size_t len, std::vector<int>* fds, bool* truncated) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];  // SCM_MAX_FD
+  iovec iov{p, len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  *truncated = n >= 0 && (msg.msg_flags & MSG_CTRUNC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
+      fds->insert(fds->end(), in, in + count);
+    }
+  }
+  return n;
 }
 
 constexpr uint32_t kMagic = 0x4853434D;  // "MCSH"

@@ -16,41 +16,12 @@
 #include <vector>
 
 #include "transport/ucx/ucx_memory.h"
+#include "engine/slice_recorder_test_util.h"
 
 namespace mooncake::ucx {
 namespace {
 
-class Recorder : public SliceHook {
- public:
-  void OnSliceDone(const Slice&, TransferStatusEnum result, uint64_t bytes,
-                   const char* message) override {
-    std::lock_guard lock(mu_);
-    results_.push_back(result);
-    bytes_ += bytes;
-    if (message != nullptr && message_.empty()) message_ = message;
-    cv_.notify_all();
-  }
-  // Waits for `n` reports (10 s at most).
-  bool Wait(size_t n) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return results_.size() >= n; });
-  }
-  std::vector<TransferStatusEnum> results() {
-    std::lock_guard lock(mu_);
-    return results_;
-  }
-  std::string message() {
-    std::lock_guard lock(mu_);
-    return message_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<TransferStatusEnum> results_;
-  uint64_t bytes_ = 0;
-  std::string message_;
-};
+using Recorder = testing_util::SliceRecorder;
 
 struct Side {
   MemoryRegistry registry;
