@@ -281,19 +281,25 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
   }
   if (count > 0) MC_RETURN_IF_ERROR(ToStreams(desc, peer, slices, count));
   if (mine.empty()) return Status::OK();
+  // Ours while we report: a completion that submitted again on this thread would find the
+  // thread's vectors empty, not ours changing under us.
+  std::vector<Slice> todo;
+  todo.swap(mine);
+  std::vector<Slice> again;
   uint64_t copied = 0;
-  rest.clear();
-  for (const Slice& s : mine) {
+  for (const Slice& s : todo) {
     if (lent->Copy(s)) {
       ++copied;
       s.Done(COMPLETED, s.length);
     } else {
-      rest.push_back(s);  // the loan ended meanwhile: the target decides
+      again.push_back(s);  // the loan ended meanwhile: the target decides
     }
   }
   if (copied) mapped_copies_.fetch_add(copied, std::memory_order_relaxed);
-  if (rest.empty()) return Status::OK();
-  return ToStreams(desc, peer, rest.data(), rest.size());
+  todo.clear();
+  if (mine.capacity() < todo.capacity()) mine.swap(todo);  // keep the room for the next call
+  if (again.empty()) return Status::OK();
+  return ToStreams(desc, peer, again.data(), again.size());
 }
 
 Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
