@@ -318,9 +318,12 @@ def test_concurrent_upserts_every_get_is_one_complete_version():
     """Two writer processes upsert one key with self-describing values of changing sizes while
     two reader processes get it: every get returns one writer's complete version."""
     # Each replaced version that was read keeps its space for one lease TTL (the readers may
-    # still copy it): a short lease keeps that bounded at this upsert rate.
-    with Master(default_kv_lease_ttl=2000) as m:
-        holder = StoreProc(m, global_segment_size=128 << 20)
+    # still copy it), and a pool held that way refuses upserts (NO_AVAILABLE_HANDLE), as it
+    # should. So the pool must outlast the rate: on a 2-core machine same-host upserts reach
+    # ~3k versions/s per writer (1-33 KiB each, most of them read), ~100 MB held per second
+    # of lease: a 1 s lease and 1 GiB (sparse until written) leave a 10x margin.
+    with Master(default_kv_lease_ttl=1000) as m:
+        holder = StoreProc(m, global_segment_size=1 << 30)
         writers = [StoreProc(m, global_segment_size=32 << 20) for _ in range(2)]
         readers = [StoreProc(m, global_segment_size=0) for _ in range(2)]
         try:
