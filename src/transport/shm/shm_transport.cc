@@ -299,7 +299,14 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
   todo.clear();
   if (mine.capacity() < todo.capacity()) mine.swap(todo);  // keep the room for the next call
   if (again.empty()) return Status::OK();
-  return ToStreams(desc, peer, again.data(), again.size());
+  // Some slices of this call are done already: an error may not go back to the engine
+  // (it would end every slice of the call), so these end here.
+  Status sent = ToStreams(desc, peer, again.data(), again.size());
+  if (!sent.ok()) {
+    const std::string why = sent.ToString();
+    for (const Slice& s : again) s.Done(FAILED, 0, why.c_str());
+  }
+  return Status::OK();
 }
 
 Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
