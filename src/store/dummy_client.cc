@@ -141,7 +141,7 @@ class DummyClient::Impl {
 
   std::mutex pool_mu;
   char* pool = nullptr;
-  std::unique_ptr<OffsetAllocator> pool_alloc;
+  std::unique_ptr<AddressedAllocator> pool_alloc;
 };
 
 std::unique_ptr<DummyClient> DummyClient::Create(uint64_t mem_pool_size,
@@ -183,7 +183,7 @@ std::unique_ptr<DummyClient> DummyClient::Create(uint64_t mem_pool_size,
                   "cannot allocate the memory pool of " + std::to_string(mem_pool_size) + " bytes");
     }
     impl->pool = static_cast<char*>(p);
-    impl->pool_alloc = std::make_unique<OffsetAllocator>(mem_pool_size, 64);
+    impl->pool_alloc = std::make_unique<AddressedAllocator>(mem_pool_size, 64);
   }
   Impl* raw = impl.get();
   impl->watcher_ = std::thread([raw] { raw->Watch(); });

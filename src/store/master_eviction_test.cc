@@ -201,6 +201,77 @@ TEST_F(MasterEvictionTest, ObjectLargerThanAnySegmentEvictsNothing) {
   EXPECT_TRUE(Gone(keys).empty());
 }
 
+TEST_F(MasterEvictionTest, LapsedSoftPinsAndPlainObjectsGoInOrderOfLastAccess) {
+  MakeExact();
+  auto short_pin = Config(1, {}, true, false);
+  short_pin.set_soft_pin_ttl_ms(5000);
+  ASSERT_EQ(Put("c1", "plain_old", kObj), kOk);
+  Advance(seconds(1));
+  ASSERT_EQ(Put("c1", "soft", kObj, short_pin), kOk);
+  Advance(seconds(1));
+  ASSERT_EQ(Put("c1", "plain_new", kObj), kOk);
+  Advance(seconds(1));
+  ASSERT_EQ(Put("c1", "pinned", kObj, Config(1, {}, true, false)), kOk);  // the default TTL
+  Advance(seconds(1));
+  auto keys = Fill("k", 6);  // full; "soft" lapsed meanwhile
+  for (const char* k : {"k0", "k1", "k2", "k3", "k4", "k5"}) {
+    ASSERT_EQ(Get(k).code(), kOk);  // the fill is now the most recently used
+    Advance(seconds(1));
+  }
+  ExpireLeases();
+  const std::vector<std::string> first = {"plain_old", "soft", "plain_new", "pinned"};
+  ASSERT_EQ(Put("c1", "n1", kObj), kOk);
+  EXPECT_EQ(Gone(first), (std::set<std::string>{"plain_old"}));
+  ASSERT_EQ(Put("c1", "n2", kObj), kOk);  // "soft" was accessed before "plain_new"
+  EXPECT_EQ(Gone(first), (std::set<std::string>{"plain_old", "soft"}));
+  ASSERT_EQ(Put("c1", "n3", kObj), kOk);
+  EXPECT_EQ(Gone(first), (std::set<std::string>{"plain_old", "soft", "plain_new"}));
+  ASSERT_EQ(Put("c1", "n4", kObj), kOk);  // then the fill, oldest access first
+  EXPECT_EQ(Gone(keys), (std::set<std::string>{"k0"}));
+  EXPECT_EQ(Exist("pinned"), kOk);
+}
+
+TEST_F(MasterEvictionTest, ABigEvictionGoesOnInPassesOfBoundedSizeAcrossCalls) {
+  // Above 92 %, evict down to 42 %: for 20,000 small objects that is ~10,000 victims,
+  // taken kEvictChunk per PutStart or Tick, oldest first.
+  constexpr uint64_t kSmall = 64;
+  constexpr int kSlots = 20000;
+  MasterConfig c;
+  c.eviction_high_watermark_ratio = 0.92;
+  c.eviction_ratio = 0.5;
+  Make(c);
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, kSlots * kSmall), kOk);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 18401; ++i) {  // just above 92 %: the next PutStart evicts
+    keys.push_back("k" + std::to_string(i));
+    ASSERT_EQ(Put("c1", keys.back(), kSmall), kOk) << i;
+    Advance(milliseconds(1));
+    if (i % 1000 == 0) {
+      ASSERT_TRUE(Ping("c1").client_known());  // c1 must not expire
+    }
+  }
+  ASSERT_EQ(master_->GetStats().evicted_objects(), 0u);
+  const size_t chunk = MasterService::kEvictChunk;
+  ASSERT_EQ(Put("c1", "p1", kSmall), kOk);
+  EXPECT_EQ(master_->GetStats().evicted_objects(), chunk);
+  EXPECT_EQ(Exist(keys[chunk - 1]), C(ErrorCode::OBJECT_NOT_FOUND));  // the oldest went
+  EXPECT_EQ(Exist(keys[chunk]), kOk);
+  ASSERT_TRUE(Ping("c1").client_known());
+  master_->Tick();  // below the high watermark now, but still on the way to the low one
+  EXPECT_EQ(master_->GetStats().evicted_objects(), 2 * chunk);
+  ASSERT_EQ(Put("c1", "p2", kSmall), kOk);  // the third pass reaches the low watermark
+  const auto stats = master_->GetStats();
+  EXPECT_LE(stats.allocated(), static_cast<uint64_t>(0.42 * kSlots * kSmall) + kSmall);
+  EXPECT_GT(stats.allocated(), static_cast<uint64_t>(0.40 * kSlots * kSmall));
+  const uint64_t evicted = stats.evicted_objects();
+  EXPECT_EQ(Exist(keys[evicted - 1]), C(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(Exist(keys[evicted]), kOk);
+  // Done: the next put evicts nothing.
+  ASSERT_EQ(Put("c1", "after", kSmall), kOk);
+  master_->Tick();
+  EXPECT_EQ(master_->GetStats().evicted_objects(), evicted);
+}
+
 // ---- Client TTL and stale puts (Tick) ----
 
 }  // namespace

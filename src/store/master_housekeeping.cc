@@ -39,14 +39,13 @@ void MasterService::Tick() {
   }
   const auto discard = std::chrono::seconds(config_.put_start_discard_timeout_s);
   // Only puts in flight are looked at: a tick costs nothing per stored object.
-  std::vector<std::string> stale;
-  for (const std::string& key : in_flight_) {
-    if (objects_.at(key).stamp + discard <= now) stale.push_back(key);
-  }
-  for (const std::string& key : stale) {
-    LOG(WARNING) << "discarding put of " << key << ": no PutEnd within "
+  for (ObjectEntry* e = in_flight_.front(); e != nullptr;) {
+    ObjectEntry* put = e;
+    e = in_flight_.next(e);
+    if (put->second.stamp + discard > now) continue;
+    LOG(WARNING) << "discarding put of " << put->first << ": no PutEnd within "
                  << config_.put_start_discard_timeout_s << " s";
-    EraseObjectLocked(objects_.find(key));
+    EraseObjectLocked(objects_.find(put->first), now);
     ++counters_.discarded_puts;
   }
   for (auto it = upserts_.begin(); it != upserts_.end();) {
@@ -56,7 +55,7 @@ void MasterService::Tick() {
     }
     LOG(WARNING) << "discarding upsert of " << it->first << ": no PutEnd within "
                  << config_.put_start_discard_timeout_s << " s (the old value stays)";
-    FreeObjectLocked(it->second);
+    FreeObjectLocked(it->second, now);
     it = upserts_.erase(it);
     ++counters_.discarded_puts;
   }
@@ -64,11 +63,7 @@ void MasterService::Tick() {
   for (auto it = dropped_names_.begin(); it != dropped_names_.end();) {
     it = it->second <= now ? dropped_names_.erase(it) : std::next(it);
   }
-  const uint64_t capacity = CapacityLocked();
-  if (capacity > 0 && static_cast<double>(AllocatedLocked()) >
-                          config_.eviction_high_watermark_ratio * static_cast<double>(capacity)) {
-    EvictLocked(0);
-  }
+  EvictIfFullLocked(now);
 }
 
 std::string MasterService::MetricsText() {

@@ -6,6 +6,9 @@
 //   reference. Not thread safe: used under the master's lock.
 // - Replicas: an object's replica placements, the first inline (replica_num 1, the usual case,
 //   needs no heap block), more on the heap.
+// - RecordList: a list threaded through the records themselves (puts in flight, objects in
+//   order of last access), so that keeping the order costs no allocation and eviction or
+//   discarding stale puts never walks the whole table.
 #pragma once
 
 #include <cstdint>
@@ -84,8 +87,11 @@ inline void ClientName::Release() {
   e_ = nullptr;
 }
 
+// Where one replica lies: the segment, the offset in it, and the segment allocator's handle
+// (what freeing it needs). 16 bytes: segment ids are below 2^32 (MountSegment refuses more).
 struct Placement {
-  uint64_t segment_id;
+  uint32_t segment_id;
+  uint32_t handle;
   uint64_t offset;
 };
 
@@ -158,9 +164,50 @@ class Replicas {
   uint32_t n_ = 0;
   uint32_t cap_ = 1;  // 1: the placement is inline (one_); more: many_ holds cap_ of them
   union {
-    Placement one_{0, 0};
+    Placement one_{0, 0, 0};
     Placement* many_;
   };
+};
+
+// A doubly linked list through links in the records: E is a table entry (a key, value pair
+// whose node never moves) and E::second has `E* prev, *next` and `uint8_t list` (the id of
+// the list holding it, 0 for none). Adding at the back, removing and moving to the back are
+// O(1). Not thread safe.
+template <class E>
+class RecordList {
+ public:
+  explicit RecordList(uint8_t id) : id_(id) {}
+  RecordList(const RecordList&) = delete;
+  RecordList& operator=(const RecordList&) = delete;
+
+  uint8_t id() const { return id_; }
+  size_t size() const { return size_; }
+  E* front() const { return head_; }
+  static E* next(const E* e) { return e->second.next; }
+  bool contains(const E* e) const { return e->second.list == id_; }
+
+  void push_back(E* e) {
+    e->second.list = id_;
+    e->second.prev = tail_;
+    e->second.next = nullptr;
+    (tail_ ? tail_->second.next : head_) = e;
+    tail_ = e;
+    ++size_;
+  }
+  // `e` must be in this list.
+  void remove(E* e) {
+    (e->second.prev ? e->second.prev->second.next : head_) = e->second.next;
+    (e->second.next ? e->second.next->second.prev : tail_) = e->second.prev;
+    e->second.prev = e->second.next = nullptr;
+    e->second.list = 0;
+    --size_;
+  }
+
+ private:
+  const uint8_t id_;
+  E* head_ = nullptr;
+  E* tail_ = nullptr;
+  size_t size_ = 0;
 };
 
 }  // namespace store

@@ -13,19 +13,18 @@
 namespace mooncake {
 namespace store {
 
-void MasterService::FreeObjectLocked(const Object& obj) {
-  const auto now = now_();
+void MasterService::FreeObjectLocked(const Object& obj, Clock::time_point now) {
   const bool leased = obj.lease_until > now;
   for (const auto& p : obj.replicas) {
     auto seg = segments_.find(p.segment_id);
     if (seg == segments_.end()) continue;
     if (leased) {
       // A reader may be copying these bytes now: the space is reused only after its lease.
-      graveyard_.push({p.segment_id, p.offset, obj.size, obj.lease_until});
+      graveyard_.push({p.segment_id, {p.offset, p.handle}, obj.size, obj.lease_until});
       graveyard_bytes_ += obj.size;
       ++counters_.deferred_frees;
     } else {
-      seg->second->alloc.Free(p.offset);
+      seg->second->alloc.Free({p.offset, p.handle});
     }
   }
 }
@@ -34,7 +33,7 @@ void MasterService::ReapGraveyardLocked(Clock::time_point now) {
   while (!graveyard_.empty() && graveyard_.top().free_at <= now) {
     const Grave& g = graveyard_.top();
     auto seg = segments_.find(g.segment_id);
-    if (seg != segments_.end()) seg->second->alloc.Free(g.offset);
+    if (seg != segments_.end()) seg->second->alloc.Free(g.space);
     graveyard_bytes_ -= g.size;
     graveyard_.pop();
   }
@@ -42,8 +41,8 @@ void MasterService::ReapGraveyardLocked(Clock::time_point now) {
 
 uint64_t MasterService::GraveyardBytesLocked() const { return graveyard_bytes_; }
 
-void MasterService::EndOwnLeaseLocked(Object* obj, const std::string& client) {
-  const auto now = now_();
+void MasterService::EndOwnLeaseLocked(Object* obj, const std::string& client,
+                                      Clock::time_point now) {
   if (!client.empty() && obj->lease_client == client && obj->foreign_until <= now) {
     obj->lease_until = std::min(obj->lease_until, now);
   }
@@ -60,6 +59,7 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
     return resp;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  const auto now = now_();
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
     ++counters_.remove;
@@ -72,15 +72,17 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
       resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
     } else if (!it->second.complete) {
       resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
-    } else if (!req.force() && LeasedLocked(it->second)) {
+    } else if (!req.force() && Leased(it->second, now)) {
       resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
     } else {
       // The remover's own completed read holds the latest lease and every lease granted to
       // other clients has lapsed (the client vouches that none of its reads of the key is in
       // flight): nobody can be copying the bytes, so the space is freed at once.
       const uint64_t done = i < req.read_lease_ids_size() ? req.read_lease_ids(i) : 0;
-      if (done != 0 && done == it->second.lease_id) EndOwnLeaseLocked(&it->second, req.client_id());
-      EraseObjectLocked(it);  // forced while leased: invisible now, space freed after the lease
+      if (done != 0 && done == it->second.lease_id) {
+        EndOwnLeaseLocked(&it->second, req.client_id(), now);
+      }
+      EraseObjectLocked(it, now);  // forced while leased: invisible now, space freed after the lease
       resp.add_codes(Code(ErrorCode::OK));
     }
   }
@@ -132,6 +134,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
   std::vector<std::string> victims;
   while (true) {
     std::lock_guard<std::mutex> lock(mu_);
+    const auto now = now_();
     size_t seen = 0;
     while (shard < ObjectMap::kShardCount && seen < kRemoveChunk) {
       auto& table = objects_.shard(shard);
@@ -139,7 +142,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
       for (; bucket < buckets && seen < kRemoveChunk; ++bucket) {
         for (auto it = table.begin(bucket); it != table.end(bucket); ++it) {
           ++seen;
-          if (it->second.complete && (force || !LeasedLocked(it->second)) && match(it->first)) {
+          if (it->second.complete && (force || !Leased(it->second, now)) && match(it->first)) {
             victims.push_back(it->first);
           }
         }
@@ -151,8 +154,8 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
     }
     for (const std::string& key : victims) {
       auto it = objects_.find(key);
-      if (force) EndOwnLeaseLocked(&it->second, done_client);
-      EraseObjectLocked(it);
+      if (force) EndOwnLeaseLocked(&it->second, done_client, now);
+      EraseObjectLocked(it, now);
       ++count;
     }
     victims.clear();
@@ -180,21 +183,21 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     ++counters_.refused_requests;
     return resp;
   }
+  const auto now = now_();
   for (const std::string& key : req.keys()) {
     if (!KeyProblem(key).empty()) continue;
     auto it = objects_.find(key);
     // Only the writer's own, complete objects that nobody holds a lease on (upstream's rule;
     // as upstream, a write counts as a lease of one TTL from its PutEnd).
-    const auto now = now_();
     if (it == objects_.end() || !it->second.complete || it->second.owner != req.client_id() ||
-        LeasedLocked(it->second) ||
+        Leased(it->second, now) ||
         it->second.stamp + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
       VLOG(1) << "ReplicaClear: " << key << " skipped (absent, in flight, another client's or "
               << "leased)";
       continue;
     }
     if (req.segment_name().empty()) {
-      EraseObjectLocked(it);
+      EraseObjectLocked(it, now);
       resp.add_cleared_keys(key);
       continue;
     }
@@ -203,14 +206,17 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     for (auto r = reps.begin(); r != reps.end();) {
       auto seg = segments_.find(r->segment_id);
       if (seg != segments_.end() && seg->second->name == req.segment_name()) {
-        seg->second->alloc.Free(r->offset);  // unleased: nobody reads it
+        seg->second->alloc.Free({r->offset, r->handle});  // unleased: nobody reads it
         r = reps.erase(r);
       } else {
         ++r;
       }
     }
     if (reps.size() == before) continue;  // no replica there
-    if (reps.empty()) objects_.erase(it);
+    if (reps.empty()) {
+      UnlistLocked(&*it);
+      objects_.erase(it);
+    }
     resp.add_cleared_keys(key);
   }
   resp.set_code(Code(ErrorCode::OK));

@@ -32,8 +32,6 @@ uint64_t MasterService::AllocatedLocked() const {
   return total;
 }
 
-bool MasterService::LeasedLocked(const Object& obj) const { return obj.lease_until > now_(); }
-
 rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentRequest& req) {
   rpc::MountSegmentResponse resp;
   if (req.client_id().empty() || req.segment_name().empty() || req.size() == 0 ||
@@ -64,6 +62,11 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
       resp.set_message("segment " + req.segment_name() + " already has a mounted range there");
       return resp;
     }
+  }
+  if (next_segment_id_ > UINT32_MAX) {  // replicas keep 32-bit segment ids (master_records.h)
+    resp.set_code(Code(ErrorCode::INTERNAL_ERROR));
+    resp.set_message("this master has mounted 2^32 - 1 segments: restart it to mount more");
+    return resp;
   }
   const uint64_t id = next_segment_id_++;
   auto seg = std::make_unique<Segment>(req.segment_name(), req.base(), req.size(),
@@ -96,6 +99,7 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
 void MasterService::UnmountLocked(uint64_t segment_id) {
   auto it = segments_.find(segment_id);
   if (it == segments_.end()) return;
+  const auto now = now_();
   // Drop the replicas on this segment; an object left without replicas, or still being
   // written, goes entirely.
   for (auto obj = objects_.begin(); obj != objects_.end();) {
@@ -108,7 +112,7 @@ void MasterService::UnmountLocked(uint64_t segment_id) {
       continue;
     }
     if (!obj->second.complete || reps.size() == 1) {
-      obj = EraseObjectLocked(obj);
+      obj = EraseObjectLocked(obj, now);
       continue;
     }
     reps.erase(std::remove_if(reps.begin(), reps.end(),
@@ -121,7 +125,7 @@ void MasterService::UnmountLocked(uint64_t segment_id) {
     const bool on_segment = std::any_of(reps.begin(), reps.end(), [&](const auto& p) {
       return p.segment_id == segment_id;
     });
-    if (on_segment) FreeObjectLocked(up->second);
+    if (on_segment) FreeObjectLocked(up->second, now);
     up = on_segment ? upserts_.erase(up) : std::next(up);
   }
   auto client = clients_.find(it->second->client_id);
@@ -129,7 +133,7 @@ void MasterService::UnmountLocked(uint64_t segment_id) {
   // Readers may hold addresses in this segment for one more lease TTL: a segment mounted
   // again under this name takes no new objects before then.
   dropped_names_[it->second->name] =
-      now_() + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms);
+      now + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms);
   LOG(INFO) << "unmounted segment " << it->second->name << " of client " << it->second->client_id;
   segments_.erase(it);
   ++view_version_;
@@ -171,14 +175,37 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
   return resp;
 }
 
-MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::iterator it) {
-  if (!it->second.complete) in_flight_.erase(it->first);
-  FreeObjectLocked(it->second);
+MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::iterator it,
+                                                                   Clock::time_point now) {
+  UnlistLocked(&*it);
+  FreeObjectLocked(it->second, now);
   return objects_.erase(it);
 }
 
+void MasterService::UnlistLocked(ObjectEntry* e) {
+  switch (e->second.list) {
+    case 0: break;
+    case 1: in_flight_.remove(e); break;
+    case 2: lru_.remove(e); break;
+    default: pinned_lru_.remove(e); break;
+  }
+}
+
+void MasterService::ListLocked(ObjectEntry* e) {
+  UnlistLocked(e);
+  const Object& obj = e->second;
+  if (!obj.complete) {
+    in_flight_.push_back(e);
+  } else if (obj.soft_pin && !obj.hard_pin) {
+    pinned_lru_.push_back(e);
+  } else if (!obj.hard_pin) {
+    lru_.push_back(e);
+  }
+}
+
 bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
-                                const rpc::ReplicateConfig& config, Object* obj) {
+                                const rpc::ReplicateConfig& config, Object* obj,
+                                Clock::time_point now) {
   const size_t want = std::max<uint32_t>(1, config.replica_num());
   // Preferred segments first (in the caller's order), then the rest starting at a rotating
   // cursor so that objects spread over segments. (Scratch vectors of the master: no heap
@@ -210,20 +237,19 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
     }
     return false;
   };
-  const auto now = now_();
   for (const auto& [id, seg] : order) {
     if (obj->replicas.size() == want) break;
     if (seg->alloc_after > now || (!obj->replicas.empty() && name_used(seg->name))) continue;
-    auto offset = seg->alloc.Allocate(size);
-    if (!offset) continue;
-    obj->replicas.push_back({id, *offset});
+    auto space = seg->alloc.Allocate(size);
+    if (!space) continue;
+    obj->replicas.push_back({static_cast<uint32_t>(id), space->handle, space->offset});
   }
   VLOG(1) << "placed " << key << " (" << size << " bytes): " << obj->replicas.size() << "/"
           << want << " replicas";
   return !obj->replicas.empty();
 }
 
-uint64_t MasterService::EvictLocked(uint64_t needed) {
+uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   const uint64_t capacity = CapacityLocked();
   const uint64_t allocated = AllocatedLocked();
   const double target_ratio =
@@ -231,45 +257,74 @@ uint64_t MasterService::EvictLocked(uint64_t needed) {
   const uint64_t target = static_cast<uint64_t>(target_ratio * static_cast<double>(capacity));
   uint64_t to_free = allocated + needed > target ? allocated + needed - target : 0;
   to_free = std::max(to_free, needed);
-  if (to_free == 0) return 0;
-  ++counters_.eviction_runs;
-  const auto now = now_();
-  // (tier, last access, key): tier 0 plain objects, tier 1 soft-pinned ones.
-  std::vector<std::tuple<int, Clock::time_point, const std::string*>> candidates;
-  uint64_t cand_bytes = 0;
-  for (const auto& [key, obj] : objects_) {
-    if (!obj.complete || obj.hard_pin || obj.lease_until > now) continue;
-    const int tier = (obj.soft_pin && obj.last_access + obj.soft_pin_ttl > now) ? 1 : 0;
-    candidates.emplace_back(tier, obj.last_access, &key);
-    cand_bytes += obj.size * obj.replicas.size();
+  if (to_free == 0) {
+    evicting_ = false;
+    return 0;
   }
-  // Only the oldest are needed: select about as many as the bytes to free call for (linear)
-  // and sort those alone, more in rounds if they fall short. The victims and their order are
-  // a full sort's (the tuples are distinct), without sorting millions of objects.
-  const double avg_bytes =
-      std::max(1.0, static_cast<double>(cand_bytes) /
-                        static_cast<double>(std::max<size_t>(1, candidates.size())));
+  ++counters_.eviction_runs;
   uint64_t freed = 0;
-  size_t sorted = 0;
-  for (size_t i = 0; i < candidates.size() && freed < to_free; ++i) {
-    if (i == sorted) {
-      const size_t want =
-          static_cast<size_t>(static_cast<double>(to_free - freed) / avg_bytes * 1.25) + 64;
-      const size_t end = std::min(candidates.size(), sorted + want);
-      if (end < candidates.size()) {
-        std::nth_element(candidates.begin() + sorted, candidates.begin() + end, candidates.end());
-      }
-      std::sort(candidates.begin() + sorted, candidates.begin() + end);
-      sorted = end;
-    }
-    auto it = objects_.find(*std::get<2>(candidates[i]));
-    freed += it->second.size * it->second.replicas.size();
+  size_t victims = 0;
+  auto done = [&] { return freed >= to_free || (victims >= kEvictChunk && freed >= needed); };
+  auto evict = [&](ObjectEntry* e) {
+    freed += e->second.size * e->second.replicas.size();
+    ++victims;
     ++counters_.evicted_objects;
-    EraseObjectLocked(it);
+    EraseObjectLocked(objects_.find(e->first), now);
+  };
+  auto pinned = [&](const ObjectEntry* e) {
+    return e->second.last_access + e->second.soft_pin_ttl > now;
+  };
+  // First plain objects and soft-pinned ones whose pin has lapsed, least recently accessed
+  // first: both lists are in order of last access, so this merges them. The walk of
+  // pinned_lru_ stops where no pin can have lapsed yet (accessed within the shortest TTL).
+  ObjectEntry* plain = lru_.front();
+  ObjectEntry* soft = pinned_lru_.front();
+  auto next_plain = [&] {
+    while (plain != nullptr && Leased(plain->second, now)) plain = lru_.next(plain);
+  };
+  auto next_lapsed = [&] {
+    while (soft != nullptr && now - soft->second.last_access >= min_soft_pin_ttl_ &&
+           (pinned(soft) || Leased(soft->second, now))) {
+      soft = pinned_lru_.next(soft);
+    }
+    if (soft != nullptr && now - soft->second.last_access < min_soft_pin_ttl_) soft = nullptr;
+  };
+  while (!done()) {
+    next_plain();
+    next_lapsed();
+    ObjectEntry* victim = nullptr;
+    if (plain != nullptr &&
+        (soft == nullptr || plain->second.last_access <= soft->second.last_access)) {
+      victim = plain;
+      plain = lru_.next(plain);
+    } else if (soft != nullptr) {
+      victim = soft;
+      soft = pinned_lru_.next(soft);
+    } else {
+      break;
+    }
+    evict(victim);
+  }
+  // Then soft-pinned objects still pinned, least recently accessed first.
+  for (ObjectEntry* e = pinned_lru_.front(); e != nullptr && !done();) {
+    ObjectEntry* victim = e;
+    e = pinned_lru_.next(e);
+    if (!Leased(victim->second, now)) evict(victim);
   }
   counters_.evicted_bytes += freed;
-  if (freed > 0) VLOG(1) << "evicted " << freed << " bytes";
+  // Still above the low watermark with something taken: the next call goes on.
+  evicting_ = victims > 0 && allocated - std::min(allocated, freed) > target;
+  if (freed > 0) VLOG(1) << "evicted " << freed << " bytes (" << victims << " objects)";
   return freed;
+}
+
+void MasterService::EvictIfFullLocked(Clock::time_point now) {
+  const uint64_t capacity = CapacityLocked();
+  if (capacity == 0) return;
+  if (evicting_ || static_cast<double>(AllocatedLocked()) >
+                       config_.eviction_high_watermark_ratio * static_cast<double>(capacity)) {
+    EvictLocked(0, now);
+  }
 }
 
 namespace {
@@ -318,13 +373,8 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
   }
   const auto now = now_();
   ReapGraveyardLocked(now);
-  {
-    const uint64_t capacity = CapacityLocked();
-    if (capacity > 0 && static_cast<double>(AllocatedLocked()) >
-                            config_.eviction_high_watermark_ratio * static_cast<double>(capacity)) {
-      EvictLocked(0);
-    }
-  }
+  EvictIfFullLocked(now);
+  const ClientName owner = client_names_.Get(req.client_id());
   for (const auto& item : req.items()) {
     ++counters_.put_start;
     rpc::PutStartResult* result = resp.add_results();
@@ -336,12 +386,12 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       continue;
     }
     if (req.upsert()) {
-      UpsertStartLocked(req, item, result);
+      UpsertStartLocked(req, item, owner, now, result);
       if (result->code() != Code(ErrorCode::OK)) ++counters_.put_start_fail;
       continue;
     }
     auto existing = objects_.find(item.key());
-    if (existing != objects_.end() || upserts_.count(item.key())) {
+    if (existing != objects_.end() || (!upserts_.empty() && upserts_.count(item.key()))) {
       const bool stale = existing != objects_.end() && !existing->second.complete &&
                          existing->second.stamp +
                                  std::chrono::seconds(config_.put_start_discard_timeout_s) <= now;
@@ -351,26 +401,25 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
         ++counters_.put_start_fail;
         continue;
       }
-      EraseObjectLocked(existing);
+      EraseObjectLocked(existing, now);
       ++counters_.discarded_puts;
     }
-    Object obj = NewObjectLocked(req, item.size());
-    if (!PlaceOrFailLocked(item.key(), item.size(), req.config(), &obj, result)) {
+    Object obj = NewObjectLocked(req, item.size(), owner, now);
+    if (!PlaceOrFailLocked(item.key(), item.size(), req.config(), &obj, result, now)) {
       ++counters_.put_start_fail;
       continue;
     }
-    in_flight_.insert(item.key());
-    objects_.emplace(item.key(), std::move(obj));
+    in_flight_.push_back(&*objects_.emplace(item.key(), std::move(obj)).first);
   }
   return;
 }
 
 MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest& req,
-                                                     uint64_t size) {
-  const auto now = now_();
+                                                     uint64_t size, const ClientName& owner,
+                                                     Clock::time_point now) {
   Object obj;
   obj.size = size;
-  obj.owner = client_names_.Get(req.client_id());
+  obj.owner = owner;
   obj.soft_pin = req.config().with_soft_pin();
   obj.soft_pin_ttl = std::chrono::milliseconds(req.config().soft_pin_ttl_ms() > 0
                                                    ? req.config().soft_pin_ttl_ms()
@@ -378,20 +427,22 @@ MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest&
   obj.hard_pin = req.config().with_hard_pin();
   obj.stamp = now;
   obj.last_access = now;
+  if (obj.soft_pin) {
+    min_soft_pin_ttl_ = std::min<Clock::duration>(min_soft_pin_ttl_, obj.soft_pin_ttl);
+  }
   return obj;
 }
 
 bool MasterService::PlaceOrFailLocked(const std::string& key, uint64_t size,
                                       const rpc::ReplicateConfig& config, Object* obj,
-                                      rpc::PutStartResult* result) {
-  const auto now = now_();
-  if (!PlaceLocked(key, size, config, obj)) {
+                                      rpc::PutStartResult* result, Clock::time_point now) {
+  if (!PlaceLocked(key, size, config, obj, now)) {
     // Nothing fits: make room (approximately LRU) until the object fits, since the bytes
     // freed need not be contiguous, or nothing evictable is left. An object larger than
     // every segment can never fit: evicting for it would only lose data.
     bool could_fit = false;
     for (const auto& [id, seg] : segments_) could_fit |= seg->alloc.capacity() >= size;
-    while (could_fit && EvictLocked(size) > 0 && !PlaceLocked(key, size, config, obj)) {
+    while (could_fit && EvictLocked(size, now) > 0 && !PlaceLocked(key, size, config, obj, now)) {
     }
   }
   if (obj->replicas.empty()) {
@@ -452,7 +503,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
     }
-    if (UpsertEndLocked(key, req.client_id(), /*commit=*/true)) {
+    if (!upserts_.empty() && UpsertEndLocked(key, req.client_id(), /*commit=*/true, now)) {
       resp.add_codes(Code(ErrorCode::OK));
       continue;
     }
@@ -462,7 +513,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       it->second.complete = true;
       it->second.last_access = now;
       it->second.stamp = now;
-      in_flight_.erase(key);
+      ListLocked(&*it);
     }
     resp.add_codes(Code(code));
   }
@@ -479,19 +530,20 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
     ++counters_.refused_requests;
     return resp;
   }
+  const auto now = now_();
   for (const auto& key : req.keys()) {
     ++counters_.put_revoke;
     if (!KeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
     }
-    if (UpsertEndLocked(key, req.client_id(), /*commit=*/false)) {
+    if (UpsertEndLocked(key, req.client_id(), /*commit=*/false, now)) {
       resp.add_codes(Code(ErrorCode::OK));
       continue;
     }
     ObjectMap::iterator it;
     const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
-    if (code == ErrorCode::OK) EraseObjectLocked(it);
+    if (code == ErrorCode::OK) EraseObjectLocked(it, now);
     resp.add_codes(Code(code));
   }
   return resp;
@@ -532,6 +584,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     }
     Object& obj = it->second;
     obj.last_access = now;
+    ListLocked(&*it);  // the most recently used now
     if (obj.lease_client != req.client_id()) {
       obj.foreign_until = std::max(obj.foreign_until, obj.lease_until);
     }

@@ -136,6 +136,10 @@ class MasterService {
   Summary GetSummary() const;
 
   const MasterConfig& config() const { return config_; }
+  // Objects one eviction pass takes beyond what the allocation at hand needs: above the high
+  // watermark the master evicts toward the low one in passes of this many objects, one per
+  // PutStart or Tick, so that no call holds the lock for millions of objects.
+  static constexpr size_t kEvictChunk = 4096;
 
  private:
   struct Segment;
@@ -144,32 +148,41 @@ class MasterService {
   // Space of an object removed while leased: freed once free_at has passed.
   struct Grave {
     uint64_t segment_id;
-    uint64_t offset;
+    OffsetAllocation space;
     uint64_t size;
     Clock::time_point free_at;
   };
 
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
-                   Object* obj);
+                   Object* obj, Clock::time_point now);
   // Sharded, so that its growth rehashes a few thousand keys at a time (sharded_map.h).
   using ObjectMap = ShardedMap<std::string, Object>;
+  using ObjectEntry = std::pair<const std::string, Object>;  // ObjectMap's value_type
   // Frees the object's replicas and forgets it; returns the next iterator.
-  ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it);
+  ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it, Clock::time_point now);
+  // Puts an entry of objects_ at the back of the list its state calls for (in flight, least
+  // recently used, soft-pinned least recently used), or in none (hard-pinned); after a
+  // change of state or an access.
+  void ListLocked(ObjectEntry* e);
+  void UnlistLocked(ObjectEntry* e);
   // PutStart of one item with req.upsert(): OK (result filled), or why not.
   void UpsertStartLocked(const rpc::PutStartRequest& req, const rpc::PutStartItem& item,
+                         const ClientName& owner, Clock::time_point now,
                          rpc::PutStartResult* result);
   // PutEnd / PutRevoke of an upsert in flight: true when `key` was one of `client`'s.
-  bool UpsertEndLocked(const std::string& key, const std::string& client, bool commit);
-  // Builds the record of a new object (not placed yet).
-  Object NewObjectLocked(const rpc::PutStartRequest& req, uint64_t size);
+  bool UpsertEndLocked(const std::string& key, const std::string& client, bool commit,
+                       Clock::time_point now);
+  // Builds the record of a new object (not placed yet) of `owner` (req's client).
+  Object NewObjectLocked(const rpc::PutStartRequest& req, uint64_t size, const ClientName& owner,
+                         Clock::time_point now);
   // Places `obj` (evicting if needed); false after filling `result` with the failure.
   bool PlaceOrFailLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
-                         Object* obj, rpc::PutStartResult* result);
+                         Object* obj, rpc::PutStartResult* result, Clock::time_point now);
   // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
   ErrorCode FindInFlightLocked(const std::string& key, const std::string& client,
                                ObjectMap::iterator* it);
   // Frees the replicas' space, or (while the object is leased) moves it to the graveyard.
-  void FreeObjectLocked(const Object& obj);
+  void FreeObjectLocked(const Object& obj, Clock::time_point now);
   void ReapGraveyardLocked(Clock::time_point now);
   uint64_t GraveyardBytesLocked() const;
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
@@ -179,11 +192,15 @@ class MasterService {
                                  const std::function<bool(const std::string&)>& match);
   // Ends the object's lease now when `client` holds it alone (latest grant theirs, every
   // other client's lapsed), so that its space is freed at once.
-  void EndOwnLeaseLocked(Object* obj, const std::string& client);
-  // Evicts until `needed` more bytes would keep usage at (watermark - ratio); returns bytes freed.
-  uint64_t EvictLocked(uint64_t needed);
+  void EndOwnLeaseLocked(Object* obj, const std::string& client, Clock::time_point now);
+  // Evicts toward `needed` more bytes keeping usage at (watermark - ratio): at least `needed`
+  // bytes where anything is evictable, but beyond that at most kEvictChunk objects, the rest
+  // left to the next calls (evicting_); returns bytes freed.
+  uint64_t EvictLocked(uint64_t needed, Clock::time_point now);
+  // Above the high watermark, or still evicting toward the low one: evicts the next chunk.
+  void EvictIfFullLocked(Clock::time_point now);
   void UnmountLocked(uint64_t segment_id);
-  bool LeasedLocked(const Object& obj) const;
+  static bool Leased(const Object& obj, Clock::time_point now);
   void FillReplicasLocked(const Object& obj, bool complete_only,
                           google::protobuf::RepeatedPtrField<rpc::Replica>* out) const;
   uint64_t CapacityLocked() const;
@@ -205,7 +222,13 @@ class MasterService {
   // Upserts in flight of keys whose current value (in objects_) stays visible until their
   // PutEnd replaces it (master_upsert.cc).
   std::unordered_map<std::string, Object> upserts_;
-  std::unordered_set<std::string> in_flight_;  // keys of objects still PROCESSING
+  // Entries of objects_ still being written, in PutStart order; complete ones that eviction
+  // may take, least recently used first (plain, then soft-pinned): see ListLocked.
+  RecordList<ObjectEntry> in_flight_{1}, lru_{2}, pinned_lru_{3};
+  // The shortest soft pin TTL of any object so far: no soft pin has lapsed whose object was
+  // accessed more recently than that (bounds EvictLocked's walk of pinned_lru_).
+  Clock::duration min_soft_pin_ttl_ = Clock::duration::max();
+  bool evicting_ = false;  // an eviction toward the low watermark is under way
   // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
   // unmounted since are dropped when they come up (segment ids are never reused).
   struct FreesLater {

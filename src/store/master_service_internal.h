@@ -25,10 +25,15 @@ struct MasterService::Segment {
   MasterService::Clock::time_point alloc_after{};
 };
 
-// One object: 104 bytes (ClientName and Replicas in master_records.h keep it off the heap
-// but for its key), so that a table node with its key string is 152 bytes.
+// One object: 120 bytes (ClientName and Replicas in master_records.h keep it off the heap
+// but for its key), so that a table node with its key string is 168 bytes.
 struct MasterService::Object {
   using Placement = store::Placement;
+  // Its place in one of the master's RecordLists (master_records.h): in flight, least
+  // recently used, soft-pinned least recently used, or none (hard-pinned, or not in objects_:
+  // an upsert in flight, a record being built). Records are only moved while in none.
+  ObjectEntry* prev = nullptr;
+  ObjectEntry* next = nullptr;
   uint64_t size = 0;
   Replicas replicas;
   ClientName owner;
@@ -45,12 +50,17 @@ struct MasterService::Object {
   bool soft_pin = false;
   bool hard_pin = false;
   bool keep_soft_pin = false;  // an upsert in flight: take the replaced value's soft pin
+  uint8_t list = 0;            // the RecordList holding it (its id), 0 for none
 };
 
 struct MasterService::Client {
   Clock::time_point last_ping;
   std::set<uint64_t> segments;
 };
+
+inline bool MasterService::Leased(const Object& obj, Clock::time_point now) {
+  return obj.lease_until > now;
+}
 
 inline int32_t Code(ErrorCode c) { return ToInt(c); }
 

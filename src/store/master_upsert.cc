@@ -11,10 +11,9 @@ namespace mooncake {
 namespace store {
 
 void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
-                                      const rpc::PutStartItem& item,
-                                      rpc::PutStartResult* result) {
+                                      const rpc::PutStartItem& item, const ClientName& owner,
+                                      Clock::time_point now, rpc::PutStartResult* result) {
   const std::string& key = item.key();
-  const auto now = now_();
   const auto discard = std::chrono::seconds(config_.put_start_discard_timeout_s);
   auto busy = [&](const char* why) {
     result->set_code(Code(ErrorCode::OBJECT_REPLICA_BUSY));
@@ -23,41 +22,40 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
   auto pending = upserts_.find(key);
   if (pending != upserts_.end()) {
     if (pending->second.stamp + discard > now) return busy("has an upsert in flight");
-    FreeObjectLocked(pending->second);  // never read: freed at once
+    FreeObjectLocked(pending->second, now);  // never read: freed at once
     upserts_.erase(pending);
     ++counters_.discarded_puts;
   }
   auto existing = objects_.find(key);
   if (existing != objects_.end() && !existing->second.complete) {
     if (existing->second.stamp + discard > now) return busy("has a put in flight");
-    EraseObjectLocked(existing);
+    EraseObjectLocked(existing, now);
     ++counters_.discarded_puts;
     existing = objects_.end();
   }
-  Object obj = NewObjectLocked(req, item.size());
+  Object obj = NewObjectLocked(req, item.size(), owner, now);
   obj.keep_soft_pin = req.config().keep_soft_pin() && !req.config().with_soft_pin();
   // Placement may evict, the old value among others: look it up again afterwards.
-  if (!PlaceOrFailLocked(key, item.size(), req.config(), &obj, result)) return;
+  if (!PlaceOrFailLocked(key, item.size(), req.config(), &obj, result, now)) return;
   if (objects_.count(key)) {
     upserts_.emplace(key, std::move(obj));  // the old value stays visible until PutEnd
   } else {
-    in_flight_.insert(key);  // nothing to replace: a plain put
-    objects_.emplace(key, std::move(obj));
+    // Nothing to replace: a plain put.
+    in_flight_.push_back(&*objects_.emplace(key, std::move(obj)).first);
   }
 }
 
 bool MasterService::UpsertEndLocked(const std::string& key, const std::string& client,
-                                    bool commit) {
+                                    bool commit, Clock::time_point now) {
   auto pending = upserts_.find(key);
   if (pending == upserts_.end() || pending->second.owner != client) return false;
   if (!commit) {
-    FreeObjectLocked(pending->second);
+    FreeObjectLocked(pending->second, now);
     upserts_.erase(pending);
     return true;
   }
   Object obj = std::move(pending->second);
   upserts_.erase(pending);
-  const auto now = now_();
   obj.complete = true;
   obj.last_access = now;
   obj.stamp = now;
@@ -68,10 +66,10 @@ bool MasterService::UpsertEndLocked(const std::string& key, const std::string& c
       obj.soft_pin_ttl = old->second.soft_pin_ttl;
     }
     // Readers of the old value hold leases on its space: it goes to the graveyard until then.
-    EraseObjectLocked(old);
+    EraseObjectLocked(old, now);
   }
   obj.keep_soft_pin = false;
-  objects_.emplace(key, std::move(obj));
+  ListLocked(&*objects_.emplace(key, std::move(obj)).first);
   return true;
 }
 

@@ -1,5 +1,5 @@
-// Unit tests for OffsetAllocator (src/store/offset_allocator.h): alignment, best fit,
-// exhaustion, refusals, coalescing, and a randomized run against a shadow model.
+// Unit tests for OffsetAllocator and AddressedAllocator (src/store/offset_allocator.h):
+// alignment, fit, exhaustion, refusals, coalescing, and randomized runs against a shadow model.
 #include "store/offset_allocator.h"
 #include "store/master_records.h"
 
@@ -15,6 +15,12 @@ namespace mooncake {
 namespace store {
 namespace {
 
+// The offset of an allocation that must succeed.
+uint64_t At(const std::optional<OffsetAllocation>& a) {
+  EXPECT_TRUE(a.has_value());
+  return a ? a->offset : UINT64_MAX;
+}
+
 TEST(OffsetAllocatorTest, CapacityIsRoundedDownToAlignment) {
   OffsetAllocator a(1000, 64);
   EXPECT_EQ(a.capacity(), 960u);
@@ -28,26 +34,17 @@ TEST(OffsetAllocatorTest, CapacityIsRoundedDownToAlignment) {
 
 TEST(OffsetAllocatorTest, SizesAreRoundedUpToAlignmentAndOffsetsStayAligned) {
   OffsetAllocator a(4096, 64);
-  auto x = a.Allocate(1);
-  ASSERT_TRUE(x.has_value());
-  EXPECT_EQ(*x, 0u);
+  EXPECT_EQ(At(a.Allocate(1)), 0u);
   EXPECT_EQ(a.allocated(), 64u);
-  auto y = a.Allocate(65);
-  ASSERT_TRUE(y.has_value());
-  EXPECT_EQ(*y, 64u);
+  EXPECT_EQ(At(a.Allocate(65)), 64u);
   EXPECT_EQ(a.allocated(), 64u + 128u);
-  auto z = a.Allocate(64);
-  ASSERT_TRUE(z.has_value());
-  EXPECT_EQ(*z, 192u);
+  EXPECT_EQ(At(a.Allocate(64)), 192u);
   EXPECT_EQ(a.allocated(), 256u);
   EXPECT_EQ(a.live_allocations(), 3u);
-  for (uint64_t off : {*x, *y, *z}) EXPECT_EQ(off % 64, 0u);
 
   OffsetAllocator b(1 << 20, 4096);
   for (int i = 1; i < 20; ++i) {
-    auto o = b.Allocate(static_cast<uint64_t>(i) * 1000);
-    ASSERT_TRUE(o.has_value());
-    EXPECT_EQ(*o % 4096, 0u) << i;
+    EXPECT_EQ(At(b.Allocate(static_cast<uint64_t>(i) * 1000)) % 4096, 0u) << i;
   }
 }
 
@@ -64,9 +61,7 @@ TEST(OffsetAllocatorTest, TooLargeIsRefused) {
   EXPECT_FALSE(a.Allocate(UINT64_MAX).has_value());
   EXPECT_FALSE(a.Allocate(UINT64_MAX - 10).has_value());
   EXPECT_EQ(a.allocated(), 0u);
-  auto all = a.Allocate(4096);
-  ASSERT_TRUE(all.has_value());
-  EXPECT_EQ(*all, 0u);
+  EXPECT_EQ(At(a.Allocate(4096)), 0u);
 }
 
 TEST(OffsetAllocatorTest, ExhaustionReturnsNullopt) {
@@ -74,12 +69,13 @@ TEST(OffsetAllocatorTest, ExhaustionReturnsNullopt) {
   for (int i = 0; i < 16; ++i) ASSERT_TRUE(a.Allocate(64).has_value()) << i;
   EXPECT_EQ(a.allocated(), 1024u);
   EXPECT_EQ(a.largest_free(), 0u);
+  EXPECT_EQ(a.free_ranges(), 0u);
   EXPECT_FALSE(a.Allocate(1).has_value());
   EXPECT_EQ(a.allocated(), 1024u);
   EXPECT_EQ(a.live_allocations(), 16u);
 }
 
-TEST(OffsetAllocatorTest, BestFitPicksTheSmallestRangeThatFits) {
+TEST(OffsetAllocatorTest, PicksARangeOfTheSmallestSizeClassThatFits) {
   // Layout after frees: [0,256) free, [256,320) used, [320,448) free, [448,512) used,
   // [512,1024) free. A 100-byte request (128 rounded) fits exactly in [320,448).
   OffsetAllocator a(1024, 64);
@@ -88,33 +84,49 @@ TEST(OffsetAllocatorTest, BestFitPicksTheSmallestRangeThatFits) {
   auto r2 = a.Allocate(128);
   auto r3 = a.Allocate(64);
   ASSERT_TRUE(r0 && r1 && r2 && r3);
-  EXPECT_EQ(*r0, 0u);
-  EXPECT_EQ(*r1, 256u);
-  EXPECT_EQ(*r2, 320u);
-  EXPECT_EQ(*r3, 448u);
+  EXPECT_EQ(r0->offset, 0u);
+  EXPECT_EQ(r1->offset, 256u);
+  EXPECT_EQ(r2->offset, 320u);
+  EXPECT_EQ(r3->offset, 448u);
   ASSERT_TRUE(a.Free(*r0));
   ASSERT_TRUE(a.Free(*r2));
   EXPECT_EQ(a.largest_free(), 512u);
-  auto fit = a.Allocate(100);
-  ASSERT_TRUE(fit.has_value());
-  EXPECT_EQ(*fit, 320u);
+  EXPECT_EQ(a.free_ranges(), 3u);
+  EXPECT_EQ(At(a.Allocate(100)), 320u);
   // 200 bytes (256 rounded): [0,256) is the smallest that fits, not the 512-byte tail.
-  auto fit2 = a.Allocate(200);
-  ASSERT_TRUE(fit2.has_value());
-  EXPECT_EQ(*fit2, 0u);
+  EXPECT_EQ(At(a.Allocate(200)), 0u);
   // 300 bytes: only the tail fits.
-  auto fit3 = a.Allocate(300);
-  ASSERT_TRUE(fit3.has_value());
-  EXPECT_EQ(*fit3, 512u);
+  EXPECT_EQ(At(a.Allocate(300)), 512u);
 }
 
-TEST(OffsetAllocatorTest, FreeOfUnknownOffsetOrTwiceIsRefused) {
+TEST(OffsetAllocatorTest, ARangeInTheRequestsOwnSizeClassIsFoundWhenNothingLargerIsFree) {
+  // 980 and 1000 bytes share a size class (960..1023): no class above holds a range, so the
+  // one free range is found by looking through the class.
+  OffsetAllocator a(1000, 4);
+  EXPECT_EQ(At(a.Allocate(980)), 0u);
+  EXPECT_FALSE(a.Allocate(24).has_value());
+  EXPECT_EQ(At(a.Allocate(20)), 980u);
+  OffsetAllocator whole(1000, 4);
+  EXPECT_EQ(At(whole.Allocate(1000)), 0u);
+  // A range of that class too small for the request is not taken.
+  OffsetAllocator b(2000, 4);
+  auto x = b.Allocate(968), y = b.Allocate(1032);
+  ASSERT_TRUE(x && y);
+  ASSERT_TRUE(b.Free(*x));  // [0,968) free: in the class of 980, but smaller
+  EXPECT_FALSE(b.Allocate(980).has_value());
+  EXPECT_EQ(b.largest_free(), 968u);
+  EXPECT_EQ(At(b.Allocate(968)), 0u);
+}
+
+TEST(OffsetAllocatorTest, FreeOfAWrongHandleOrTwiceIsRefused) {
   OffsetAllocator a(4096, 64);
   auto x = a.Allocate(128);
   auto y = a.Allocate(128);
   ASSERT_TRUE(x && y);
-  EXPECT_FALSE(a.Free(4000));  // never allocated
-  EXPECT_FALSE(a.Free(*x + 64));  // inside a live range, not its start
+  EXPECT_FALSE(a.Free({4000, 7}));                   // never handed out
+  EXPECT_FALSE(a.Free({x->offset + 64, x->handle}));  // not where that allocation starts
+  EXPECT_FALSE(a.Free({y->offset, x->handle}));       // another allocation's offset
+  EXPECT_FALSE(a.Free({x->offset, UINT32_MAX}));
   EXPECT_EQ(a.allocated(), 256u);
   EXPECT_TRUE(a.Free(*x));
   EXPECT_EQ(a.allocated(), 128u);
@@ -125,11 +137,12 @@ TEST(OffsetAllocatorTest, FreeOfUnknownOffsetOrTwiceIsRefused) {
   EXPECT_TRUE(a.Free(*y));
   EXPECT_EQ(a.largest_free(), 4096u);
   EXPECT_EQ(a.allocated(), 0u);
+  EXPECT_EQ(a.free_ranges(), 1u);
 }
 
 TEST(OffsetAllocatorTest, FreeingMiddleThenNeighboursCoalescesToFullCapacity) {
   OffsetAllocator a(64 * 5, 64);
-  std::vector<uint64_t> r;
+  std::vector<OffsetAllocation> r;
   for (int i = 0; i < 5; ++i) {
     auto o = a.Allocate(64);
     ASSERT_TRUE(o.has_value());
@@ -148,10 +161,9 @@ TEST(OffsetAllocatorTest, FreeingMiddleThenNeighboursCoalescesToFullCapacity) {
   EXPECT_EQ(a.largest_free(), 320u);
   EXPECT_EQ(a.allocated(), 0u);
   EXPECT_EQ(a.live_allocations(), 0u);
+  EXPECT_EQ(a.free_ranges(), 1u);
   // One range again: the whole capacity can be taken in one allocation.
-  auto all = a.Allocate(320);
-  ASSERT_TRUE(all.has_value());
-  EXPECT_EQ(*all, 0u);
+  EXPECT_EQ(At(a.Allocate(320)), 0u);
 }
 
 TEST(OffsetAllocatorTest, FreeMergesWithBothNeighboursAtOnce) {
@@ -163,71 +175,118 @@ TEST(OffsetAllocatorTest, FreeMergesWithBothNeighboursAtOnce) {
   EXPECT_EQ(a.largest_free(), 64u);
   ASSERT_TRUE(a.Free(*r1));  // both sides free: one range
   EXPECT_EQ(a.largest_free(), 192u);
+  EXPECT_EQ(a.free_ranges(), 1u);
   EXPECT_TRUE(a.Allocate(192).has_value());
 }
 
-TEST(OffsetAllocatorTest, RandomizedAgainstShadowModel) {
-  constexpr uint64_t kCapacity = 1 << 20;
-  constexpr uint64_t kAlign = 64;
-  OffsetAllocator a(kCapacity, kAlign);
+TEST(OffsetAllocatorTest, HugeRegionsAndManyRangesKeepWorking) {
+  // A 4 TiB segment, as the master's bench mounts, and 100 thousand live ranges (several
+  // chunks of nodes), freed in an order that merges from both sides.
+  OffsetAllocator a(4ull << 40, 64);
+  std::vector<OffsetAllocation> live;
+  for (uint64_t i = 0; i < 100000; ++i) {
+    auto o = a.Allocate(4096 + (i % 61) * 1024);
+    ASSERT_TRUE(o.has_value()) << i;
+    live.push_back(*o);
+  }
+  EXPECT_EQ(a.live_allocations(), 100000u);
+  for (size_t i = 0; i < live.size(); i += 2) ASSERT_TRUE(a.Free(live[i]));
+  for (size_t i = 1; i < live.size(); i += 2) ASSERT_TRUE(a.Free(live[i]));
+  EXPECT_EQ(a.allocated(), 0u);
+  EXPECT_EQ(a.free_ranges(), 1u);
+  EXPECT_EQ(a.largest_free(), 4ull << 40);
+  EXPECT_EQ(At(a.Allocate(4ull << 40)), 0u);
+}
+
+// Random allocations and frees against a model of the live ranges: no overlap, the counts
+// agree, and a refusal means that no free range was large enough.
+template <class Alloc, class Handle>
+void RunAgainstShadowModel(Alloc& a, uint64_t capacity, uint64_t align,
+                           std::optional<Handle> (Alloc::*allocate)(uint64_t),
+                           uint64_t (*offset_of)(const Handle&)) {
   std::mt19937_64 rng(12345);
-  std::map<uint64_t, uint64_t> live;  // offset -> rounded size
+  std::map<uint64_t, std::pair<uint64_t, Handle>> live;  // offset -> rounded size, handle
   uint64_t expected_allocated = 0;
-  auto check_no_overlap = [&](uint64_t off, uint64_t size) {
-    auto next = live.lower_bound(off);
-    if (next != live.end()) {
-      ASSERT_LE(off + size, next->first) << "overlaps the next range";
+  auto largest_gap = [&] {
+    uint64_t largest = 0, cursor = 0;
+    for (const auto& [off, v] : live) {
+      largest = std::max(largest, off - cursor);
+      cursor = off + v.first;
     }
-    if (next != live.begin()) {
-      auto prev = std::prev(next);
-      ASSERT_LE(prev->first + prev->second, off) << "overlaps the previous range";
-    }
+    return std::max(largest, capacity - cursor);
   };
-  int failed_allocs = 0;
   for (int step = 0; step < 20000; ++step) {
     const bool do_alloc = live.empty() || (rng() % 100) < 55;
     if (do_alloc) {
       // Mostly small, sometimes large.
       const uint64_t size = (rng() % 10 == 0) ? 1 + rng() % (64 << 10) : 1 + rng() % 4096;
-      auto off = a.Allocate(size);
-      const uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
-      if (!off) {
-        ++failed_allocs;
-        // Best fit: a refusal means no free range is large enough.
-        ASSERT_LT(a.largest_free(), rounded);
+      auto got = (a.*allocate)(size);
+      const uint64_t rounded = (size + align - 1) / align * align;
+      if (!got) {
+        ASSERT_LT(largest_gap(), rounded) << "refused with room left, step " << step;
         continue;
       }
-      ASSERT_EQ(*off % kAlign, 0u);
-      ASSERT_LE(*off + rounded, kCapacity);
-      check_no_overlap(*off, rounded);
-      if (HasFatalFailure()) return;
-      live.emplace(*off, rounded);
+      const uint64_t off = offset_of(*got);
+      ASSERT_EQ(off % align, 0u);
+      ASSERT_LE(off + rounded, capacity);
+      auto next = live.lower_bound(off);
+      if (next != live.end()) {
+        ASSERT_LE(off + rounded, next->first) << "overlaps the next";
+      }
+      if (next != live.begin()) {
+        auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second.first, off) << "overlaps the previous";
+      }
+      live.emplace(off, std::make_pair(rounded, *got));
       expected_allocated += rounded;
     } else {
       auto it = live.begin();
       std::advance(it, static_cast<long>(rng() % live.size()));
-      ASSERT_TRUE(a.Free(it->first));
-      ASSERT_FALSE(a.Free(it->first + 1));
-      expected_allocated -= it->second;
+      ASSERT_TRUE(a.Free(it->second.second));
+      ASSERT_FALSE(a.Free(it->second.second)) << "a double free was taken";
+      expected_allocated -= it->second.first;
       live.erase(it);
     }
     ASSERT_EQ(a.allocated(), expected_allocated) << "step " << step;
     ASSERT_EQ(a.live_allocations(), live.size());
-    ASSERT_LE(a.largest_free(), kCapacity - expected_allocated);
+    ASSERT_EQ(a.largest_free(), largest_gap()) << "step " << step;
   }
-  // Largest free range, computed from the model, matches.
-  uint64_t largest = 0, cursor = 0;
-  for (const auto& [off, size] : live) {
-    largest = std::max(largest, off - cursor);
-    cursor = off + size;
-  }
-  largest = std::max(largest, kCapacity - cursor);
-  EXPECT_EQ(a.largest_free(), largest);
-  for (const auto& [off, size] : live) ASSERT_TRUE(a.Free(off));
+  for (const auto& [off, v] : live) ASSERT_TRUE(a.Free(v.second));
   EXPECT_EQ(a.allocated(), 0u);
-  EXPECT_EQ(a.largest_free(), kCapacity);
+  EXPECT_EQ(a.largest_free(), capacity);
+}
+
+TEST(OffsetAllocatorTest, RandomizedAgainstShadowModel) {
+  constexpr uint64_t kCapacity = 1 << 20;
+  OffsetAllocator a(kCapacity, 64);
+  RunAgainstShadowModel<OffsetAllocator, OffsetAllocation>(
+      a, kCapacity, 64, &OffsetAllocator::Allocate,
+      +[](const OffsetAllocation& h) { return h.offset; });
+  EXPECT_EQ(a.free_ranges(), 1u);
   EXPECT_TRUE(a.Allocate(kCapacity).has_value());
-  (void)failed_allocs;
+}
+
+TEST(AddressedAllocatorTest, FreesByOffsetAndRefusesOthers) {
+  AddressedAllocator a(4096, 64);
+  auto x = a.Allocate(100), y = a.Allocate(64);
+  ASSERT_TRUE(x && y);
+  EXPECT_EQ(*x, 0u);
+  EXPECT_EQ(*y, 128u);
+  EXPECT_FALSE(a.Free(64));    // inside x
+  EXPECT_FALSE(a.Free(4000));  // never allocated
+  EXPECT_TRUE(a.Free(*x));
+  EXPECT_FALSE(a.Free(*x));
+  EXPECT_EQ(a.allocated(), 64u);
+  EXPECT_EQ(a.live_allocations(), 1u);
+  EXPECT_TRUE(a.Free(*y));
+  EXPECT_EQ(a.largest_free(), 4096u);
+}
+
+TEST(AddressedAllocatorTest, RandomizedAgainstShadowModel) {
+  constexpr uint64_t kCapacity = 1 << 20;
+  AddressedAllocator a(kCapacity, 128);
+  RunAgainstShadowModel<AddressedAllocator, uint64_t>(
+      a, kCapacity, 128, &AddressedAllocator::Allocate, +[](const uint64_t& o) { return o; });
 }
 
 }  // namespace
@@ -267,7 +326,7 @@ TEST(MasterRecordsTest, ClientNamesAreSharedAndDroppedWithTheirLastReference) {
 TEST(MasterRecordsTest, ReplicasKeepOneInlineAndGrowOnTheHeap) {
   Replicas r;
   EXPECT_TRUE(r.empty());
-  for (uint64_t i = 0; i < 5; ++i) r.push_back(Placement{i, i * 100});
+  for (uint64_t i = 0; i < 5; ++i) r.push_back(Placement{static_cast<uint32_t>(i), 0, i * 100});
   ASSERT_EQ(r.size(), 5u);
   Replicas copy = r;
   r.erase(r.begin() + 1, r.begin() + 3);  // drops 1 and 2
@@ -281,7 +340,7 @@ TEST(MasterRecordsTest, ReplicasKeepOneInlineAndGrowOnTheHeap) {
   EXPECT_EQ(moved.size(), 5u);
   EXPECT_TRUE(copy.empty());
   Replicas one;
-  one.push_back(Placement{7, 8});
+  one.push_back(Placement{7, 0, 8});
   Replicas one_moved = std::move(one);
   ASSERT_EQ(one_moved.size(), 1u);
   EXPECT_EQ(one_moved.begin()->offset, 8u);

@@ -90,7 +90,7 @@ int StoreClient::Impl::Start(std::string* message) {
                   "cannot register the local buffer: " + reg.ToString());
     }
     local_buf = buf;
-    staging = std::make_unique<OffsetAllocator>(opt.local_buffer_size, 64);
+    staging = std::make_unique<AddressedAllocator>(opt.local_buffer_size, 64);
     registered[reinterpret_cast<uintptr_t>(local_buf)] = opt.local_buffer_size;
   }
   if (opt.global_segment_size > 0) {

@@ -107,7 +107,7 @@ class StoreClient::Impl {
 
   std::mutex staging_mu;
   std::condition_variable staging_cv;
-  std::unique_ptr<OffsetAllocator> staging;
+  std::unique_ptr<AddressedAllocator> staging;
 
   std::mutex reg_mu;
   std::map<uintptr_t, size_t> registered;  // start -> length
