@@ -139,11 +139,9 @@ Status RpcClient::Connect(Conn* c, Clock::time_point deadline) {
   return Status::OK();
 }
 
-Status RpcClient::RoundTrip(Conn* c, MasterMethod method,
-                            const google::protobuf::MessageLite& request,
-                            google::protobuf::MessageLite* response,
-                            Clock::time_point call_start, Clock::time_point deadline,
-                            bool* closed_before_reply) {
+Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::MessageLite& request,
+                       Clock::time_point call_start, Clock::time_point deadline,
+                       bool* closed_before_reply) {
   const size_t size = request.ByteSizeLong();
   if (size > static_cast<size_t>(kMaxMessageBytes)) {
     return Status::InvalidArgument(std::string(MethodName(static_cast<uint16_t>(method))) +
@@ -183,17 +181,28 @@ Status RpcClient::RoundTrip(Conn* c, MasterMethod method,
     *closed_before_reply = errno == EPIPE || errno == ECONNRESET;
     return Status::Unavailable(who + ": connection lost (" + std::strerror(errno) + ")");
   }
-  if (MsLeft(deadline) <= 0) return timed_out();
+  return MsLeft(deadline) <= 0 ? timed_out() : Status::OK();
+}
+
+Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::MessageLite* response,
+                          Clock::time_point deadline, bool spin, bool* closed_before_reply) {
+  const uint32_t seq = c->seq;
+  const std::string who = "the master at " + address_;
+  auto timed_out = [&] {
+    return Status::DeadlineExceeded(who + " did not answer " +
+                                    MethodName(static_cast<uint16_t>(method)) +
+                                    " within the RPC timeout");
+  };
   // The reply: its header, then its payload (usually in the same read).
   if (c->in.size() < kFrameHeaderBytes + kFirstRead) c->in.resize(kFrameHeaderBytes + kFirstRead);
   size_t got = 0, need = kFrameHeaderBytes;
   FrameHeader h;
   bool have_header = false;
-  // A lone call (no other of this client in flight) waits for its reply awake for a short
-  // while first: a sleeping thread's wake-up (tens of µs on a VM) would otherwise be most of
-  // a round trip whose master side takes a few µs. With other calls in flight the CPU is
-  // theirs, and the call sleeps at once.
-  if (in_flight_.load(std::memory_order_relaxed) == 1) {
+  // A lone call (no other of this client in flight but the caller's own) waits for its reply
+  // awake for a short while first: a sleeping thread's wake-up (tens of µs on a VM) would
+  // otherwise be most of a round trip whose master side takes a few µs. With other calls in
+  // flight the CPU is theirs, and the call sleeps at once.
+  if (spin) {
     const auto until = Clock::now() + kSpin;
     do {
       ssize_t n = recv(c->fd, &c->in[0], c->in.size(), MSG_DONTWAIT | MSG_PEEK);
@@ -253,33 +262,85 @@ Status RpcClient::RoundTrip(Conn* c, MasterMethod method,
 Status RpcClient::Call(MasterMethod method, const google::protobuf::MessageLite& request,
                        google::protobuf::MessageLite* response,
                        std::chrono::milliseconds timeout) {
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  struct InFlight {
-    std::atomic<int>& n;
-    explicit InFlight(std::atomic<int>& v) : n(v) { n.fetch_add(1, std::memory_order_relaxed); }
-    ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } in_flight(in_flight_);
+  PendingCall call = Start(method, request, timeout);
+  return Finish(&call, response);
+}
+
+RpcClient::PendingCall RpcClient::Start(MasterMethod method,
+                                        const google::protobuf::MessageLite& request,
+                                        std::chrono::milliseconds timeout) {
+  PendingCall p;
+  p.owner_ = this;
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  p.method_ = method;
+  p.request_ = &request;
+  p.start_ = Clock::now();
+  p.deadline_ = p.start_ + timeout;
+  p.conn_ = std::make_unique<Conn>(Take());
+  p.reused_ = p.conn_->fd >= 0;
+  if (!p.reused_) p.sent_ = Connect(p.conn_.get(), p.deadline_);
+  if (p.sent_.ok()) {
+    p.sent_ = Send(p.conn_.get(), method, request, p.start_, p.deadline_, &p.closed_);
+  }
+  return p;
+}
+
+Status RpcClient::Finish(PendingCall* p, google::protobuf::MessageLite* response,
+                         int own_calls) {
+  Conn* c = p->conn_.get();
+  bool closed_before_reply = p->closed_;
+  Status s = p->sent_;
+  if (s.ok()) {
+    const bool spin = in_flight_.load(std::memory_order_relaxed) <= own_calls;
+    s = Receive(c, p->method_, response, p->deadline_, spin, &closed_before_reply);
+  }
   // A pooled connection the master closed while it was idle (a restart, or room made for
   // others: the master closes only connections with no request in progress) fails with no
   // byte of a reply; the request then reached no master that kept any state, so it is sent
   // once more on a new connection. Any other failure is the call's.
-  for (int attempt = 0;; ++attempt) {
-    Conn c = attempt == 0 ? Take() : Conn{};
-    const bool reused = c.fd >= 0;
-    if (!reused) {
-      Status s = Connect(&c, deadline);
-      if (!s.ok()) return s;
-    }
-    bool closed_before_reply = false;
-    Status s = RoundTrip(&c, method, request, response, start, deadline, &closed_before_reply);
-    if (s.ok()) {
-      Give(std::move(c));
-      return s;
-    }
-    close(c.fd);  // a late reply must not reach another call
-    if (!(reused && closed_before_reply && attempt == 0)) return s;
+  if (!s.ok() && p->reused_ && closed_before_reply) {
+    if (c->fd >= 0) close(c->fd);
+    *c = Conn{};
+    s = Connect(c, p->deadline_);
+    bool ignored = false;
+    if (s.ok()) s = Send(c, p->method_, *p->request_, p->start_, p->deadline_, &ignored);
+    if (s.ok()) s = Receive(c, p->method_, response, p->deadline_, false, &ignored);
   }
+  if (s.ok()) {
+    Give(std::move(*c));
+  } else if (c->fd >= 0) {
+    close(c->fd);  // a late reply must not reach another call
+  }
+  p->conn_.reset();
+  p->owner_ = nullptr;
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  return s;
+}
+
+RpcClient::PendingCall& RpcClient::PendingCall::operator=(PendingCall&& o) noexcept {
+  if (this == &o) return *this;
+  Abandon();
+  owner_ = o.owner_;
+  conn_ = std::move(o.conn_);
+  method_ = o.method_;
+  request_ = o.request_;
+  start_ = o.start_;
+  deadline_ = o.deadline_;
+  reused_ = o.reused_;
+  closed_ = o.closed_;
+  sent_ = o.sent_;
+  o.owner_ = nullptr;
+  return *this;
+}
+
+RpcClient::PendingCall::~PendingCall() { Abandon(); }
+
+void RpcClient::PendingCall::Abandon() {
+  if (owner_ == nullptr) return;
+  if (conn_ && conn_->fd >= 0) close(conn_->fd);
+  conn_.reset();
+  owner_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  owner_ = nullptr;
 }
 
 }  // namespace store

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ namespace mooncake {
 namespace store {
 
 class RpcClient {
+  struct Conn;
+
  public:
   // `address`: host:port, [ipv6]:port.
   explicit RpcClient(std::string address, size_t max_idle = 16)
@@ -41,6 +44,36 @@ class RpcClient {
   Status Call(MasterMethod method, const google::protobuf::MessageLite& request,
               google::protobuf::MessageLite* response, std::chrono::milliseconds timeout);
 
+  // Call in two steps, so that a caller can send its next request before it waits for this
+  // reply (each call on its own connection): Start sends, Finish waits for the reply and
+  // parses it, with Call's errors and its one resend on a pooled connection the master had
+  // closed. `request` must live until Finish. A PendingCall dropped unfinished closes its
+  // connection (the reply must not reach another call).
+  class PendingCall {
+   public:
+    PendingCall(PendingCall&& o) noexcept { *this = std::move(o); }
+    PendingCall& operator=(PendingCall&& o) noexcept;
+    ~PendingCall();
+
+   private:
+    friend class RpcClient;
+    PendingCall() = default;
+    void Abandon();  // closes the connection of a call never finished
+    RpcClient* owner_ = nullptr;  // null once finished (or moved from)
+    std::unique_ptr<Conn> conn_;
+    MasterMethod method_{};
+    const google::protobuf::MessageLite* request_ = nullptr;
+    std::chrono::steady_clock::time_point start_, deadline_;
+    bool reused_ = false;
+    bool closed_ = false;  // the send found the connection closed
+    Status sent_;
+  };
+  PendingCall Start(MasterMethod method, const google::protobuf::MessageLite& request,
+                    std::chrono::milliseconds timeout);
+  // `own_calls`: how many of the caller's calls are in flight, this one included (a lone
+  // caller waits for its reply awake for a short while first; see RoundTrip).
+  Status Finish(PendingCall* call, google::protobuf::MessageLite* response, int own_calls = 1);
+
   const std::string& address() const { return address_; }
 
  private:
@@ -52,10 +85,13 @@ class RpcClient {
     std::string in;           // the reply; never shrinks below its first size (no refill)
   };
   Status Connect(Conn* c, std::chrono::steady_clock::time_point deadline);
-  Status RoundTrip(Conn* c, MasterMethod method, const google::protobuf::MessageLite& request,
-                   google::protobuf::MessageLite* response,
-                   std::chrono::steady_clock::time_point call_start,
-                   std::chrono::steady_clock::time_point deadline, bool* closed_before_reply);
+  // A request on c (its seq the next of c's); then its reply into *response.
+  Status Send(Conn* c, MasterMethod method, const google::protobuf::MessageLite& request,
+              std::chrono::steady_clock::time_point call_start,
+              std::chrono::steady_clock::time_point deadline, bool* closed_before_reply);
+  Status Receive(Conn* c, MasterMethod method, google::protobuf::MessageLite* response,
+                 std::chrono::steady_clock::time_point deadline, bool spin,
+                 bool* closed_before_reply);
   Conn Take();
   void Give(Conn c);
 

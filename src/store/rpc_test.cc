@@ -127,6 +127,43 @@ TEST_F(RpcTest, ConcurrentCallersEachGetTheirOwnReply) {
   EXPECT_LE(server_->open_connections(), 8u);
 }
 
+TEST_F(RpcTest, CallsStartedTogetherEachGetTheirOwnReplyInAnyOrder) {
+  Start();
+  std::vector<rpc::KeysRequest> q(3);
+  for (int i = 0; i < 3; ++i) q[i].add_keys(std::string(10 + i, 'k'));
+  std::vector<RpcClient::PendingCall> calls;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(client_->Start(MasterMethod::kExistKey, q[i], milliseconds(2000)));
+  }
+  for (int i : {2, 0, 1}) {  // finished out of order: each on its own connection
+    rpc::CodesResponse r;
+    ASSERT_TRUE(client_->Finish(&calls[i], &r, 3).ok());
+    ASSERT_EQ(r.codes_size(), 1);
+    EXPECT_EQ(r.codes(0), 10 + i);
+  }
+  EXPECT_EQ(server_->open_connections(), 3u);
+  // A call started and dropped unfinished closes its connection: its late reply never
+  // reaches another call.
+  {
+    rpc::KeysRequest slow;
+    slow.add_keys("sleep");
+    RpcClient::PendingCall dropped =
+        client_->Start(MasterMethod::kExistKey, slow, milliseconds(2000));
+  }
+  for (int i = 0; i < 5; ++i) {
+    rpc::CodesResponse r;
+    ASSERT_TRUE(client_->Call(MasterMethod::kExistKey, q[1], &r, milliseconds(2000)).ok());
+    ASSERT_EQ(r.codes_size(), 1);
+    EXPECT_EQ(r.codes(0), 11);
+  }
+  // Started against a master that is gone: Finish says so.
+  server_->Stop();
+  RpcClient fresh("127.0.0.1:" + std::to_string(port_));
+  RpcClient::PendingCall gone = fresh.Start(MasterMethod::kExistKey, q[0], milliseconds(500));
+  rpc::CodesResponse r;
+  EXPECT_EQ(fresh.Finish(&gone, &r).code(), Status::Code::kUnavailable);
+}
+
 TEST_F(RpcTest, TimeoutClosesTheConnectionAndTheNextCallWorks) {
   Start();
   rpc::KeysRequest q;

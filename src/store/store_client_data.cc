@@ -2,6 +2,8 @@
 // fallback to the next replica), and staging of unregistered memory through the local buffer.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "store/store_client_impl.h"
@@ -108,6 +110,12 @@ void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>*
   }
   size_t next_staged = 0;
   bool first = true;
+  bool all_inline = true;
+  struct Report {
+    std::atomic<bool>& to;
+    const bool& inline_;
+    ~Report() { to.store(inline_, std::memory_order_relaxed); }
+  } report{copies_inline, all_inline};
   while (first || next_staged < staged.size()) {
     std::vector<TransferRequest> reqs;
     std::vector<size_t> owners;
@@ -150,6 +158,10 @@ void StoreClient::Impl::RunJobs(const std::vector<Job>& jobs, std::vector<char>*
         LOG(ERROR) << "store: transfer refused: " << s.ToString();
         std::fill(req_failed.begin(), req_failed.end(), 1);
       } else {
+        // Ended by the time Submit returned (same-host copies through memory a holder lends):
+        // overlapping the master's next lookups with these copies pays (see GetMany).
+        auto now = engine->GetBatchTransferStatus(*batch);
+        if (!now.ok() || now->s == WAITING) all_inline = false;
         size_t bytes = 0;
         for (const auto& r : reqs) bytes += r.length;
         const auto timeout = opt.transfer_timeout + std::chrono::milliseconds(bytes >> 20);
@@ -290,44 +302,70 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
   // The messages of a round live on one arena: a batch's hundreds of small messages and
   // strings cost no malloc / free each.
   google::protobuf::Arena arena(ArenaOptionsFor(keys.size()));
-  auto& req = *google::protobuf::Arena::CreateMessage<rpc::PutStartRequest>(&arena);
-  req.set_client_id(client_id);
-  req.set_upsert(upsert);
-  *req.mutable_config() = ToProto(config);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto* item = req.add_items();
-    item->set_key(keys[i]);
-    item->set_size(Total(parts[i]));
-  }
-  auto& resp = *google::protobuf::Arena::CreateMessage<rpc::PutStartResponse>(&arena);
-  int rc = Call("PutStart", MasterMethod::kPutStart, req, &resp);
-  if (rc == 0 && resp.code() != 0) {
-    LOG(WARNING) << "put: the master refused the request: " << resp.message();
-    std::fill(codes.begin(), codes.end(), resp.code());
-    return codes;
-  }
-  if (rc != 0 || resp.results_size() != static_cast<int>(keys.size())) {
-    std::fill(codes.begin(), codes.end(), ToInt(ErrorCode::RPC_FAIL));
-    return codes;
+  // A batch of kPipelineKeys or more whose copies end within their Submit (as GetMany) asks
+  // for its space in two PutStarts, the second sent before the first half is written, so that
+  // the master places the second half while this client copies the first; one PutEnd ends
+  // them all.
+  constexpr size_t kPipelineKeys = 64;
+  const size_t halves =
+      keys.size() >= kPipelineKeys && copies_inline.load(std::memory_order_relaxed) ? 2 : 1;
+  const size_t split = halves == 2 ? keys.size() / 2 : keys.size();
+  struct Half {
+    size_t at, end;
+    rpc::PutStartRequest* req;
+    std::optional<RpcClient::PendingCall> call;
+  };
+  std::vector<Half> half(halves);
+  for (size_t h = 0; h < halves; ++h) {
+    half[h].at = h == 0 ? 0 : split;
+    half[h].end = h + 1 == halves ? keys.size() : split;
+    auto& req = *google::protobuf::Arena::CreateMessage<rpc::PutStartRequest>(&arena);
+    req.set_client_id(client_id);
+    req.set_upsert(upsert);
+    *req.mutable_config() = ToProto(config);
+    for (size_t i = half[h].at; i < half[h].end; ++i) {
+      auto* item = req.add_items();
+      item->set_key(keys[i]);
+      item->set_size(Total(parts[i]));
+    }
+    half[h].req = &req;
+    half[h].call.emplace(master->Start(MasterMethod::kPutStart, req, opt.rpc_timeout));
   }
   std::vector<Job> jobs;
   std::vector<char> failed(keys.size(), 0);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const auto& r = resp.results(static_cast<int>(i));
-    codes[i] = r.code();
-    if (r.code() != 0) {
-      if (r.code() != ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) &&
-          r.code() != ToInt(ErrorCode::OBJECT_REPLICA_BUSY)) {
-        LOG(WARNING) << "put " << keys[i] << ": " << ErrorCodeName(r.code()) << ": " << r.message();
-      }
+  for (size_t h = 0; h < halves; ++h) {
+    const size_t at = half[h].at, n = half[h].end - half[h].at;
+    auto& resp = *google::protobuf::Arena::CreateMessage<rpc::PutStartResponse>(&arena);
+    Status s = master->Finish(&*half[h].call, &resp, static_cast<int>(halves - h));
+    if (!s.ok()) LOG(ERROR) << "PutStart: " << s.message();
+    if (s.ok() && resp.code() != 0) {
+      LOG(WARNING) << "put: the master refused the request: " << resp.message();
+      std::fill(codes.begin() + at, codes.begin() + at + n, resp.code());
       continue;
     }
-    for (const auto& rep : r.replicas()) {
-      AddJobs(TransferRequest::WRITE, parts[i], &rep.buffer().segment_name(), rep.buffer().addr(),
-              i, &jobs);
+    if (!s.ok() || resp.results_size() != static_cast<int>(n)) {
+      std::fill(codes.begin() + at, codes.begin() + at + n, ToInt(ErrorCode::RPC_FAIL));
+      continue;
     }
+    jobs.clear();
+    for (size_t i = at; i < at + n; ++i) {
+      const auto& r = resp.results(static_cast<int>(i - at));
+      codes[i] = r.code();
+      if (r.code() != 0) {
+        if (r.code() != ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) &&
+            r.code() != ToInt(ErrorCode::OBJECT_REPLICA_BUSY)) {
+          LOG(WARNING) << "put " << keys[i] << ": " << ErrorCodeName(r.code()) << ": "
+                       << r.message();
+        }
+        continue;
+      }
+      for (const auto& rep : r.replicas()) {
+        AddJobs(TransferRequest::WRITE, parts[i], &rep.buffer().segment_name(),
+                rep.buffer().addr(), i, &jobs);
+      }
+    }
+    RunJobs(jobs, &failed);
   }
-  RunJobs(jobs, &failed);
   auto& end = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&arena);
   auto& revoke = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&arena);
   end.set_client_id(client_id);
@@ -367,15 +405,40 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
 
 std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& keys,
                                                 const StoreClient::PartsFor& parts_for) {
+  // Rounds of at most kMaxBatchItems keys, each round's GetReplicaList sent before the
+  // previous round's objects are read, so that the master's lookups overlap this client's
+  // copies. Where the last copies ended within their Submit (same-host memory a holder
+  // lends), a batch of kPipelineKeys or more is split in two for that; where they go over a
+  // network transport, two transfer waits would cost more than the overlap gains.
+  constexpr size_t kPipelineKeys = 64;
+  std::vector<std::pair<size_t, size_t>> rounds;  // [at, end)
+  const bool pipeline = keys.size() >= kPipelineKeys && copies_inline.load(std::memory_order_relaxed);
+  const size_t per_round =
+      pipeline ? std::min(kMaxBatchItems, (keys.size() + 1) / 2) : kMaxBatchItems;
+  for (size_t at = 0; at < keys.size(); at += per_round) {
+    rounds.emplace_back(at, std::min(keys.size(), at + per_round));
+  }
+  // Each round's keys (a copy unless one round covers them all).
+  std::vector<std::vector<std::string>> copies(rounds.size() > 1 ? rounds.size() : 0);
+  auto keys_of = [&](size_t r) -> const std::vector<std::string>& {
+    if (rounds.size() == 1) return keys;
+    if (copies[r].empty()) {
+      copies[r].assign(keys.begin() + rounds[r].first, keys.begin() + rounds[r].second);
+    }
+    return copies[r];
+  };
   std::vector<int64_t> out;
-  std::vector<std::string> copy;  // only when the keys are split
-  for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
-    const size_t end = std::min(keys.size(), at + kMaxBatchItems);
-    if (keys.size() > kMaxBatchItems) copy.assign(keys.begin() + at, keys.begin() + end);
-    const std::vector<std::string>& chunk = keys.size() > kMaxBatchItems ? copy : keys;
+  out.reserve(keys.size());
+  std::unique_ptr<GetRoundState> next = rounds.empty() ? nullptr : BeginGet(keys_of(0));
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    std::unique_ptr<GetRoundState> cur = std::move(next);
+    if (r + 1 < rounds.size()) next = BeginGet(keys_of(r + 1));
+    const size_t at = rounds[r].first;
+    const std::vector<std::string>& chunk = keys_of(r);
     auto chunk_parts = [&](size_t i, uint64_t size) { return parts_for(at + i, size); };
     std::vector<char> lapsed;
-    std::vector<int64_t> got = GetRound(chunk, chunk_parts, &lapsed);
+    std::vector<int64_t> got = FinishGet(cur.get(), chunk_parts, &lapsed, next ? 2 : 1);
+    cur.reset();  // this round's reads are over
     // Reads that outlasted their lease: once more with a fresh lease (parts_for is asked
     // again for those keys: the object may have changed meanwhile).
     std::vector<size_t> again;
@@ -402,43 +465,77 @@ std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& 
   return out;
 }
 
-std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>& keys,
-                                                 const StoreClient::PartsFor& parts_for,
-                                                 std::vector<char>* lapsed) {
-  std::vector<int64_t> out(keys.size(), 0);
-  lapsed->assign(keys.size(), 0);
-  if (keys.empty()) return out;
-  // Registered as being read (see ReadMark) until this round ends.
-  std::vector<ReadMark*> marks(keys.size());
-  std::vector<uint64_t> hashes(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) hashes[i] = KeyHash(keys[i]);
+// One round's reads, registered (see ReadMark) from BeginGet until the state goes, and its
+// GetReplicaList, sent by BeginGet and answered in FinishGet.
+struct StoreClient::Impl::GetRoundState {
+  explicit GetRoundState(Impl* s, const std::vector<std::string>& k)
+      : self(s), keys(k), marks(k.size()), hashes(k.size()), lease_ids(k.size(), 0),
+        arena(ArenaOptionsFor(k.size())) {}
+  ~GetRoundState() {
+    if (!registered) return;
+    std::lock_guard<std::mutex> lock(self->reads_mu);
+    --self->active_reads;
+    for (size_t i = 0; i < marks.size(); ++i) self->reads.End(marks[i], hashes[i], lease_ids[i]);
+  }
+  Impl* const self;
+  const std::vector<std::string>& keys;
+  std::vector<ReadMark*> marks;
+  std::vector<uint64_t> hashes;
+  std::vector<uint64_t> lease_ids;
+  bool registered = false;
+  google::protobuf::Arena arena;
+  rpc::KeysRequest* req = nullptr;
+  std::chrono::steady_clock::time_point sent;
+  std::optional<RpcClient::PendingCall> call;
+};
+
+std::unique_ptr<StoreClient::Impl::GetRoundState> StoreClient::Impl::BeginGet(
+    const std::vector<std::string>& keys) {
+  auto st = std::make_unique<GetRoundState>(this, keys);
+  if (keys.empty()) return st;
+  for (size_t i = 0; i < keys.size(); ++i) st->hashes[i] = KeyHash(keys[i]);
   {
     std::lock_guard<std::mutex> lock(reads_mu);
     ++active_reads;
-    for (size_t i = 0; i < keys.size(); ++i) marks[i] = reads.Begin(hashes[i]);
+    for (size_t i = 0; i < keys.size(); ++i) st->marks[i] = reads.Begin(st->hashes[i]);
   }
-  std::vector<uint64_t> lease_ids(keys.size(), 0);
-  struct Unregister {
-    Impl* self;
-    const std::vector<ReadMark*>& marks;
-    const std::vector<uint64_t>& hashes;
-    const std::vector<uint64_t>& ids;
-    ~Unregister() {
-      std::lock_guard<std::mutex> lock(self->reads_mu);
-      --self->active_reads;
-      for (size_t i = 0; i < marks.size(); ++i) self->reads.End(marks[i], hashes[i], ids[i]);
-    }
-  } unregister{this, marks, hashes, lease_ids};
-  std::vector<std::vector<Span>> parts(keys.size());
-  google::protobuf::Arena arena(ArenaOptionsFor(keys.size()));
-  auto& req = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&arena);
-  req.set_client_id(client_id);
-  for (const auto& k : keys) req.add_keys(k);
-  auto& resp = *google::protobuf::Arena::CreateMessage<rpc::GetReplicaListResponse>(&arena);
+  st->registered = true;
+  st->req = google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&st->arena);
+  st->req->set_client_id(client_id);
+  for (const auto& k : keys) st->req->add_keys(k);
   // The lease starts when the master answers, later than this: a read that ends before
   // sent + lease (less a margin for clock rates) read bytes the master had not reused.
-  const auto sent = std::chrono::steady_clock::now();
-  int rc = Call("GetReplicaList", MasterMethod::kGetReplicaList, req, &resp);
+  st->sent = std::chrono::steady_clock::now();
+  st->call.emplace(master->Start(MasterMethod::kGetReplicaList, *st->req, opt.rpc_timeout));
+  return st;
+}
+
+std::vector<int64_t> StoreClient::Impl::GetRound(const std::vector<std::string>& keys,
+                                                 const StoreClient::PartsFor& parts_for,
+                                                 std::vector<char>* lapsed) {
+  auto st = BeginGet(keys);
+  return FinishGet(st.get(), parts_for, lapsed, 1);
+}
+
+std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
+                                                  const StoreClient::PartsFor& parts_for,
+                                                  std::vector<char>* lapsed, int own_calls) {
+  const std::vector<std::string>& keys = st->keys;
+  std::vector<int64_t> out(keys.size(), 0);
+  lapsed->assign(keys.size(), 0);
+  if (keys.empty()) return out;
+  std::vector<uint64_t>& lease_ids = st->lease_ids;
+  const auto sent = st->sent;
+  std::vector<std::vector<Span>> parts(keys.size());
+  auto& resp = *google::protobuf::Arena::CreateMessage<rpc::GetReplicaListResponse>(&st->arena);
+  int rc = 0;
+  {
+    Status s = master->Finish(&*st->call, &resp, own_calls);
+    if (!s.ok()) {
+      LOG(ERROR) << "GetReplicaList: " << s.message();
+      rc = ToInt(ErrorCode::RPC_FAIL);
+    }
+  }
   if (rc == 0 && resp.code() != 0) {
     LOG(WARNING) << "get: the master refused the request: " << resp.message();
     std::fill(out.begin(), out.end(), resp.code());

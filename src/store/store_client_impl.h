@@ -4,6 +4,7 @@
 
 #include <glog/logging.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -91,6 +92,15 @@ class StoreClient::Impl {
   // lease allows (the bytes may be another object's: the master may have reused the space).
   std::vector<int64_t> GetRound(const std::vector<std::string>& keys,
                                 const StoreClient::PartsFor& parts_for, std::vector<char>* lapsed);
+  // GetRound in two steps, so that GetMany sends the next round's GetReplicaList before it
+  // reads this round's objects (the master looks up the next keys while this client copies):
+  // BeginGet registers the reads and sends the request; FinishGet (own_calls: this caller's
+  // RPCs in flight, this one included) waits for the reply and reads. `keys` must outlive
+  // the state.
+  struct GetRoundState;
+  std::unique_ptr<GetRoundState> BeginGet(const std::vector<std::string>& keys);
+  std::vector<int64_t> FinishGet(GetRoundState* st, const StoreClient::PartsFor& parts_for,
+                                 std::vector<char>* lapsed, int own_calls);
   std::vector<int> PutRound(const std::vector<std::string>& keys,
                             const std::vector<std::vector<Span>>& parts,
                             const ReplicateConfig& config, bool upsert);
@@ -171,6 +181,9 @@ class StoreClient::Impl {
   };
   std::mutex reads_mu;
   ReadMarks reads;
+  // Whether the last RunJobs' transfers had all ended when their Submit returned (see
+  // GetMany: rounds are pipelined then).
+  std::atomic<bool> copies_inline{false};
   size_t active_reads = 0;                       // GetRound calls in flight
   static uint64_t KeyHash(const std::string& k) { return std::hash<std::string>()(k); }
   // Get sessions (store_client_ranges.cc): key -> what GetSessionStart found. A session

@@ -106,6 +106,42 @@ def test_batch_put_from_get_into(store):
     assert store.unregister_buffer(ptr(src)) == 0 and store.unregister_buffer(ptr(dst)) == 0
 
 
+def test_large_batches_in_overlapped_rounds_keep_every_slot(store):
+    # Same-host copies end within their Submit, so batches of 64 keys or more go in two (or,
+    # past 4096 keys, more) rounds whose master calls overlap the copies (GetMany /
+    # PutRound): every slot must still get its own bytes and its own code.
+    n, k = 1024, 5000
+    src, dst = buf(n * k, seed=11), buf(n * k)
+    assert store.register_buffer(ptr(src), src.nbytes) == 0
+    assert store.register_buffer(ptr(dst), dst.nbytes) == 0
+    sizes = [n - (i % 7) for i in range(k)]
+    assert store.batch_put_from(["warm"], [ptr(src)], [n]) == [0]  # a first, inline copy
+    keys = [f"big{i}" for i in range(k)]
+    ptrs = [ptr(src, i * n) for i in range(k)]
+    assert store.batch_put_from(keys[:200], ptrs[:200], sizes[:200]) == [0] * 200
+    assert store.batch_put_from(keys, ptrs, sizes) == [0] * k  # the first 200 exist: kept
+    # missing keys and a too-small buffer in both halves of a 128-key batch
+    ask = keys[:128]
+    ask[5], ask[100] = "absent-a", "absent-b"
+    lens = sizes[:128]
+    lens[30], lens[120] = 1, 1
+    rc = store.batch_get_into(ask, [ptr(dst, i * n) for i in range(128)], lens)
+    for i in range(128):
+        if i in (5, 100):
+            assert rc[i] == -704, i
+        elif i in (30, 120):
+            assert rc[i] == -600, i
+        else:
+            assert rc[i] == sizes[i], i
+            assert dst[i * n:i * n + sizes[i]].tobytes() == src[i * n:i * n + sizes[i]].tobytes()
+    dst[:] = 0
+    rc = store.batch_get_into(keys, [ptr(dst, i * n) for i in range(k)], sizes)
+    assert rc == sizes
+    for i in range(k):
+        assert dst[i * n:i * n + sizes[i]].tobytes() == src[i * n:i * n + sizes[i]].tobytes(), i
+    assert store.unregister_buffer(ptr(src)) == 0 and store.unregister_buffer(ptr(dst)) == 0
+
+
 def test_multi_buffers_round_trip(store):
     # each object is three scattered parts; it is read back split differently
     parts = [[5000, 1, 70000], [1 << 20, 3, 17], [4096, 4096, 4096]]
