@@ -41,6 +41,11 @@ struct Job {
 
 std::string RandomClientId();
 rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c);
+// The bytes of `parts`.
+size_t Total(const std::vector<Span>& parts);
+// Lays `parts` (the object, in order) over one replica at `remote` as copy jobs of `owner`.
+void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
+             const std::string* segment, uint64_t remote, size_t owner, std::vector<Job>* jobs);
 // Arena blocks sized for a batch RPC of `items` keys.
 google::protobuf::ArenaOptions ArenaOptionsFor(size_t items);
 
