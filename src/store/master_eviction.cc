@@ -11,11 +11,8 @@ namespace mooncake {
 namespace store {
 
 void MasterService::UnlistLocked(ObjectEntry* e) {
-  switch (e->second.list) {
-    case 0: break;
-    case 1: in_flight_.remove(e); break;
-    case 2: lru_.remove(e); break;
-    default: pinned_lru_.remove(e); break;
+  for (RecordList<ObjectEntry>* l : {&in_flight_, &lru_, &pinned_lru_}) {
+    if (l->contains(e)) return l->remove(e);
   }
 }
 
@@ -24,10 +21,8 @@ void MasterService::ListLocked(ObjectEntry* e) {
   const Object& obj = e->second;
   if (!obj.complete) {
     in_flight_.push_back(e);
-  } else if (obj.soft_pin && !obj.hard_pin) {
-    pinned_lru_.push_back(e);
   } else if (!obj.hard_pin) {
-    lru_.push_back(e);
+    (obj.soft_pin ? pinned_lru_ : lru_).push_back(e);
   }
 }
 

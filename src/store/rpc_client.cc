@@ -139,6 +139,12 @@ Status RpcClient::Connect(Conn* c, Clock::time_point deadline) {
   return Status::OK();
 }
 
+Status RpcClient::TimedOut(MasterMethod method) const {
+  return Status::DeadlineExceeded("the master at " + address_ + " did not answer " +
+                                  MethodName(static_cast<uint16_t>(method)) +
+                                  " within the RPC timeout");
+}
+
 Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::MessageLite& request,
                        Clock::time_point call_start, Clock::time_point deadline,
                        bool* closed_before_reply) {
@@ -154,12 +160,8 @@ Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::Mes
   EncodeHeader(&c->out[0], FrameHeader{static_cast<uint16_t>(method), 0, seq,
                                        static_cast<uint32_t>(size)});
   request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(&c->out[kFrameHeaderBytes]));
-  const std::string who = "the master at " + address_;
-  auto timed_out = [&] {
-    return Status::DeadlineExceeded(who + " did not answer " +
-                                    MethodName(static_cast<uint16_t>(method)) +
-                                    " within the RPC timeout");
-  };
+  auto who = [&] { return "the master at " + address_; };  // error paths only
+  auto timed_out = [&] { return TimedOut(method); };
   const int64_t left = MsLeft(deadline);
   if (left <= 0) return timed_out();
   // Each send / recv waits at most the call's timeout (set once per connection and timeout,
@@ -179,7 +181,7 @@ Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::Mes
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return timed_out();
     *closed_before_reply = errno == EPIPE || errno == ECONNRESET;
-    return Status::Unavailable(who + ": connection lost (" + std::strerror(errno) + ")");
+    return Status::Unavailable(who() + ": connection lost (" + std::strerror(errno) + ")");
   }
   return MsLeft(deadline) <= 0 ? timed_out() : Status::OK();
 }
@@ -187,12 +189,8 @@ Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::Mes
 Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::MessageLite* response,
                           Clock::time_point deadline, bool spin, bool* closed_before_reply) {
   const uint32_t seq = c->seq;
-  const std::string who = "the master at " + address_;
-  auto timed_out = [&] {
-    return Status::DeadlineExceeded(who + " did not answer " +
-                                    MethodName(static_cast<uint16_t>(method)) +
-                                    " within the RPC timeout");
-  };
+  auto who = [&] { return "the master at " + address_; };  // error paths only
+  auto timed_out = [&] { return TimedOut(method); };
   // The reply: its header, then its payload (usually in the same read).
   if (c->in.size() < kFrameHeaderBytes + kFirstRead) c->in.resize(kFrameHeaderBytes + kFirstRead);
   size_t got = 0, need = kFrameHeaderBytes;
@@ -217,12 +215,12 @@ Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::Messag
       if (!have_header && got >= kFrameHeaderBytes) {
         HeaderCheck check = DecodeHeader(c->in.data(), &h);
         if (check == HeaderCheck::kBadMagic) {
-          return Status::Internal(who + " does not speak this Store's RPC protocol: it looks like " +
+          return Status::Internal(who() + " does not speak this Store's RPC protocol: it looks like " +
                                   DescribeForeignBytes(c->in.data(), got));
         }
         if (check == HeaderCheck::kTooLarge || h.seq != seq ||
             h.method != static_cast<uint16_t>(method)) {
-          return Status::Internal(who + " sent a malformed reply");
+          return Status::Internal(who() + " sent a malformed reply");
         }
         have_header = true;
         need = kFrameHeaderBytes + h.length;
@@ -241,19 +239,19 @@ Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::Messag
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return timed_out();
     *closed_before_reply = got == 0 && (n == 0 || errno == ECONNRESET);
-    return Status::Unavailable(who + ": connection lost while waiting for the reply to " +
+    return Status::Unavailable(who() + ": connection lost while waiting for the reply to " +
                                MethodName(static_cast<uint16_t>(method)) +
                                (n == 0 ? std::string(" (closed by the master)")
                                        : " (" + std::string(std::strerror(errno)) + ")"));
   }
-  if (got != need) return Status::Internal(who + " sent more than one reply");
+  if (got != need) return Status::Internal(who() + " sent more than one reply");
   const char* payload = c->in.data() + kFrameHeaderBytes;
   if (h.status != static_cast<uint16_t>(RpcStatus::kOk)) {
-    return Status::InvalidArgument(who + " refused " + MethodName(h.method) + ": " +
+    return Status::InvalidArgument(who() + " refused " + MethodName(h.method) + ": " +
                                    std::string(payload, h.length));
   }
   if (!response->ParseFromArray(payload, static_cast<int>(h.length))) {
-    return Status::Internal(who + " sent a reply to " + MethodName(h.method) +
+    return Status::Internal(who() + " sent a reply to " + MethodName(h.method) +
                             " that does not parse");
   }
   return Status::OK();
@@ -276,18 +274,18 @@ RpcClient::PendingCall RpcClient::Start(MasterMethod method,
   p.request_ = &request;
   p.start_ = Clock::now();
   p.deadline_ = p.start_ + timeout;
-  p.conn_ = std::make_unique<Conn>(Take());
-  p.reused_ = p.conn_->fd >= 0;
-  if (!p.reused_) p.sent_ = Connect(p.conn_.get(), p.deadline_);
+  p.conn_ = Take();
+  p.reused_ = p.conn_.fd >= 0;
+  if (!p.reused_) p.sent_ = Connect(&p.conn_, p.deadline_);
   if (p.sent_.ok()) {
-    p.sent_ = Send(p.conn_.get(), method, request, p.start_, p.deadline_, &p.closed_);
+    p.sent_ = Send(&p.conn_, method, request, p.start_, p.deadline_, &p.closed_);
   }
   return p;
 }
 
 Status RpcClient::Finish(PendingCall* p, google::protobuf::MessageLite* response,
                          int own_calls) {
-  Conn* c = p->conn_.get();
+  Conn* c = &p->conn_;
   bool closed_before_reply = p->closed_;
   Status s = p->sent_;
   if (s.ok()) {
@@ -311,7 +309,7 @@ Status RpcClient::Finish(PendingCall* p, google::protobuf::MessageLite* response
   } else if (c->fd >= 0) {
     close(c->fd);  // a late reply must not reach another call
   }
-  p->conn_.reset();
+  *c = Conn{};
   p->owner_ = nullptr;
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   return s;
@@ -322,6 +320,7 @@ RpcClient::PendingCall& RpcClient::PendingCall::operator=(PendingCall&& o) noexc
   Abandon();
   owner_ = o.owner_;
   conn_ = std::move(o.conn_);
+  o.conn_ = Conn{};
   method_ = o.method_;
   request_ = o.request_;
   start_ = o.start_;
@@ -337,8 +336,8 @@ RpcClient::PendingCall::~PendingCall() { Abandon(); }
 
 void RpcClient::PendingCall::Abandon() {
   if (owner_ == nullptr) return;
-  if (conn_ && conn_->fd >= 0) close(conn_->fd);
-  conn_.reset();
+  if (conn_.fd >= 0) close(conn_.fd);
+  conn_ = Conn{};
   owner_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
   owner_ = nullptr;
 }

@@ -26,7 +26,13 @@ namespace mooncake {
 namespace store {
 
 class RpcClient {
-  struct Conn;
+  struct Conn {
+    int fd = -1;
+    uint32_t seq = 0;
+    int64_t timeout_ms = -1;  // SO_RCVTIMEO / SO_SNDTIMEO as set now
+    std::string out;          // the request being sent
+    std::string in;           // the reply; never shrinks below its first size (no refill)
+  };
 
  public:
   // `address`: host:port, [ipv6]:port.
@@ -60,7 +66,7 @@ class RpcClient {
     PendingCall() = default;
     void Abandon();  // closes the connection of a call never finished
     RpcClient* owner_ = nullptr;  // null once finished (or moved from)
-    std::unique_ptr<Conn> conn_;
+    Conn conn_;
     MasterMethod method_{};
     const google::protobuf::MessageLite* request_ = nullptr;
     std::chrono::steady_clock::time_point start_, deadline_;
@@ -77,13 +83,6 @@ class RpcClient {
   const std::string& address() const { return address_; }
 
  private:
-  struct Conn {
-    int fd = -1;
-    uint32_t seq = 0;
-    int64_t timeout_ms = -1;  // SO_RCVTIMEO / SO_SNDTIMEO as set now
-    std::string out;          // the request being sent
-    std::string in;           // the reply; never shrinks below its first size (no refill)
-  };
   Status Connect(Conn* c, std::chrono::steady_clock::time_point deadline);
   // A request on c (its seq the next of c's); then its reply into *response.
   Status Send(Conn* c, MasterMethod method, const google::protobuf::MessageLite& request,
@@ -92,6 +91,7 @@ class RpcClient {
   Status Receive(Conn* c, MasterMethod method, google::protobuf::MessageLite* response,
                  std::chrono::steady_clock::time_point deadline, bool spin,
                  bool* closed_before_reply);
+  Status TimedOut(MasterMethod method) const;  // "did not answer within the RPC timeout"
   Conn Take();
   void Give(Conn c);
 
