@@ -95,7 +95,10 @@ class ShmPidBinding : public ::testing::Test {
       char ok = conn.ok() ? 1 : 0;
       pid_t c = ok ? ::fork() : 1;
       if (c == 0) {  // C: keeps the connection, waits for the go
-        ::close(ready[1]);
+        // Only the test holds the write end of `go`: when it gives up on this try (the
+        // victim missed the pid) and closes it, C sees EOF and exits instead of waiting
+        // forever with the test's stdout open (which kept ctest waiting past its timeout).
+        for (int f : {ready[0], ready[1], go[1], res[0], release[0], release[1]}) ::close(f);
         char g;
         if (::read(go[0], &g, 1) != 1) ::_exit(1);
         uint64_t v = reinterpret_cast<uint64_t>(victim_->data);
@@ -113,11 +116,15 @@ class ShmPidBinding : public ::testing::Test {
         ::_exit(0);
       }
       (void)!::write(ready[1], &ok, 1);
+      (void)!::write(ready[1], &c, sizeof(c));
       ::_exit(0);  // P exits; C holds the connection
     }
     ::close(ready[1]);
+    ::close(go[0]);  // C has its own copy; the test must hold only the write end
     char ok = 0;
-    bool started = ::read(ready[0], &ok, 1) == 1 && ok == 1;
+    pid_t c = -1;
+    bool started = ::read(ready[0], &ok, 1) == 1 && ok == 1 &&
+                   ReadExact(ready[0], &c, sizeof(c), 3000) && c > 0;
     ::waitpid(p, nullptr, 0);  // P's pid is free from here on
     *victim = -1;
     bool got_pid = true;
@@ -145,14 +152,10 @@ class ShmPidBinding : public ::testing::Test {
     }
     (void)!::write(release[1], "r", 1);
     if (*victim > 0) Reap(*victim);
-    for (int i = 0; i < 50; ++i) {
-      pid_t w = ::waitpid(-1, nullptr, WNOHANG);  // C, reparented to us
-      if (w <= 0) {
-        if (w < 0) break;
-        ::usleep(20000);
-      }
-    }
-    for (int f : {go[0], res[0], res[1], release[0], release[1], ready[0]}) ::close(f);
+    // C was reparented to us (subreaper) and cannot be reaped by anyone else, so its pid
+    // stays ours until we reap it: wait for it, and kill it if it outlives the deadline.
+    if (c > 0) Reap(c);
+    for (int f : {res[0], res[1], release[0], release[1], ready[0]}) ::close(f);
     EXPECT_TRUE(started) << "the peer did not start or report";
     return got_pid;
   }
