@@ -60,6 +60,9 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = now_();
+  PrefetchLocked(req.keys_size(), [&](size_t i) -> const std::string& {
+    return req.keys(static_cast<int>(i));
+  });
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
     ++counters_.remove;
@@ -67,7 +70,7 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
     }
-    auto it = objects_.find(key);
+    auto it = objects_.find(key, hashes_[i]);
     if (it == objects_.end()) {
       resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
     } else if (!it->second.complete) {
@@ -122,36 +125,21 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
                                               const std::function<bool(const std::string&)>& match) {
   rpc::CountResponse resp;
   int64_t count = 0;
-  // About kRemoveChunk keys per hold of the lock, shard by shard and bucket by bucket: other
-  // RPCs are served between chunks. While a scan runs the table does not rehash (the shards'
-  // load factor limit is raised; inserts only lengthen chains), so (shard, bucket) positions
-  // stay valid across chunks. Keys put meanwhile may or may not be removed.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (scans_++ == 0) objects_.max_load_factor(std::numeric_limits<float>::max());
-  }
-  size_t shard = 0, bucket = 0;
+  // About kRemoveChunk keys per hold of the lock (the table's slots are half to three
+  // quarters full: 2 x kRemoveChunk slots), other RPCs served between chunks. The scan
+  // resumes at its cursor; a shard rehashed meanwhile by inserts is walked again from its
+  // start, so every complete object present throughout is looked at. Keys put meanwhile may
+  // or may not be removed.
+  ObjectMap::Cursor cursor;
   std::vector<std::string> victims;
-  while (true) {
+  for (bool done = false; !done;) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = now_();
-    size_t seen = 0;
-    while (shard < ObjectMap::kShardCount && seen < kRemoveChunk) {
-      auto& table = objects_.shard(shard);
-      const size_t buckets = table.bucket_count();
-      for (; bucket < buckets && seen < kRemoveChunk; ++bucket) {
-        for (auto it = table.begin(bucket); it != table.end(bucket); ++it) {
-          ++seen;
-          if (it->second.complete && (force || !Leased(it->second, now)) && match(it->first)) {
-            victims.push_back(it->first);
-          }
-        }
+    done = objects_.Scan(&cursor, 2 * kRemoveChunk, [&](const ObjectEntry& e) {
+      if (e.second.complete && (force || !Leased(e.second, now)) && match(e.first)) {
+        victims.push_back(e.first);
       }
-      if (bucket >= buckets) {
-        ++shard;
-        bucket = 0;
-      }
-    }
+    });
     for (const std::string& key : victims) {
       auto it = objects_.find(key);
       if (force) EndOwnLeaseLocked(&it->second, done_client, now);
@@ -159,10 +147,6 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
       ++count;
     }
     victims.clear();
-    if (shard >= ObjectMap::kShardCount) {
-      if (--scans_ == 0) objects_.max_load_factor(1.0f);
-      break;
-    }
   }
   resp.set_code(Code(ErrorCode::OK));
   resp.set_count(count);

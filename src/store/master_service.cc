@@ -276,7 +276,11 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
   ReapGraveyardLocked(now);
   EvictIfFullLocked(now);
   const ClientName owner = client_names_.Get(req.client_id());
-  for (const auto& item : req.items()) {
+  PrefetchLocked(req.items_size(), [&](size_t i) -> const std::string& {
+    return req.items(static_cast<int>(i)).key();
+  });
+  for (int i = 0; i < req.items_size(); ++i) {
+    const auto& item = req.items(i);
     ++counters_.put_start;
     rpc::PutStartResult* result = resp.add_results();
     const std::string key_problem = KeyProblem(item.key());
@@ -291,7 +295,7 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       if (result->code() != Code(ErrorCode::OK)) ++counters_.put_start_fail;
       continue;
     }
-    auto existing = objects_.find(item.key());
+    auto existing = objects_.find(item.key(), hashes_[i]);
     if (existing != objects_.end() || (!upserts_.empty() && upserts_.count(item.key()))) {
       const bool stale = existing != objects_.end() && !existing->second.complete &&
                          existing->second.stamp +
@@ -378,9 +382,9 @@ void MasterService::FillReplicasLocked(
   }
 }
 
-ErrorCode MasterService::FindInFlightLocked(const std::string& key, const std::string& client,
-                                            ObjectMap::iterator* it) {
-  *it = objects_.find(key);
+ErrorCode MasterService::FindInFlightLocked(const std::string& key, uint64_t hash,
+                                            const std::string& client, ObjectMap::iterator* it) {
+  *it = objects_.find(key, hash);
   if (*it == objects_.end()) return ErrorCode::OBJECT_NOT_FOUND;  // discarded, or segment gone
   if ((*it)->second.complete) return ErrorCode::INVALID_WRITE;
   if ((*it)->second.owner != client) return ErrorCode::ILLEGAL_CLIENT;
@@ -398,7 +402,11 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
     return resp;
   }
   const auto now = now_();
-  for (const auto& key : req.keys()) {
+  PrefetchLocked(req.keys_size(), [&](size_t i) -> const std::string& {
+    return req.keys(static_cast<int>(i));
+  });
+  for (int i = 0; i < req.keys_size(); ++i) {
+    const std::string& key = req.keys(i);
     ++counters_.put_end;
     if (!KeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
@@ -409,7 +417,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       continue;
     }
     ObjectMap::iterator it;
-    const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
+    const ErrorCode code = FindInFlightLocked(key, hashes_[i], req.client_id(), &it);
     if (code == ErrorCode::OK) {
       it->second.complete = true;
       it->second.last_access = now;
@@ -443,7 +451,7 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
       continue;
     }
     ObjectMap::iterator it;
-    const ErrorCode code = FindInFlightLocked(key, req.client_id(), &it);
+    const ErrorCode code = FindInFlightLocked(key, ObjectMap::Hash(key), req.client_id(), &it);
     if (code == ErrorCode::OK) EraseObjectLocked(it, now);
     resp.add_codes(Code(code));
   }
@@ -468,7 +476,11 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     return;
   }
   const auto now = now_();
-  for (const auto& key : req.keys()) {
+  PrefetchLocked(req.keys_size(), [&](size_t i) -> const std::string& {
+    return req.keys(static_cast<int>(i));
+  });
+  for (int i = 0; i < req.keys_size(); ++i) {
+    const std::string& key = req.keys(i);
     ++counters_.get_replica_list;
     rpc::GetReplicaListResult* result = resp.add_results();
     if (!KeyProblem(key).empty()) {
@@ -476,7 +488,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
       result->set_code(Code(ErrorCode::INVALID_KEY));
       continue;
     }
-    auto it = objects_.find(key);
+    auto it = objects_.find(key, hashes_[i]);
     if (it == objects_.end() || !it->second.complete) {
       ++counters_.get_miss;
       result->set_code(Code(it == objects_.end() ? ErrorCode::OBJECT_NOT_FOUND
@@ -514,14 +526,18 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
     ++counters_.refused_requests;
     return resp;
   }
-  for (const auto& key : req.keys()) {
+  PrefetchLocked(req.keys_size(), [&](size_t i) -> const std::string& {
+    return req.keys(static_cast<int>(i));
+  });
+  for (int i = 0; i < req.keys_size(); ++i) {
+    const std::string& key = req.keys(i);
     ++counters_.exist_key;
     rpc::ExistResult* result = resp.add_results();
     if (!KeyProblem(key).empty()) {
       result->set_code(Code(ErrorCode::INVALID_KEY));
       continue;
     }
-    auto it = objects_.find(key);
+    auto it = objects_.find(key, hashes_[i]);
     if (it == objects_.end() || !it->second.complete) {
       result->set_code(Code(ErrorCode::OBJECT_NOT_FOUND));
     } else {

@@ -52,7 +52,7 @@
 #include "store/error_code.h"
 #include "store/master_records.h"
 #include "store/offset_allocator.h"
-#include "store/sharded_map.h"
+#include "store/object_table.h"
 
 namespace mooncake {
 namespace store {
@@ -153,11 +153,17 @@ class MasterService {
     Clock::time_point free_at;
   };
 
+  // Before a batch handler's loop: the hash of each of its n keys (key_at(i)) into
+  // hashes_, for objects_.find(key, hashes_[i]); for batches of several keys also the
+  // table's cache misses issued together (slots, then records, then key bytes and list
+  // neighbours: object_table.h), so that the loop finds them in cache.
+  template <class KeyAt>
+  void PrefetchLocked(size_t n, KeyAt&& key_at);
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj, Clock::time_point now);
-  // Sharded, so that its growth rehashes a few thousand keys at a time (sharded_map.h).
-  using ObjectMap = ShardedMap<std::string, Object>;
-  using ObjectEntry = std::pair<const std::string, Object>;  // ObjectMap's value_type
+  // Open addressing in shards, records that never move (object_table.h).
+  using ObjectMap = ObjectTable<Object>;
+  using ObjectEntry = ObjectMap::Entry;  // std::pair<const std::string, Object>
   // Frees the object's replicas and forgets it; returns the next iterator.
   ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it, Clock::time_point now);
   // Puts an entry of objects_ at the back of the list its state calls for (in flight, least
@@ -179,7 +185,7 @@ class MasterService {
   bool PlaceOrFailLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                          Object* obj, rpc::PutStartResult* result, Clock::time_point now);
   // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
-  ErrorCode FindInFlightLocked(const std::string& key, const std::string& client,
+  ErrorCode FindInFlightLocked(const std::string& key, uint64_t hash, const std::string& client,
                                ObjectMap::iterator* it);
   // Frees the replicas' space, or (while the object is leased) moves it to the graveyard.
   void FreeObjectLocked(const Object& obj, Clock::time_point now);
@@ -213,6 +219,8 @@ class MasterService {
   uint64_t view_version_ = 1;
   size_t placement_cursor_ = 0;
   std::vector<std::pair<uint64_t, Segment*>> place_order_, place_rest_;  // PlaceLocked's scratch
+  std::vector<uint64_t> hashes_;               // PrefetchLocked's
+  std::vector<const ObjectEntry*> prefetched_;  // PrefetchLocked's scratch
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, Client> clients_;
   // The client ids that objects name (their writer, their latest lease holder): declared
@@ -236,10 +244,6 @@ class MasterService {
   };
   std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_;
   uint64_t graveyard_bytes_ = 0;
-  // RemoveWhere scans running: while there are any, objects_ does not rehash (its shards'
-  // maximum load factor is raised), so a scan can resume at a (shard, bucket) position after
-  // retaking the lock.
-  int scans_ = 0;
   // Segment names unmounted lately -> until when a segment mounted under that name again
   // takes no new objects (the unmount time plus one lease TTL).
   std::unordered_map<std::string, Clock::time_point> dropped_names_;

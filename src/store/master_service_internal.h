@@ -64,5 +64,28 @@ inline bool MasterService::Leased(const Object& obj, Clock::time_point now) {
 
 inline int32_t Code(ErrorCode c) { return ToInt(c); }
 
+template <class KeyAt>
+void MasterService::PrefetchLocked(size_t n, KeyAt&& key_at) {
+  hashes_.resize(n);
+  // Below this a batch has too few misses to overlap for the passes to pay.
+  constexpr size_t kPrefetchMin = 4;
+  if (n < kPrefetchMin) {
+    for (size_t i = 0; i < n; ++i) hashes_[i] = ObjectMap::Hash(key_at(i));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    hashes_[i] = ObjectMap::Hash(key_at(i));
+    objects_.PrefetchSlot(hashes_[i]);
+  }
+  prefetched_.resize(n);
+  for (size_t i = 0; i < n; ++i) prefetched_[i] = objects_.PrefetchNode(hashes_[i]);
+  for (const ObjectEntry* e : prefetched_) {
+    if (e == nullptr) continue;
+    ObjectMap::PrefetchKey(e);
+    if (e->second.prev != nullptr) __builtin_prefetch(&e->second.prev->second);
+    if (e->second.next != nullptr) __builtin_prefetch(&e->second.next->second);
+  }
+}
+
 }  // namespace store
 }  // namespace mooncake
