@@ -15,6 +15,9 @@
 //   dropped when their shard is rehashed, which an insert does once live + dead slots pass
 //   3/4 of it. Erase never moves a slot, so iterators other than the erased one stay valid
 //   across erases; any insert may invalidate them.
+// - Keys are hashed with SipHash under a random per-process key: keys a peer picks to
+//   collide (std::hash's MurmurHash2 has collisions for every seed) cannot turn lookups
+//   into walks of one long probe run.
 // - Prefetch* let a batch issue its cache misses together (see MasterService's batch
 //   handlers): the slots of every key, then their nodes, then each node's key bytes and list
 //   neighbours, before the keys are handled one by one.
@@ -34,6 +37,8 @@
 #include <string_view>
 #include <tuple>
 #include <utility>
+
+#include "store/siphash.h"
 
 namespace mooncake {
 namespace store {
@@ -62,9 +67,10 @@ class ObjectTable {
   using value_type = Entry;
   static constexpr size_t kShardCount = kShards;
 
-  // Hashes are never kEmpty or kDead.
+  // SipHash-1-3 under this process's random key (siphash.h), so that no peer can choose
+  // keys that collide; never kEmpty or kDead.
   static uint64_t Hash(std::string_view key) {
-    const uint64_t h = std::hash<std::string_view>{}(key);
+    const uint64_t h = KeyedHash(key);
     return h < 2 ? h + 2 : h;
   }
 

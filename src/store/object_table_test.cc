@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <random>
@@ -41,6 +42,32 @@ void ExpectSame(const Table& t, const std::unordered_map<std::string, int>& mode
     ASSERT_NE(it, t.end()) << k;
     EXPECT_EQ(it->second.value, v);
   }
+}
+
+// The paper's test vectors (SipHash-2-4, key 00..0f, message 00 01 02 ...); SipHash-1-3
+// is the same code with fewer rounds.
+TEST(SipHashTest, ReferenceVectors) {
+  SipKey key;
+  unsigned char kb[16], msg[64];
+  for (int i = 0; i < 16; ++i) kb[i] = static_cast<unsigned char>(i);
+  for (int i = 0; i < 64; ++i) msg[i] = static_cast<unsigned char>(i);
+  std::memcpy(&key.k0, kb, 8);
+  std::memcpy(&key.k1, kb + 8, 8);
+  const std::pair<size_t, uint64_t> want[] = {
+      {0, 0x726fdb47dd0e0e31ull},  {1, 0x74f839c593dc67fdull},  {7, 0xab0200f58b01d137ull},
+      {8, 0x93f5f5799a932462ull},  {15, 0xa129ca6149be45e5ull}, {16, 0x3f2acc7f57c29bdbull},
+      {63, 0x958a324ceb064572ull}};
+  for (const auto& [n, h] : want) EXPECT_EQ((SipHash<2, 4>(key, msg, n)), h) << "length " << n;
+}
+
+TEST(SipHashTest, TheTablesHashIsKeyedPerProcess) {
+  // Two different keys hash the same string differently; the process key is not zero.
+  const SipKey& k = ProcessSipKey();
+  EXPECT_FALSE(k.k0 == 0 && k.k1 == 0);
+  SipKey other{k.k0 ^ 1, k.k1};
+  const std::string s = "Qwen2.5-7B-Instruct@tp0@0123456789abcdef0123456789abcdef01234567";
+  EXPECT_NE((SipHash<1, 3>(k, s.data(), s.size())), (SipHash<1, 3>(other, s.data(), s.size())));
+  EXPECT_EQ(KeyedHash(s), (SipHash<1, 3>(k, s.data(), s.size())));
 }
 
 TEST(ObjectTableTest, EmptyTable) {
