@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -199,13 +200,18 @@ Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::Messag
   // A lone call (no other of this client in flight but the caller's own) waits for its reply
   // awake for a short while first: a sleeping thread's wake-up (tens of µs on a VM) would
   // otherwise be most of a round trip whose master side takes a few µs. With other calls in
-  // flight the CPU is theirs, and the call sleeps at once.
+  // flight the CPU is theirs, and the call sleeps at once; while it polls it yields the core
+  // to any other runnable task.
   if (spin) {
     const auto until = Clock::now() + kSpin;
     do {
       ssize_t n = recv(c->fd, &c->in[0], c->in.size(), MSG_DONTWAIT | MSG_PEEK);
       if (n != 0 && !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) break;
       if (n == 0) break;
+      // Give the core to whatever else is runnable on it (none: back at once): on a busy
+      // machine a spinning caller took the cores from other processes (16 client processes
+      // on 2 cores: 236-316k ops/s spinning plainly, 360-423k yielding; one client the same).
+      sched_yield();
     } while (Clock::now() < until);
   }
   while (got < need) {
