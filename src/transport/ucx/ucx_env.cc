@@ -48,6 +48,10 @@ std::vector<std::string> ApplyEnvironment() {
   SetIfUnset("UCX_ERROR_SIGNALS", "", "", &log);
   SetIfUnset("UCX_HANDLE_ERRORS", "none", "", &log);
   SetIfUnset("UCX_MEM_EVENTS", "no", "", &log);
+  // UCX prints its warnings and errors on stdout unless told otherwise: the application's
+  // stdout is its own (a pipe of results, a protocol with a parent process), so they go to
+  // stderr beside this engine's log lines.
+  SetIfUnset("UCX_LOG_FILE", "stderr", "", &log);
   return log;
 }
 

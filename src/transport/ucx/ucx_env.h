@@ -21,7 +21,8 @@ namespace mooncake::ucx {
 // MC_RETRY_CNT; and this engine's defaults: UCX_KEEPALIVE_INTERVAL=1s (a dead peer is found
 // within seconds), UCX_ERROR_SIGNALS= and UCX_HANDLE_ERRORS=none (UCX installs no signal
 // handlers in the host process), UCX_MEM_EVENTS=no (no malloc/mmap hooks: every range this
-// transport moves is mapped explicitly). Returns one "UCX_X=v (from MC_Y)" line per variable
+// transport moves is mapped explicitly), UCX_LOG_FILE=stderr (UCX's messages stay off the
+// application's stdout). Returns one "UCX_X=v (from MC_Y)" line per variable
 // set, for the log.
 std::vector<std::string> ApplyEnvironment();
 

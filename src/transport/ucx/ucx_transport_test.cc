@@ -103,6 +103,13 @@ TEST_F(UcxHostile, UcxInstallsNoSignalHandlers) {
   }
 }
 
+TEST_F(UcxHostile, UcxLogsToStderrNotTheApplicationsStdout) {
+  // ucx_env.cc sets UCX_LOG_FILE=stderr where the user did not choose.
+  const char* v = std::getenv("UCX_LOG_FILE");
+  ASSERT_NE(v, nullptr);
+  EXPECT_STREQ(v, "stderr");
+}
+
 TEST_F(UcxHostile, RealPeerMovesEveryByte) {
   auto peer = std::make_shared<const SegmentDesc>(b_.desc);
   ASSERT_TRUE(a_.transport.CanReach(*peer));
