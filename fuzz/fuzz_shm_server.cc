@@ -277,7 +277,10 @@ bool RecvN(int fd, void* p, size_t n, int limit_ms) {
 void ExpectEof(int fd, const char* after) {
   char c;
   pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, 5000) <= 0) fuzz::Fail("ShmServer: no EOF within 5 s after %s", after);
+  if (::poll(&p, 1, 5000) <= 0) {
+    fuzz::DumpThreads();  // where the server's threads were (a rare stall, not yet explained)
+    fuzz::Fail("ShmServer: no EOF within 5 s after %s", after);
+  }
   ssize_t n = ::recv(fd, &c, 1, 0);
   if (n > 0) fuzz::Fail("ShmServer: sent data after %s instead of closing", after);
 }
