@@ -36,8 +36,7 @@ inline void Fail(const char* fmt, ...) {
 
 // Prints every thread of this process (tid, name, state, kernel wait channel and, where
 // readable, kernel stack) on stderr: for oracles that time out waiting on a server thread,
-// so that a rare stall says where the threads were (fuzz_shm_server's EOF checks failed
-// twice in ~1.2 M executions on 2026-12-02, with no code path found that waits there).
+// so that a stall says where the threads were.
 inline void DumpThreads() {
   auto slurp = [](const std::string& path, size_t max) {
     std::string out;
@@ -64,6 +63,51 @@ inline void DumpThreads() {
                  slurp(t + "/stack", 1024).c_str());
   }
   ::closedir(d);
+}
+
+// libFuzzer's -timeout runs a periodic SIGALRM: any blocking call of a harness may return
+// EINTR. These two wait through it.
+//
+// connect() on a blocking socket; true once connected. An interrupted connect goes on in
+// the background: wait for it to be writable, then read its outcome (errno set on failure).
+inline bool Connect(int fd, const void* addr, socklen_t len, int timeout_ms = 10000) {
+  if (::connect(fd, static_cast<const sockaddr*>(addr), len) == 0) return true;
+  if (errno != EINTR && errno != EINPROGRESS) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return false;
+    if (r == 0) continue;
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) return false;
+    errno = err;
+    return err == 0;
+  }
+}
+
+// poll() for `events` on fd, at most timeout_ms in all: > 0 ready, 0 timed out, < 0 error.
+inline int PollFor(int fd, short events, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now()).count();
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left > 0 ? left : 0));
+    if (r < 0 && errno == EINTR) {
+      if (left <= 0) return 0;
+      continue;
+    }
+    return r;
+  }
 }
 
 // MC_SLICE_TIMEOUT of the servers under test: how long they wait for a peer that makes no

@@ -477,7 +477,7 @@ int Connect(int port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+  if (!fuzz::Connect(fd, &a, sizeof(a))) {
     fuzz::Fail("connect: %s", std::strerror(errno));
   }
   int one = 1;

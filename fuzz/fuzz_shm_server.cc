@@ -276,9 +276,9 @@ bool RecvN(int fd, void* p, size_t n, int limit_ms) {
 // The server closes without sending anything more.
 void ExpectEof(int fd, const char* after) {
   char c;
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, 5000) <= 0) {
-    fuzz::DumpThreads();  // where the server's threads were (a rare stall, not yet explained)
+  // (An EINTR from libFuzzer's timer once read as "no EOF": about 2 in 1.2 M executions.)
+  if (fuzz::PollFor(fd, POLLIN, 5000) <= 0) {
+    fuzz::DumpThreads();  // where the server's threads were
     fuzz::Fail("ShmServer: no EOF within 5 s after %s", after);
   }
   ssize_t n = ::recv(fd, &c, 1, 0);
@@ -463,7 +463,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path + 1, path.data(), path.size());
     socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + path.size());
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    if (fd < 0 || !fuzz::Connect(fd, &addr, len)) {
       fuzz::Fail("connect @%s: %s", path.c_str(), std::strerror(errno));
     }
     accepted = Hello(fd, in);

@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (lfd < 0 || !server.Start(UniqueFd(lfd)).ok()) fuzz::Fail("TcpServer::Start");
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     fuzz::ApplyClientBuffers(fd, data, size);  // before connect: sizes the TCP window
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&g_addr), sizeof(g_addr)) != 0) {
+    if (fd < 0 || !fuzz::Connect(fd, &g_addr, sizeof(g_addr))) {
       fuzz::Fail("connect: %s", std::strerror(errno));
     }
     int one = 1;
