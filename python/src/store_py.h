@@ -1,6 +1,6 @@
-// Internal to the extension: what store_py.cc (MooncakeDistributedStore's setup, close and
-// bytes API, ReplicateConfig, BufferHandle) and store_py_batch.cc (registered memory, upserts,
-// ranged reads, get and put sessions, replica clear) share: PyStore, the object behind
+// Internal to the extension: what store_py.cc (the bindings, the bytes API, BufferHandle),
+// store_py_setup.cc (setup, close, ReplicateConfig's checks) and store_py_batch.cc (registered
+// memory, upserts, ranged reads, get and put sessions, replica clear) share: PyStore, the object behind
 // MooncakeDistributedStore, and PyReplicateConfig, behind ReplicateConfig. Conventions are
 // those of store_py.cc's header.
 #pragma once
