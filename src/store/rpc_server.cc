@@ -191,7 +191,9 @@ void RpcServer::RunLoop(Loop* loop) {
   std::vector<epoll_event> events(256);
   auto last_sweep = Clock::now();
   while (!stop_.load()) {
-    int n = epoll_wait(loop->ep, events.data(), static_cast<int>(events.size()), 500);
+    // Connections with requests left from their last turn: take new events without sleeping.
+    const int wait_ms = loop->ready.empty() ? 500 : 0;
+    int n = epoll_wait(loop->ep, events.data(), static_cast<int>(events.size()), wait_ms);
     if (stop_.load()) break;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
@@ -232,7 +234,7 @@ void RpcServer::RunLoop(Loop* loop) {
         ok = false;  // both directions gone: no reply can reach the client
       } else {
         if (ev & EPOLLOUT) ok = Flush(c) && Serve(loop, c);
-        if (ok && (ev & (EPOLLIN | EPOLLRDHUP)) && !c->busy && !c->eof &&
+        if (ok && (ev & (EPOLLIN | EPOLLRDHUP)) && !c->busy && !c->eof && !c->more &&
             c->sent == c->out.size()) {
           ok = OnReadable(loop, c) && Serve(loop, c);
         }
@@ -243,6 +245,7 @@ void RpcServer::RunLoop(Loop* loop) {
       }
       Rearm(loop, c);
     }
+    ServeReady(loop);
     const auto now = Clock::now();
     if (now - last_sweep >= std::chrono::milliseconds(500)) {
       last_sweep = now;
@@ -263,6 +266,27 @@ void RpcServer::RunLoop(Loop* loop) {
         Close(loop, c);
       }
     }
+  }
+}
+
+void RpcServer::ServeReady(Loop* loop) {
+  if (loop->ready.empty()) return;
+  std::vector<std::pair<int, uint64_t>> turn;
+  turn.swap(loop->ready);
+  for (const auto& [fd, id] : turn) {
+    auto it = loop->conns.find(fd);
+    if (it == loop->conns.end() || it->second->id != id) continue;  // closed meanwhile
+    Conn* c = it->second.get();
+    c->queued = false;
+    if (c->more && !c->busy && c->sent == c->out.size() && !Serve(loop, c)) {
+      Close(loop, c);
+      continue;
+    }
+    if (Finished(c)) {
+      Close(loop, c);
+      continue;
+    }
+    Rearm(loop, c);
   }
 }
 

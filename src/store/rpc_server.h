@@ -14,7 +14,10 @@
 //   - a frame that is not this protocol, or announces more than kMaxMessageBytes, closes the
 //     connection (the latter after a kTooLarge reply), with a log line;
 //   - a connection's next request is not read until its reply is sent (a client that does not
-//     read its replies holds one reply's memory, and stalls only itself).
+//     read its replies holds one reply's memory, and stalls only itself);
+//   - a connection's requests are handled at most kMaxRequestsPerTurn (16) a turn: one that
+//     pipelines thousands takes turns with the other connections of its loop, and what it
+//     sent past its turn stays in the socket until its next one.
 // The port is bound without SO_REUSEPORT: a port in use is refused.
 #pragma once
 
@@ -75,6 +78,8 @@ class RpcServer {
   // Handles the complete requests buffered (until one needs the worker or a reply is left
   // unsent); false when the connection is to be closed.
   bool Serve(Loop* loop, Conn* c);
+  // Gives the connections on the loop's ready list their next turn (Serve's budget).
+  void ServeReady(Loop* loop);
   bool Flush(Conn* c);  // false: the connection failed
   void Rearm(Loop* loop, Conn* c);
   void Close(Loop* loop, Conn* c);

@@ -15,7 +15,7 @@ namespace store {
 using namespace rpc_internal;  // NOLINT
 
 bool RpcServer::Finished(const Conn* c) const {
-  return c->eof && !c->busy && c->sent == c->out.size();
+  return c->eof && !c->busy && !c->more && c->sent == c->out.size();
 }
 
 bool RpcServer::OnReadable(Loop* loop, Conn* c) {
@@ -48,9 +48,15 @@ bool RpcServer::OnReadable(Loop* loop, Conn* c) {
 
 bool RpcServer::Serve(Loop* loop, Conn* c) {
   size_t at = 0;
+  size_t served = 0;
   bool ok = true;
-  while (!c->busy && !c->close_after_flush && c->out.size() - c->sent < kMaxGatheredReply) {
+  c->more = false;
+  while (!c->busy && !c->close_after_flush) {
     if (c->in.size() - at < kFrameHeaderBytes) break;
+    if (served == kMaxRequestsPerTurn || c->out.size() - c->sent >= kMaxGatheredReply) {
+      c->more = true;  // the rest in a later turn, after the loop's other connections
+      break;
+    }
     FrameHeader h;
     const HeaderCheck check = DecodeHeader(c->in.data() + at, &h);
     if (check == HeaderCheck::kBadMagic) {
@@ -95,6 +101,7 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
       job->payload.assign(payload, h.length);
       at += kFrameHeaderBytes + h.length;
       c->busy = true;
+      ++served;
       {
         std::lock_guard<std::mutex> l(worker_->mu);
         worker_->jobs.push_back(std::move(job));
@@ -109,6 +116,7 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
                   static_cast<uint32_t>(c->out.size() - base - kFrameHeaderBytes)};
     EncodeHeader(&c->out[base], r);
     at += kFrameHeaderBytes + h.length;
+    ++served;
   }
   if (at > 0) {
     buffered_ -= at;
@@ -150,8 +158,16 @@ void RpcServer::Rearm(Loop* loop, Conn* c) {
     want = EPOLLOUT;
   } else if (c->busy || c->eof) {
     want = 0;  // errors only: a client gone meanwhile fails the reply's send
+  } else if (c->more) {
+    // Requests left from its turn: their next turn comes from the ready list, and nothing
+    // more is read from this client meanwhile (its backlog waits in the socket, not here).
+    want = 0;
   } else {
     want = EPOLLIN | EPOLLRDHUP;
+  }
+  if (c->more && !c->busy && c->sent == c->out.size() && !c->queued) {
+    loop->ready.emplace_back(c->fd, c->id);
+    c->queued = true;
   }
   if (want == c->events) return;
   epoll_event ev{};

@@ -25,6 +25,9 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kReadChunk = 256 << 10;
 // Replies of pipelined requests gathered before the loop writes them.
 constexpr size_t kMaxGatheredReply = 1 << 20;
+// Requests of one connection handled in one turn: a connection that pipelines many then
+// waits for the other connections of its loop to have their turn (Loop::ready).
+constexpr size_t kMaxRequestsPerTurn = 16;
 
 // Logs at most one line a second per call site.
 bool LogNow(std::atomic<int64_t>* last);
@@ -44,6 +47,8 @@ struct RpcServer::Conn {
   bool busy = false;   // a request is on the worker
   bool eof = false;    // the client sent FIN: serve what came, then close
   bool close_after_flush = false;
+  bool more = false;    // requests left in `in` when its turn ended (Serve's budget)
+  bool queued = false;  // on its loop's ready list
   uint32_t events = 0;  // what epoll watches for now
   Clock::time_point last_active;
   Clock::time_point partial_since = Clock::time_point::max();  // an incomplete request began
@@ -67,6 +72,9 @@ struct RpcServer::Loop {
   std::mutex done_mu;
   std::vector<std::unique_ptr<Job>> done;
   std::string scratch;
+  // Connections whose turn ended with requests left (Conn::more) and their replies sent:
+  // served again after the next epoll_wait, which then does not sleep. {fd, Conn::id}.
+  std::vector<std::pair<int, uint64_t>> ready;
 };
 
 struct RpcServer::Worker {

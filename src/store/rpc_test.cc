@@ -24,9 +24,9 @@ using namespace testing_master;  // NOLINT
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-// Ping answers client_known = (client_id == "known"); ExistKey echoes its keys as codes
-// (1 each) after sleeping `sleep_ms` for a key "sleep"; RemoveAll (the slow method) sleeps
-// 400 ms.
+// Ping answers client_known = (client_id == "known"); ExistKey answers each key's length
+// as its code, after sleeping 600 ms for a key "sleep" and 2 ms for a key "2ms"; RemoveAll
+// (the slow method) sleeps 400 ms.
 RpcStatus Handle(uint16_t method, const char* data, size_t n, std::string* out) {
   switch (static_cast<MasterMethod>(method)) {
     case MasterMethod::kPing: {
@@ -46,6 +46,7 @@ RpcStatus Handle(uint16_t method, const char* data, size_t n, std::string* out) 
       rpc::CodesResponse r;
       for (const auto& k : q.keys()) {
         if (k == "sleep") std::this_thread::sleep_for(milliseconds(600));
+        if (k == "2ms") std::this_thread::sleep_for(milliseconds(2));
         r.add_codes(static_cast<int32_t>(k.size()));
       }
       r.AppendToString(out);
@@ -410,6 +411,67 @@ TEST_F(RpcTest, ASlowMethodDoesNotHoldUpItsLoop) {
   ASSERT_TRUE(Ping("known", &known).ok());
   EXPECT_LT(Clock::now() - t0, milliseconds(200)) << "the ping waited for RemoveAll";
   slow.join();
+}
+
+// A connection that pipelines many requests takes turns with the others of its loop: a
+// request of another client waits for a few of the backlog's, not for all of it; and every
+// pipelined request is answered, in order.
+TEST_F(RpcTest, APipeliningConnectionTakesTurnsWithTheOthersOfItsLoop) {
+  RpcServer::Options o;
+  o.threads = 1;
+  Start(o);
+  int greedy = ConnectLoopback(port_);
+  ASSERT_GE(greedy, 0);
+  rpc::KeysRequest slow_req;
+  slow_req.add_keys("2ms");
+  constexpr uint32_t kBacklog = 300;  // 600 ms of handler time
+  std::string many;
+  for (uint32_t seq = 1; seq <= kBacklog; ++seq) {
+    many += Frame(uint16_t(MasterMethod::kExistKey), seq, slow_req.SerializeAsString());
+  }
+  ASSERT_TRUE(SendAll(greedy, many));
+  std::this_thread::sleep_for(milliseconds(20));  // the loop is into the backlog
+  const auto t0 = Clock::now();
+  bool known = false;
+  ASSERT_TRUE(Ping("known", &known).ok());
+  const auto waited_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+  EXPECT_LT(waited_ms, 250) << "a ping waited behind another connection's whole backlog";
+  for (uint32_t seq = 1; seq <= kBacklog; ++seq) {
+    auto r = ReadReply(greedy, milliseconds(5000));
+    ASSERT_TRUE(r) << "reply " << seq << " of " << kBacklog << " never came";
+    EXPECT_EQ(r->header.seq, seq);
+    EXPECT_EQ(r->header.status, uint16_t(RpcStatus::kOk));
+  }
+  ::close(greedy);
+}
+
+// Pipelined requests whose replies together pass what the loop gathers before it writes
+// (1 MiB) are all answered, also when each write goes out at once (the client reads as the
+// replies come): none is left in the connection's buffer waiting for more bytes.
+TEST_F(RpcTest, PipelinedRequestsWithMoreReplyBytesThanOneGatherAreAllAnswered) {
+  RpcServer::Options o;
+  o.threads = 1;
+  Start(o);
+  int fd = ConnectLoopback(port_);
+  ASSERT_GE(fd, 0);
+  rpc::KeysRequest big;
+  for (int k = 0; k < 40000; ++k) big.add_keys("k");  // a reply of ~40 KB (a code per key)
+  constexpr uint32_t kRequests = 64;                   // ~2.5 MB of replies
+  std::string all;
+  for (uint32_t seq = 1; seq <= kRequests; ++seq) {
+    all += Frame(uint16_t(MasterMethod::kExistKey), seq, big.SerializeAsString());
+  }
+  std::thread writer([&] { EXPECT_TRUE(SendAll(fd, all)); });
+  for (uint32_t seq = 1; seq <= kRequests; ++seq) {
+    auto r = ReadReply(fd, milliseconds(3000));
+    ASSERT_TRUE(r) << "reply " << seq << " of " << kRequests << " never came";
+    EXPECT_EQ(r->header.seq, seq);
+    rpc::CodesResponse codes;
+    ASSERT_TRUE(codes.ParseFromString(r->payload));
+    EXPECT_EQ(codes.codes_size(), 40000);
+  }
+  writer.join();
+  ::close(fd);
 }
 
 double ProcessCpuMs() {
