@@ -413,6 +413,16 @@ TEST_F(RpcTest, ASlowMethodDoesNotHoldUpItsLoop) {
   slow.join();
 }
 
+// `n` ExistKey frames of `q`, seq 1..n, to send back to back.
+std::string PipelinedExistKeys(const rpc::KeysRequest& q, uint32_t n) {
+  const std::string payload = q.SerializeAsString();
+  std::string all;
+  for (uint32_t seq = 1; seq <= n; ++seq) {
+    all += Frame(uint16_t(MasterMethod::kExistKey), seq, payload);
+  }
+  return all;
+}
+
 // A connection that pipelines many requests takes turns with the others of its loop: a
 // request of another client waits for a few of the backlog's, not for all of it; and every
 // pipelined request is answered, in order.
@@ -425,11 +435,7 @@ TEST_F(RpcTest, APipeliningConnectionTakesTurnsWithTheOthersOfItsLoop) {
   rpc::KeysRequest slow_req;
   slow_req.add_keys("2ms");
   constexpr uint32_t kBacklog = 300;  // 600 ms of handler time
-  std::string many;
-  for (uint32_t seq = 1; seq <= kBacklog; ++seq) {
-    many += Frame(uint16_t(MasterMethod::kExistKey), seq, slow_req.SerializeAsString());
-  }
-  ASSERT_TRUE(SendAll(greedy, many));
+  ASSERT_TRUE(SendAll(greedy, PipelinedExistKeys(slow_req, kBacklog)));
   std::this_thread::sleep_for(milliseconds(20));  // the loop is into the backlog
   const auto t0 = Clock::now();
   bool known = false;
@@ -457,10 +463,7 @@ TEST_F(RpcTest, PipelinedRequestsWithMoreReplyBytesThanOneGatherAreAllAnswered) 
   rpc::KeysRequest big;
   for (int k = 0; k < 40000; ++k) big.add_keys("k");  // a reply of ~40 KB (a code per key)
   constexpr uint32_t kRequests = 64;                   // ~2.5 MB of replies
-  std::string all;
-  for (uint32_t seq = 1; seq <= kRequests; ++seq) {
-    all += Frame(uint16_t(MasterMethod::kExistKey), seq, big.SerializeAsString());
-  }
+  const std::string all = PipelinedExistKeys(big, kRequests);
   std::thread writer([&] { EXPECT_TRUE(SendAll(fd, all)); });
   for (uint32_t seq = 1; seq <= kRequests; ++seq) {
     auto r = ReadReply(fd, milliseconds(3000));
