@@ -57,6 +57,7 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
       c->more = true;  // the rest in a later turn, after the loop's other connections
       break;
     }
+    ++served;  // an incomplete request counted here ends the turn below anyway
     FrameHeader h;
     const HeaderCheck check = DecodeHeader(c->in.data() + at, &h);
     if (check == HeaderCheck::kBadMagic) {
@@ -101,7 +102,6 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
       job->payload.assign(payload, h.length);
       at += kFrameHeaderBytes + h.length;
       c->busy = true;
-      ++served;
       {
         std::lock_guard<std::mutex> l(worker_->mu);
         worker_->jobs.push_back(std::move(job));
@@ -116,7 +116,6 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
                   static_cast<uint32_t>(c->out.size() - base - kFrameHeaderBytes)};
     EncodeHeader(&c->out[base], r);
     at += kFrameHeaderBytes + h.length;
-    ++served;
   }
   if (at > 0) {
     buffered_ -= at;
