@@ -7,10 +7,13 @@
 //                                 [--log-level INFO|DEBUG|...]
 //
 // The protocol and its bounds: metadata_http_server.h (the same code serves
-// mooncake_master --enable_http_metadata_server). Connections (guarded_server.h): a thread
-// each, up to --max_connections, at most --max_per_address from one IP; a request head must
-// arrive within --head_timeout_ms, no read of a body may wait over 5 s, idle keep-alive
-// connections close after 5 s. A port in use is refused (no SO_REUSEPORT).
+// mooncake_master --enable_http_metadata_server). Connections (guarded_server.h): up to
+// --max_connections served at once, a worker thread each, as many more waiting; at most
+// --max_per_address from one IP; when connections wait, the one served longest while slow
+// or idle (>= 250 ms), from the busiest address, is closed to make room. A request head
+// must arrive within --head_timeout_ms (however it trickles), no read of a body may wait
+// over 5 s, idle keep-alive connections close after 5 s. A port in use is refused (no
+// SO_REUSEPORT).
 // Prints one line when listening: "mooncake_http_metadata_server listening on <host>:<port>"
 // (with --port 0 the port is the one the kernel chose). SIGINT/SIGTERM stop it cleanly (exit 0).
 #include <pthread.h>
