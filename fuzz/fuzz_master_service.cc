@@ -8,6 +8,9 @@
 // - a range PutStart hands out never overlaps a range that GetReplicaList gave a reader whose
 //   lease has not lapsed (same segment name): no reader can see another key's bytes, whatever
 //   removals, evictions, unmounts, client expiries and remounts ran in between;
+// - a range PutStart hands out never overlaps a range of a put or upsert in flight whose
+//   writer has not yet called PutEnd / PutRevoke and that is not discarded yet (its writer
+//   may still be writing there), whatever unmounts and expiries ran in between;
 // - the ranges of one PutStart reply do not overlap, and lie inside a mounted segment;
 // - allocated <= capacity after every call;
 // - at the end, after removing everything (force), letting every lease and put lapse and one
@@ -91,6 +94,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<Range> grants;  // ranges readers were given, until their leases lapse
   const std::vector<std::string> readers = {"r0", "r1"};
   std::map<std::pair<std::string, std::string>, uint64_t> last_lease;  // (reader, key) -> id
+  // Ranges writers were given, until they call PutEnd / PutRevoke (key, reader = the writer)
+  // or their put is discarded (until).
+  std::vector<Range> writes;
+  const auto discard = std::chrono::seconds(config.put_start_discard_timeout_s);
 
   // `reader` says none of its reads is in flight: its grants protect nothing any more.
   auto done_reading = [&](const std::string& reader) {
@@ -147,15 +154,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         c->set_with_soft_pin(in.ConsumeBool());
         c->set_with_hard_pin(in.ConsumeIntegralInRange<int>(0, 7) == 0);
         if (in.ConsumeBool()) c->add_preferred_segments(Pick(in, segments));
+        req.set_upsert(in.ConsumeIntegralInRange<int>(0, 3) == 0);
         auto resp = master.PutStart(req);
         if (resp.code() != 0 && resp.results_size() != 0) Fail("refused PutStart with results");
         std::vector<Range> fresh;
-        for (const auto& r : resp.results()) {
+        for (int i = 0; i < resp.results_size(); ++i) {
+          const auto& r = resp.results(i);
           for (const auto& rep : r.replicas()) {
             const auto& b = rep.buffer();
             for (const Range& g : grants) {
               if (g.until > now && Overlap(g, b.segment_name(), b.addr(), b.size())) {
                 Fail("PutStart placed an object over a range a reader still holds a lease on");
+              }
+            }
+            for (const Range& w : writes) {
+              if (w.until > now && Overlap(w, b.segment_name(), b.addr(), b.size())) {
+                Fail("PutStart placed an object over a range a writer may still be writing");
               }
             }
             for (const Range& f : fresh) {
@@ -164,6 +178,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               }
             }
             fresh.push_back({b.segment_name(), b.addr(), b.size(), now, {}, {}});
+          }
+          if (r.code() == 0 && i < req.items_size()) {
+            for (const auto& rep : r.replicas()) {
+              writes.push_back({rep.buffer().segment_name(), rep.buffer().addr(),
+                                rep.buffer().size(), now + discard, req.items(i).key(),
+                                req.client_id()});
+            }
           }
         }
         break;
@@ -174,6 +195,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_client_id(Pick(in, clients));
         for (int i = in.ConsumeIntegralInRange<int>(1, 3); i > 0; --i) req.add_keys(Key(in));
         (void)(in.ConsumeBool() ? master.PutEnd(req) : master.PutRevoke(req));
+        // The writer has stopped writing these keys (whatever the master answered).
+        for (const auto& k : req.keys()) {
+          for (Range& w : writes) {
+            if (w.key == k && w.reader == req.client_id()) w.until = now;
+          }
+        }
         break;
       }
       case 7: {  // GetReplicaList: remember the ranges under lease

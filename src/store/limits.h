@@ -16,6 +16,13 @@ constexpr size_t kMaxBatchItems = 4096;     // keys / items of one batch RPC
 constexpr size_t kMaxNameBytes = 256;       // client id, segment name, a preferred segment
 constexpr size_t kMaxPreferredSegments = 16;
 constexpr size_t kMaxReplicaNum = 16;
+// Segments one client may have mounted at once, and all clients together (MountSegment
+// refuses more with INVALID_PARAMS): each costs placement and unmount work.
+constexpr size_t kMaxSegmentsPerClient = 64;
+constexpr size_t kMaxSegments = 16384;
+// remove_by_regex patterns whose compiled RE2 program is larger are refused: matching costs
+// up to the program's size per byte of key when RE2 falls back from its DFA.
+constexpr int kMaxRegexProgramSize = 2000;
 // The RPC wire's payload limit, both ways. The largest reply an accepted request can get:
 // kMaxBatchItems x (a message naming the key + kMaxReplicaNum replicas with their segment
 // names) = 4096 x (4.2 KiB + 16 x 0.3 KiB), about 36 MiB.

@@ -16,13 +16,19 @@ rpc::StatsResponse MasterService::GetStats() {
   resp.set_capacity(CapacityLocked());
   resp.set_allocated(AllocatedLocked());
   resp.set_keys(objects_.size());
-  resp.set_segments(segments_.size());
+  resp.set_segments(placeable_.size());
   resp.set_clients(clients_.size());
   resp.set_evicted_objects(counters_.evicted_objects);
   return resp;
 }
 
 void MasterService::Tick() {
+  std::vector<uint64_t> dropped;  // segments of expired clients: walked after the lock
+  TickLocked(&dropped);
+  FinishUnmount(dropped);
+}
+
+void MasterService::TickLocked(std::vector<uint64_t>* dropped) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = now_();
   for (auto it = clients_.begin(); it != clients_.end();) {
@@ -33,7 +39,10 @@ void MasterService::Tick() {
     LOG(WARNING) << "client " << it->first << " sent no heartbeat for " << config_.client_ttl_s
                  << " s: unmounting its " << it->second.segments.size() << " segment(s)";
     const std::set<uint64_t> segs = it->second.segments;
-    for (uint64_t id : segs) UnmountLocked(id);
+    for (uint64_t id : segs) {
+      BeginUnmountLocked(id, now);
+      dropped->push_back(id);
+    }
     it = clients_.erase(it);
     ++counters_.expired_clients;
   }
@@ -55,8 +64,7 @@ void MasterService::Tick() {
     }
     LOG(WARNING) << "discarding upsert of " << it->first << ": no PutEnd within "
                  << config_.put_start_discard_timeout_s << " s (the old value stays)";
-    FreeObjectLocked(it->second, now);
-    it = upserts_.erase(it);
+    it = EraseUpsertLocked(it, now);
     ++counters_.discarded_puts;
   }
   ReapGraveyardLocked(now);
@@ -80,7 +88,7 @@ std::string MasterService::MetricsText() {
   gauge("master_total_capacity_bytes", "Bytes of all mounted segments", CapacityLocked());
   gauge("master_allocated_bytes", "Bytes allocated to replicas", AllocatedLocked());
   gauge("master_key_count", "Objects stored (complete or being written)", objects_.size());
-  gauge("master_segment_count", "Mounted segments", segments_.size());
+  gauge("master_segment_count", "Mounted segments", placeable_.size());
   gauge("master_client_count", "Clients with a live heartbeat", clients_.size());
   gauge("master_deferred_free_bytes",
         "Bytes of objects removed while leased, freed once the lease lapses (a segment unmounted meanwhile counts until then)",

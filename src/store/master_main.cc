@@ -46,6 +46,9 @@ DEFINE_double(eviction_high_watermark_ratio, 0.9,
               "Allocated share of capacity above which objects are evicted");
 DEFINE_uint64(put_start_discard_timeout_sec, 30,
               "Seconds after which a put that was started but not ended is discarded");
+DEFINE_double(max_client_inflight_ratio, 0.5,
+              "Share of the capacity one client's puts in flight (started, not ended) may hold "
+              "(not an upstream flag)");
 DEFINE_bool(enable_metric_reporting, true, "Serve Prometheus metrics and log them periodically");
 DEFINE_int32(metrics_port, 9003,
              "Port of the HTTP endpoints (/metrics, /get_all_segments, /query_key, ...)");
@@ -101,6 +104,9 @@ int main(int argc, char** argv) {
     return Fail("--eviction_high_watermark_ratio must be in (0, 1] and --eviction_ratio in [0, 1]");
   }
   if (FLAGS_client_ttl <= 0) return Fail("--client_ttl must be > 0 seconds");
+  if (!(FLAGS_max_client_inflight_ratio > 0 && FLAGS_max_client_inflight_ratio <= 1)) {
+    return Fail("--max_client_inflight_ratio must be in (0, 1]");
+  }
 
   mooncake::store::MasterConfig config;
   config.default_kv_lease_ttl_ms = FLAGS_default_kv_lease_ttl;
@@ -109,6 +115,7 @@ int main(int argc, char** argv) {
   config.eviction_ratio = FLAGS_eviction_ratio;
   config.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;
   config.put_start_discard_timeout_s = FLAGS_put_start_discard_timeout_sec;
+  config.max_client_inflight_ratio = FLAGS_max_client_inflight_ratio;
   MasterService master(config);
 
   std::signal(SIGPIPE, SIG_IGN);  // a peer that closes early is an error on the send, not a kill

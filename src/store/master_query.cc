@@ -16,10 +16,12 @@ ErrorCode MasterService::QueryKey(const std::string& key,
   auto it = objects_.find(key);
   if (it == objects_.end() || !it->second.complete) return ErrorCode::OBJECT_NOT_FOUND;
   for (const auto& p : it->second.replicas) {
-    const Segment& seg = *segments_.at(p.segment_id);
+    auto found = segments_.find(p.segment_id);
+    if (found == segments_.end() || found->second->draining) continue;  // being unmounted
+    const Segment& seg = *found->second;
     replicas->push_back(ReplicaView{seg.name, seg.base + p.offset, it->second.size});
   }
-  return ErrorCode::OK;
+  return replicas->empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::OK;
 }
 
 std::vector<std::string> MasterService::ListKeys(size_t max_keys, size_t max_bytes,
@@ -43,8 +45,8 @@ std::vector<MasterService::SegmentView> MasterService::ListSegments(size_t max_s
                                                                     size_t* total) const {
   std::vector<SegmentView> out;
   std::lock_guard<std::mutex> lock(mu_);
-  *total = segments_.size();
-  for (const auto& [id, seg] : segments_) {  // ids grow with each mount
+  *total = placeable_.size();
+  for (const auto& [id, seg] : placeable_) {  // in mount order
     if (out.size() >= max_segments) break;
     out.push_back(SegmentView{seg->name, seg->client_id, seg->base, seg->size,
                               seg->alloc.allocated()});
@@ -58,7 +60,7 @@ MasterService::Summary MasterService::GetSummary() const {
   s.capacity = CapacityLocked();
   s.allocated = AllocatedLocked();
   s.keys = objects_.size();
-  s.segments = segments_.size();
+  s.segments = placeable_.size();
   s.clients = clients_.size();
   const auto now = now_();
   for (const auto& [key, obj] : objects_) {

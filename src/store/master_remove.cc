@@ -112,6 +112,17 @@ rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest&
     resp.set_message("invalid regular expression (RE2 syntax): " + re.error());
     return resp;
   }
+  // Where RE2's DFA runs out of memory it matches with its NFA, at up to the program's size
+  // per byte of key (a 4 KiB key against '(a|b)*a(a|b){1000}c': ~37 ms): such patterns are
+  // refused, and matching happens outside the master's lock (RemoveWhere).
+  if (re.ProgramSize() > kMaxRegexProgramSize) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message("regular expression is too complex: its RE2 program has " +
+                     std::to_string(re.ProgramSize()) + " instructions, at most " +
+                     std::to_string(kMaxRegexProgramSize) +
+                     " (large counted repetitions like {1000} cost that much per key byte)");
+    return resp;
+  }
   return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
                      [&](const std::string& key) { return RE2::PartialMatch(key, re); });
 }
@@ -128,20 +139,34 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
   // About kRemoveChunk keys per hold of the lock (the table's slots are half to three
   // quarters full: 2 x kRemoveChunk slots), other RPCs served between chunks. The scan
   // resumes at its cursor; a shard rehashed meanwhile by inserts is walked again from its
-  // start, so every complete object present throughout is looked at. Keys put meanwhile may
-  // or may not be removed.
+  // start, so every complete object present throughout is looked at. The candidates' keys
+  // are matched with the lock released (a costly pattern delays only its caller), then
+  // removed if still complete (and unleased, unless `force`). Keys put meanwhile may or may
+  // not be removed.
   ObjectMap::Cursor cursor;
-  std::vector<std::string> victims;
+  std::vector<std::string> candidates, victims;
   for (bool done = false; !done;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = now_();
+      done = objects_.Scan(&cursor, 2 * kRemoveChunk, [&](const ObjectEntry& e) {
+        if (e.second.complete && (force || !Leased(e.second, now))) {
+          candidates.push_back(e.first);
+        }
+      });
+    }
+    for (std::string& key : candidates) {
+      if (match(key)) victims.push_back(std::move(key));
+    }
+    candidates.clear();
+    if (victims.empty()) continue;
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = now_();
-    done = objects_.Scan(&cursor, 2 * kRemoveChunk, [&](const ObjectEntry& e) {
-      if (e.second.complete && (force || !Leased(e.second, now)) && match(e.first)) {
-        victims.push_back(e.first);
-      }
-    });
     for (const std::string& key : victims) {
       auto it = objects_.find(key);
+      if (it == objects_.end() || !it->second.complete || (!force && Leased(it->second, now))) {
+        continue;  // removed, replaced by a put in flight, or leased meanwhile
+      }
       if (force) EndOwnLeaseLocked(&it->second, done_client, now);
       EraseObjectLocked(it, now);
       ++count;

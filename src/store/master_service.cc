@@ -22,13 +22,13 @@ MasterService::~MasterService() = default;
 
 uint64_t MasterService::CapacityLocked() const {
   uint64_t total = 0;
-  for (const auto& [id, seg] : segments_) total += seg->alloc.capacity();
+  for (const auto& [id, seg] : placeable_) total += seg->alloc.capacity();
   return total;
 }
 
 uint64_t MasterService::AllocatedLocked() const {
   uint64_t total = 0;
-  for (const auto& [id, seg] : segments_) total += seg->alloc.allocated();
+  for (const auto& [id, seg] : placeable_) total += seg->alloc.allocated();
   return total;
 }
 
@@ -51,6 +51,7 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, seg] : segments_) {
+    if (seg->draining) continue;  // going: a mount of the same range is a new segment
     const bool overlap = req.base() < seg->base + seg->size && seg->base < req.base() + req.size();
     if (seg->name == req.segment_name() && overlap) {
       if (seg->base == req.base() && seg->size == req.size() && seg->client_id == req.client_id()) {
@@ -60,6 +61,20 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
       }
       resp.set_code(Code(ErrorCode::SEGMENT_ALREADY_EXISTS));
       resp.set_message("segment " + req.segment_name() + " already has a mounted range there");
+      return resp;
+    }
+  }
+  {
+    auto known = clients_.find(req.client_id());
+    const size_t mine = known == clients_.end() ? 0 : known->second.segments.size();
+    if (mine >= kMaxSegmentsPerClient || placeable_.size() >= kMaxSegments) {
+      resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+      resp.set_message(mine >= kMaxSegmentsPerClient
+                           ? "client " + req.client_id() + " has " + std::to_string(mine) +
+                                 " segments mounted, the limit per client: unmount one first"
+                           : "this master has " + std::to_string(placeable_.size()) +
+                                 " segments mounted, its limit");
+      ++counters_.refused_requests;
       return resp;
     }
   }
@@ -84,6 +99,7 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
               << std::chrono::duration_cast<std::chrono::milliseconds>(seg->alloc_after - now).count()
               << " ms (once leases granted before have lapsed)";
   }
+  placeable_.emplace_back(id, seg.get());
   segments_.emplace(id, std::move(seg));
   Client& client = clients_[req.client_id()];
   client.last_ping = now_();
@@ -93,70 +109,6 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
   LOG(INFO) << "mounted segment " << req.segment_name() << " (" << req.size() << " bytes at 0x"
             << std::hex << req.base() << std::dec << ") of client " << req.client_id();
   resp.set_code(Code(ErrorCode::OK));
-  return resp;
-}
-
-void MasterService::UnmountLocked(uint64_t segment_id) {
-  auto it = segments_.find(segment_id);
-  if (it == segments_.end()) return;
-  const auto now = now_();
-  // Drop the replicas on this segment; an object left without replicas, or still being
-  // written, goes entirely.
-  for (auto obj = objects_.begin(); obj != objects_.end();) {
-    auto& reps = obj->second.replicas;
-    const bool on_segment = std::any_of(reps.begin(), reps.end(), [&](const auto& p) {
-      return p.segment_id == segment_id;
-    });
-    if (!on_segment) {
-      ++obj;
-      continue;
-    }
-    if (!obj->second.complete || reps.size() == 1) {
-      obj = EraseObjectLocked(obj, now);
-      continue;
-    }
-    reps.erase(std::remove_if(reps.begin(), reps.end(),
-                              [&](const auto& p) { return p.segment_id == segment_id; }),
-               reps.end());
-    ++obj;
-  }
-  for (auto up = upserts_.begin(); up != upserts_.end();) {
-    const auto& reps = up->second.replicas;
-    const bool on_segment = std::any_of(reps.begin(), reps.end(), [&](const auto& p) {
-      return p.segment_id == segment_id;
-    });
-    if (on_segment) FreeObjectLocked(up->second, now);
-    up = on_segment ? upserts_.erase(up) : std::next(up);
-  }
-  auto client = clients_.find(it->second->client_id);
-  if (client != clients_.end()) client->second.segments.erase(segment_id);
-  // Readers may hold addresses in this segment for one more lease TTL: a segment mounted
-  // again under this name takes no new objects before then.
-  dropped_names_[it->second->name] =
-      now + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms);
-  LOG(INFO) << "unmounted segment " << it->second->name << " of client " << it->second->client_id;
-  segments_.erase(it);
-  ++view_version_;
-  ++counters_.unmounts;
-}
-
-rpc::UnmountSegmentResponse MasterService::UnmountSegment(const rpc::UnmountSegmentRequest& req) {
-  rpc::UnmountSegmentResponse resp;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, seg] : segments_) {
-    if (seg->name == req.segment_name() && seg->base == req.base()) {
-      if (seg->client_id != req.client_id()) {
-        resp.set_code(Code(ErrorCode::ILLEGAL_CLIENT));
-        resp.set_message("segment " + req.segment_name() + " belongs to another client");
-        return resp;
-      }
-      UnmountLocked(id);
-      resp.set_code(Code(ErrorCode::OK));
-      return resp;
-    }
-  }
-  resp.set_code(Code(ErrorCode::SEGMENT_NOT_FOUND));
-  resp.set_message("no segment " + req.segment_name() + " is mounted at that base");
   return resp;
 }
 
@@ -177,6 +129,7 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
 
 MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::iterator it,
                                                                    Clock::time_point now) {
+  if (!it->second.complete) ReleaseLocked(it->second.owner, InFlightBytes(it->second));
   UnlistLocked(&*it);
   FreeObjectLocked(it->second, now);
   return objects_.erase(it);
@@ -186,29 +139,6 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
                                 const rpc::ReplicateConfig& config, Object* obj,
                                 Clock::time_point now) {
   const size_t want = std::max<uint32_t>(1, config.replica_num());
-  // Preferred segments first (in the caller's order), then the rest starting at a rotating
-  // cursor so that objects spread over segments. (Scratch vectors of the master: no heap
-  // allocation per object.)
-  auto& order = place_order_;
-  auto& rest = place_rest_;
-  order.clear();
-  rest.clear();
-  auto chosen = [&](uint64_t id) {
-    return std::any_of(order.begin(), order.end(), [&](const auto& o) { return o.first == id; });
-  };
-  for (const auto& name : config.preferred_segments()) {
-    for (const auto& [id, seg] : segments_) {
-      if (seg->name == name && !chosen(id)) order.emplace_back(id, seg.get());
-    }
-  }
-  for (const auto& [id, seg] : segments_) {
-    if (order.empty() || !chosen(id)) rest.emplace_back(id, seg.get());
-  }
-  if (!rest.empty()) {
-    const size_t start = placement_cursor_++ % rest.size();
-    std::rotate(rest.begin(), rest.begin() + start, rest.end());
-  }
-  order.insert(order.end(), rest.begin(), rest.end());
   // One replica per segment name (a client's segments count as one place).
   auto name_used = [&](const std::string& name) {
     for (const auto& p : obj->replicas) {
@@ -216,12 +146,43 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
     }
     return false;
   };
-  for (const auto& [id, seg] : order) {
-    if (obj->replicas.size() == want) break;
-    if (seg->alloc_after > now || (!obj->replicas.empty() && name_used(seg->name))) continue;
+  auto try_place = [&](uint64_t id, Segment* seg) {
+    if (seg->alloc_after > now || (!obj->replicas.empty() && name_used(seg->name))) return;
     auto space = seg->alloc.Allocate(size);
-    if (!space) continue;
+    if (!space) return;
     obj->replicas.push_back({static_cast<uint32_t>(id), space->handle, space->offset});
+  };
+  // Preferred segments first, in the caller's order (a scratch vector of the master: no heap
+  // allocation per object).
+  auto& preferred = place_order_;
+  preferred.clear();
+  for (const auto& name : config.preferred_segments()) {
+    for (const auto& [id, seg] : placeable_) {
+      if (obj->replicas.size() == want) break;
+      if (seg->name != name) continue;
+      const uint64_t seg_id = id;
+      if (std::any_of(preferred.begin(), preferred.end(),
+                      [&](const auto& o) { return o.first == seg_id; })) {
+        continue;
+      }
+      preferred.emplace_back(id, seg);
+      try_place(id, seg);
+    }
+  }
+  // Then the others from a rotating cursor, so that objects spread over segments; the walk
+  // stops once the object has its replicas (it costs the segments tried, not all of them).
+  const size_t n = placeable_.size();
+  if (n > 0 && obj->replicas.size() < want) {
+    const size_t start = placement_cursor_++ % n;
+    for (size_t k = 0; k < n && obj->replicas.size() < want; ++k) {
+      const auto& [id, seg] = placeable_[(start + k) % n];
+      const uint64_t seg_id = id;
+      if (!preferred.empty() && std::any_of(preferred.begin(), preferred.end(),
+                                            [&](const auto& o) { return o.first == seg_id; })) {
+        continue;
+      }
+      try_place(id, seg);
+    }
   }
   VLOG(1) << "placed " << key << " (" << size << " bytes): " << obj->replicas.size() << "/"
           << want << " replicas";
@@ -276,6 +237,9 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
   ReapGraveyardLocked(now);
   EvictIfFullLocked(now);
   const ClientName owner = client_names_.Get(req.client_id());
+  const uint64_t inflight_limit = static_cast<uint64_t>(
+      config_.max_client_inflight_ratio * static_cast<double>(CapacityLocked()));
+  const uint64_t copies = std::max<uint32_t>(1, req.config().replica_num());
   PrefetchLocked(req.items_size(), [&](size_t i) -> const std::string& {
     return req.items(static_cast<int>(i)).key();
   });
@@ -287,6 +251,16 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
     if (!key_problem.empty() || item.size() == 0) {
       result->set_code(Code(!key_problem.empty() ? ErrorCode::INVALID_KEY : ErrorCode::INVALID_PARAMS));
       result->set_message(!key_problem.empty() ? key_problem : "an object needs at least 1 byte");
+      ++counters_.put_start_fail;
+      continue;
+    }
+    auto held = inflight_bytes_.find(req.client_id());
+    if (held != inflight_bytes_.end() && held->second + item.size() * copies > inflight_limit) {
+      result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
+      result->set_message("client " + req.client_id() + " has " + std::to_string(held->second) +
+                          " bytes of puts in flight; with this one it would hold more than " +
+                          std::to_string(inflight_limit) +
+                          " (max_client_inflight_ratio of the capacity): end or revoke them first");
       ++counters_.put_start_fail;
       continue;
     }
@@ -314,9 +288,22 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       ++counters_.put_start_fail;
       continue;
     }
+    ReserveLocked(owner, InFlightBytes(obj));
     in_flight_.push_back(&*objects_.emplace(item.key(), std::move(obj)).first);
   }
   return;
+}
+
+void MasterService::ReserveLocked(const ClientName& owner, uint64_t bytes) {
+  if (bytes > 0) inflight_bytes_[owner.str()] += bytes;
+}
+
+void MasterService::ReleaseLocked(const ClientName& owner, uint64_t bytes) {
+  if (bytes == 0) return;
+  auto it = inflight_bytes_.find(owner.str());
+  if (it == inflight_bytes_.end()) return;
+  it->second -= std::min(it->second, bytes);
+  if (it->second == 0) inflight_bytes_.erase(it);
 }
 
 MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest& req,
@@ -346,15 +333,15 @@ bool MasterService::PlaceOrFailLocked(const std::string& key, uint64_t size,
     // freed need not be contiguous, or nothing evictable is left. An object larger than
     // every segment can never fit: evicting for it would only lose data.
     bool could_fit = false;
-    for (const auto& [id, seg] : segments_) could_fit |= seg->alloc.capacity() >= size;
+    for (const auto& [id, seg] : placeable_) could_fit |= seg->alloc.capacity() >= size;
     while (could_fit && EvictLocked(size, now) > 0 && !PlaceLocked(key, size, config, obj, now)) {
     }
   }
   if (obj->replicas.empty()) {
     bool waiting = false;
-    for (const auto& [id, seg] : segments_) waiting |= seg->alloc_after > now;
+    for (const auto& [id, seg] : placeable_) waiting |= seg->alloc_after > now;
     result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
-    result->set_message(segments_.empty()
+    result->set_message(placeable_.empty()
                             ? "no segment is mounted: start a client with global_segment_size > 0"
                             : "no space for " + std::to_string(size) +
                                   " bytes and nothing evictable" +
@@ -373,7 +360,9 @@ void MasterService::FillReplicasLocked(
     google::protobuf::RepeatedPtrField<rpc::Replica>* out) const {
   if (complete_only && !obj.complete) return;
   for (const auto& p : obj.replicas) {
-    const Segment& seg = *segments_.at(p.segment_id);
+    auto found = segments_.find(p.segment_id);
+    if (found == segments_.end() || found->second->draining) continue;  // being unmounted
+    const Segment& seg = *found->second;
     rpc::Replica* r = out->Add();
     r->set_status(obj.complete ? rpc::Replica::COMPLETE : rpc::Replica::PROCESSING);
     r->mutable_buffer()->set_segment_name(seg.name);
@@ -419,6 +408,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
     ObjectMap::iterator it;
     const ErrorCode code = FindInFlightLocked(key, hashes_[i], req.client_id(), &it);
     if (code == ErrorCode::OK) {
+      ReleaseLocked(it->second.owner, InFlightBytes(it->second));
       it->second.complete = true;
       it->second.last_access = now;
       it->second.stamp = now;
@@ -496,6 +486,14 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
       continue;
     }
     Object& obj = it->second;
+    if (!draining_.empty() && std::all_of(obj.replicas.begin(), obj.replicas.end(),
+                                          [&](const auto& p) {
+                                            return draining_.count(p.segment_id) > 0;
+                                          })) {
+      ++counters_.get_miss;  // every replica is on a segment being unmounted: gone
+      result->set_code(Code(ErrorCode::OBJECT_NOT_FOUND));
+      continue;
+    }
     obj.last_access = now;
     ListLocked(&*it);  // the most recently used now
     if (obj.lease_client != req.client_id()) {

@@ -1,5 +1,5 @@
-// MasterService: the Store master's state and rules, without the RPC layer (master_server.cc
-// serves it over gRPC; tests drive it directly with a fake clock).
+// MasterService: the Store master's state and rules, without the RPC layer (master_rpc.cc
+// serves it over the Store's RPC wire, rpc_wire.h; tests drive it directly with a fake clock).
 //
 // It holds placement and metadata only:
 // - segments: memory ranges clients contribute (MountSegment), each with an OffsetAllocator;
@@ -30,7 +30,18 @@
 //   usage is eviction_ratio below the watermark (and the allocation fits); soft-pinned objects
 //   go only when nothing else is left, hard-pinned and in-flight ones never.
 // - A client silent for client_ttl (Tick) loses its segments; replicas on them are dropped and
-//   objects left without replicas are removed.
+//   objects left without replicas are removed. An unmount (or expiry) never frees a put's or
+//   upsert's space on the *other* segments while its writer may still write it: the put in
+//   flight keeps its other replicas (its PutEnd makes the object complete on those); only
+//   the writer's PutEnd / PutRevoke or its discard (put_start_discard_timeout) free them, and
+//   a segment mounted again under the dropped one's name takes no new objects until those
+//   writers' puts would have been discarded (else one lease TTL).
+// - Work under the lock is bounded per call: an unmount walks the object table in chunks
+//   (kRemoveChunk keys a hold, the segment "draining" meanwhile: no placement there, its
+//   replicas not handed out), as RemoveAll does; remove_by_regex matches outside the lock;
+//   placement looks at the segments from a rotating cursor until it has its replicas.
+// - Per-client caps: kMaxSegmentsPerClient mounted segments (kMaxSegments in all), puts in
+//   flight up to max_client_inflight_ratio of the capacity.
 //
 // Thread safety: every method may be called from any thread (one mutex).
 #pragma once
@@ -64,6 +75,11 @@ struct MasterConfig {
   double eviction_ratio = 0.05;
   double eviction_high_watermark_ratio = 0.9;
   uint64_t put_start_discard_timeout_s = 30;
+  // One client's puts and upserts in flight (started, not ended) may hold at most this share
+  // of the mounted capacity (replica bytes); PutStart items past it get NO_AVAILABLE_HANDLE.
+  // A client with nothing in flight may always start one object. Clients name themselves, so
+  // this bounds a buggy or greedy client, not one that takes many ids.
+  double max_client_inflight_ratio = 0.5;
 };
 
 // Counters and gauges for /metrics.
@@ -205,7 +221,26 @@ class MasterService {
   uint64_t EvictLocked(uint64_t needed, Clock::time_point now);
   // Above the high watermark, or still evicting toward the low one: evicts the next chunk.
   void EvictIfFullLocked(Clock::time_point now);
-  void UnmountLocked(uint64_t segment_id);
+  // Unmount, in two steps so that the lock is not held for the whole table walk:
+  // BeginUnmountLocked marks the segment draining (no placement, no replica handed out),
+  // forgets it in its client and its name's reuse time, and drops its replicas from the puts
+  // and upserts in flight now (they keep the others); FinishUnmount (without the lock) walks
+  // the complete objects in chunks, dropping replicas on draining segments (an object left
+  // with none is removed), then erases the segments.
+  void BeginUnmountLocked(uint64_t segment_id, Clock::time_point now);
+  // Tick's work under the lock; the segments of expired clients into *dropped.
+  void TickLocked(std::vector<uint64_t>* dropped);
+  void FinishUnmount(const std::vector<uint64_t>& segment_ids);
+  // Drops e's replicas on draining segments; true when none is left.
+  bool DropDrainingLocked(Object* obj);
+  bool OnDrainingLocked(const Object& obj) const;
+  // The client's bytes in flight (InFlightBytes of its puts and upserts).
+  void ReserveLocked(const ClientName& owner, uint64_t bytes);
+  void ReleaseLocked(const ClientName& owner, uint64_t bytes);
+  static uint64_t InFlightBytes(const Object& obj);
+  // Erases an upsert in flight, freeing its space (and its writer's reservation).
+  std::unordered_map<std::string, Object>::iterator EraseUpsertLocked(
+      std::unordered_map<std::string, Object>::iterator it, Clock::time_point now);
   static bool Leased(const Object& obj, Clock::time_point now);
   void FillReplicasLocked(const Object& obj, bool complete_only,
                           google::protobuf::RepeatedPtrField<rpc::Replica>* out) const;
@@ -218,11 +253,17 @@ class MasterService {
   uint64_t next_segment_id_ = 1;
   uint64_t view_version_ = 1;
   size_t placement_cursor_ = 0;
-  std::vector<std::pair<uint64_t, Segment*>> place_order_, place_rest_;  // PlaceLocked's scratch
+  std::vector<std::pair<uint64_t, Segment*>> place_order_;  // PlaceLocked's scratch
+  // The segments that take objects (mounted, not draining), in mount order: placement walks
+  // it from a rotating cursor.
+  std::vector<std::pair<uint64_t, Segment*>> placeable_;
+  std::unordered_set<uint64_t> draining_;  // ids of segments being unmounted
   std::vector<uint64_t> hashes_;               // PrefetchLocked's
   std::vector<const ObjectEntry*> prefetched_;  // PrefetchLocked's scratch
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, Client> clients_;
+  // Replica bytes of each writer's puts and upserts in flight (absent: none).
+  std::unordered_map<std::string, uint64_t> inflight_bytes_;
   // The client ids that objects name (their writer, their latest lease holder): declared
   // before the tables whose records refer to it, so it outlives them.
   ClientNames client_names_;

@@ -23,6 +23,9 @@ struct MasterService::Segment {
   OffsetAllocator alloc;
   // Nothing new is placed here before this (a remount: see MasterService).
   MasterService::Clock::time_point alloc_after{};
+  // Being unmounted (BeginUnmountLocked .. FinishUnmount): nothing new is placed here, its
+  // replicas are no longer handed out, and the table walk drops them.
+  bool draining = false;
 };
 
 // One object: 120 bytes (ClientName and Replicas in master_records.h keep it off the heap
@@ -57,6 +60,12 @@ struct MasterService::Client {
   Clock::time_point last_ping;
   std::set<uint64_t> segments;
 };
+
+// Bytes a client holds in puts and upserts it has started and not ended (replica bytes),
+// against MasterConfig::max_client_inflight_ratio.
+inline uint64_t MasterService::InFlightBytes(const Object& obj) {
+  return obj.size * obj.replicas.size();
+}
 
 inline bool MasterService::Leased(const Object& obj, Clock::time_point now) {
   return obj.lease_until > now;

@@ -22,8 +22,7 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
   auto pending = upserts_.find(key);
   if (pending != upserts_.end()) {
     if (pending->second.stamp + discard > now) return busy("has an upsert in flight");
-    FreeObjectLocked(pending->second, now);  // never read: freed at once
-    upserts_.erase(pending);
+    EraseUpsertLocked(pending, now);  // never read: freed at once
     ++counters_.discarded_puts;
   }
   auto existing = objects_.find(key);
@@ -37,6 +36,7 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
   obj.keep_soft_pin = req.config().keep_soft_pin() && !req.config().with_soft_pin();
   // Placement may evict, the old value among others: look it up again afterwards.
   if (!PlaceOrFailLocked(key, item.size(), req.config(), &obj, result, now)) return;
+  ReserveLocked(owner, InFlightBytes(obj));
   if (objects_.count(key)) {
     upserts_.emplace(key, std::move(obj));  // the old value stays visible until PutEnd
   } else {
@@ -45,15 +45,22 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
   }
 }
 
+std::unordered_map<std::string, MasterService::Object>::iterator MasterService::EraseUpsertLocked(
+    std::unordered_map<std::string, Object>::iterator it, Clock::time_point now) {
+  ReleaseLocked(it->second.owner, InFlightBytes(it->second));
+  FreeObjectLocked(it->second, now);
+  return upserts_.erase(it);
+}
+
 bool MasterService::UpsertEndLocked(const std::string& key, const std::string& client,
                                     bool commit, Clock::time_point now) {
   auto pending = upserts_.find(key);
   if (pending == upserts_.end() || pending->second.owner != client) return false;
   if (!commit) {
-    FreeObjectLocked(pending->second, now);
-    upserts_.erase(pending);
+    EraseUpsertLocked(pending, now);
     return true;
   }
+  ReleaseLocked(pending->second.owner, InFlightBytes(pending->second));
   Object obj = std::move(pending->second);
   upserts_.erase(pending);
   obj.complete = true;
