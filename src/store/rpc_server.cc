@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -110,12 +111,13 @@ std::string RpcServer::Start(const std::string& host, int port) {
     }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLEXCLUSIVE;
-    ev.data.fd = listen_fd_;
+    ev.data.u64 = EventTag(listen_fd_, 0);
     epoll_ctl(loop->ep, EPOLL_CTL_ADD, listen_fd_, &ev);
     ev.events = EPOLLIN;
-    ev.data.fd = loop->wake;
+    ev.data.u64 = EventTag(loop->wake, 0);
     epoll_ctl(loop->ep, EPOLL_CTL_ADD, loop->wake, &ev);
     loop->scratch.resize(kReadChunk);
+    loop->budget = options_.max_buffered_bytes / static_cast<size_t>(options_.threads);
     loops_.push_back(std::move(loop));
   }
   worker_ = std::make_unique<Worker>();
@@ -145,6 +147,7 @@ void RpcServer::Stop() {
     l->thread.join();
     for (auto& [fd, c] : l->conns) {
       buffered_ -= c->in.size();
+      held_ -= c->held;
       close(fd);
     }
     open_ -= l->conns.size();
@@ -196,7 +199,8 @@ void RpcServer::RunLoop(Loop* loop) {
     int n = epoll_wait(loop->ep, events.data(), static_cast<int>(events.size()), wait_ms);
     if (stop_.load()) break;
     for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
+      const uint64_t tag = events[i].data.u64;
+      const int fd = static_cast<int>(static_cast<uint32_t>(tag));
       if (fd == listen_fd_) {
         Accept(loop);
         continue;
@@ -214,8 +218,11 @@ void RpcServer::RunLoop(Loop* loop) {
           if (it == loop->conns.end() || it->second->id != job->conn_id) continue;  // gone
           Conn* c = it->second.get();
           c->busy = false;
+          c->job_bytes = 0;
+          Charge(loop, c);
           c->out = std::move(job->reply);
           c->sent = 0;
+          Account(c);
           c->last_active = Clock::now();
           if (!Flush(c) || !Serve(loop, c) || Finished(c)) {
             Close(loop, c);
@@ -226,7 +233,8 @@ void RpcServer::RunLoop(Loop* loop) {
         continue;
       }
       auto it = loop->conns.find(fd);
-      if (it == loop->conns.end()) continue;
+      // Gone, or closed earlier in this batch (room, a hog) and its fd taken by a new one.
+      if (it == loop->conns.end() || EventTag(fd, it->second->id) != tag) continue;
       Conn* c = it->second.get();
       const uint32_t ev = events[i].events;
       bool ok = true;
@@ -251,16 +259,24 @@ void RpcServer::RunLoop(Loop* loop) {
       last_sweep = now;
       std::vector<Conn*> late;
       for (auto& [fd, c] : loop->conns) {
-        if (c->partial_since != Clock::time_point::max() &&
-            now - c->partial_since > options_.request_deadline) {
+        if (c->partial_since == Clock::time_point::max()) continue;
+        const auto pending = now - c->partial_since;
+        // The header's deadline only while the loop reads from it (not while its request is
+        // on the worker or its replies wait: its next bytes then wait in its socket).
+        const bool reading = !c->busy && !c->more && c->sent == c->out.size();
+        if (pending > options_.request_deadline ||
+            (reading && c->in.size() < kFrameHeaderBytes && pending > options_.header_deadline)) {
           late.push_back(c.get());
         }
       }
       for (Conn* c : late) {
         static std::atomic<int64_t> last{0};
         if (LogNow(&last)) {
-          LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " did not complete a request within "
-                       << options_.request_deadline.count() << " ms: connection closed";
+          const bool header = c->in.size() < kFrameHeaderBytes;
+          LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " did not complete a request"
+                       << (header ? "'s header" : "") << " within "
+                       << (header ? options_.header_deadline : options_.request_deadline).count()
+                       << " ms: connection closed";
         }
         ++dropped_;
         Close(loop, c);
@@ -315,24 +331,19 @@ void RpcServer::Accept(Loop* loop) {
       return;  // EAGAIN: none left (or another loop took it)
     }
     if (open_.load() >= options_.max_connections) {
-      // Room from this loop's idle connections, else refuse the new one.
-      bool room = false;
-      Conn* oldest = nullptr;
-      for (auto& [cfd, c] : loop->conns) {
-        if (c->busy || !c->in.empty() || c->sent != c->out.size()) continue;
-        if (!oldest || c->last_active < oldest->last_active) oldest = c.get();
-      }
-      if (oldest) {
-        Close(loop, oldest);
-        room = true;
-      }
+      // Room from this loop's connections (Victim), else refuse the new one.
+      bool abuser = false;
+      Conn* victim = Victim(loop, &abuser);
+      if (victim) Close(loop, victim);
       ++dropped_;
       static std::atomic<int64_t> last{0};
       if (LogNow(&last)) {
         LOG(WARNING) << "master RPC: " << options_.max_connections << " connections open: "
-                     << (room ? "closed the one idle the longest" : "refused a new one");
+                     << (victim == nullptr ? "refused a new one"
+                         : abuser          ? "closed one that keeps a request pending"
+                                           : "closed the one idle the longest");
       }
-      if (!room) {
+      if (!victim) {
         close(fd);
         continue;
       }
@@ -343,17 +354,43 @@ void RpcServer::Accept(Loop* loop) {
     c->fd = fd;
     c->id = next_id_++;
     c->last_active = Clock::now();
+    c->created = c->last_active;
     c->events = EPOLLIN | EPOLLRDHUP;
     epoll_event ev{};
     ev.events = c->events;
-    ev.data.fd = fd;
+    ev.data.u64 = EventTag(fd, c->id);
     if (epoll_ctl(loop->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
       close(fd);
       continue;
     }
     ++open_;
+    Account(c.get());
     loop->conns[fd] = std::move(c);
   }
+}
+
+RpcServer::Conn* RpcServer::Victim(Loop* loop, bool* abuser_chosen) {
+  const auto now = Clock::now();
+  Conn* abuser = nullptr;
+  double worst = 0;  // the share of its life an abuser kept a request pending
+  Conn* oldest = nullptr;
+  for (auto& [cfd, c] : loop->conns) {
+    if (c->busy) continue;  // its request is on the worker: nothing to gain
+    auto pending = c->pending_total;
+    if (c->partial_since != Clock::time_point::max()) pending += now - c->partial_since;
+    if (pending >= kAbuseAfter) {
+      const double share = std::chrono::duration<double>(pending).count() /
+                           std::max(1e-3, std::chrono::duration<double>(now - c->created).count());
+      if (share > worst) {
+        worst = share;
+        abuser = c.get();
+      }
+    }
+    if (!c->in.empty() || c->sent != c->out.size()) continue;
+    if (!oldest || c->last_active < oldest->last_active) oldest = c.get();
+  }
+  *abuser_chosen = abuser != nullptr;
+  return abuser ? abuser : oldest;
 }
 
 const char* MethodName(uint16_t method) {

@@ -18,32 +18,79 @@ bool RpcServer::Finished(const Conn* c) const {
   return c->eof && !c->busy && !c->more && c->sent == c->out.size();
 }
 
-bool RpcServer::OnReadable(Loop* loop, Conn* c) {
+void RpcServer::Charge(Loop* loop, Conn* c) {
+  const size_t held = c->in.size() + c->job_bytes;
+  const size_t charge = held > kConnAllowance ? held - kConnAllowance : 0;
+  loop->charged = loop->charged - c->charged + charge;
+  c->charged = charge;
+}
+
+void RpcServer::Account(Conn* c) {
+  const size_t held = c->in.capacity() + c->out.capacity();
+  if (held == c->held) return;
+  held_ += held - c->held;  // modulo 2^64: a decrease too
+  c->held = held;
+}
+
+bool RpcServer::MakeRoom(Loop* loop, Conn* c, size_t n) {
   while (true) {
+    const size_t held = c->in.size() + c->job_bytes + n;
+    const size_t charge = held > kConnAllowance ? held - kConnAllowance : 0;
+    if (charge == 0 || loop->charged - c->charged + charge <= loop->budget) return true;
+    // Over the loop's budget: the connection holding the most goes (c, with n bytes more,
+    // only when no other holds more). One on the worker is passed over: its request is out
+    // of its buffer, and closing it would free nothing.
+    Conn* hog = c;
+    size_t most = held;
+    for (auto& [fd, o] : loop->conns) {
+      if (o.get() != c && !o->busy && o->in.size() > most) {
+        hog = o.get();
+        most = o->in.size();
+      }
+    }
+    static std::atomic<int64_t> last{0};
+    if (LogNow(&last)) {
+      LOG(WARNING) << "master RPC: incomplete requests hold " << loop->budget
+                   << " bytes beyond each connection's " << kConnAllowance
+                   << " on a loop: closed the one holding the most (" << most << " bytes), "
+                   << PeerOf(hog->fd);
+    }
+    ++dropped_;
+    if (hog == c) return false;
+    Close(loop, hog);
+  }
+}
+
+bool RpcServer::OnReadable(Loop* loop, Conn* c) {
+  bool ok = true;
+  // At most kMaxReadPerTurn from one connection before the loop's others have their turn
+  // (the socket stays readable: epoll reports it again).
+  for (size_t taken = 0; taken < kMaxReadPerTurn;) {
     ssize_t n = read(c->fd, &loop->scratch[0], loop->scratch.size());
     if (n > 0) {
-      if (buffered_.load() + static_cast<size_t>(n) > options_.max_buffered_bytes) {
-        static std::atomic<int64_t> last{0};
-        if (LogNow(&last)) {
-          LOG(WARNING) << "master RPC: incomplete requests hold "
-                       << options_.max_buffered_bytes << " bytes: closed " << PeerOf(c->fd);
-        }
-        ++dropped_;
-        return false;
+      const size_t got = static_cast<size_t>(n);
+      if (!MakeRoom(loop, c, got)) {
+        ok = false;
+        break;
       }
-      c->in.append(loop->scratch.data(), static_cast<size_t>(n));
-      buffered_ += static_cast<size_t>(n);
+      c->in.append(loop->scratch.data(), got);
+      buffered_ += got;
+      Charge(loop, c);
+      taken += got;
       c->last_active = Clock::now();
-      if (static_cast<size_t>(n) < loop->scratch.size()) return true;
+      if (got < loop->scratch.size()) break;
       continue;
     }
     if (n == 0) {  // the client is done sending: answer what came, then close
       c->eof = true;
-      return true;
+      break;
     }
     if (errno == EINTR) continue;
-    return errno == EAGAIN || errno == EWOULDBLOCK;
+    ok = errno == EAGAIN || errno == EWOULDBLOCK;
+    break;
   }
+  Account(c);
+  return ok;
 }
 
 bool RpcServer::Serve(Loop* loop, Conn* c) {
@@ -53,7 +100,8 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
   c->more = false;
   while (!c->busy && !c->close_after_flush) {
     if (c->in.size() - at < kFrameHeaderBytes) break;
-    if (served == kMaxRequestsPerTurn || c->out.size() - c->sent >= kMaxGatheredReply) {
+    if (served == kMaxRequestsPerTurn || c->out.size() - c->sent >= kMaxGatheredReply ||
+        at >= kMaxHandledPerTurn) {
       c->more = true;  // the rest in a later turn, after the loop's other connections
       break;
     }
@@ -102,6 +150,7 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
       job->payload.assign(payload, h.length);
       at += kFrameHeaderBytes + h.length;
       c->busy = true;
+      c->job_bytes = h.length;  // still this connection's, charged until the reply comes
       {
         std::lock_guard<std::mutex> l(worker_->mu);
         worker_->jobs.push_back(std::move(job));
@@ -120,13 +169,29 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
   if (at > 0) {
     buffered_ -= at;
     c->in.erase(0, at);
+    // Done with a large request: its buffer's capacity goes (what is left is at most 64 KiB,
+    // copied once), so that an idle connection holds no memory of its largest request.
+    if (c->in.capacity() > kKeepCapacity && c->in.size() <= kKeepCapacity / 4) {
+      std::string(c->in).swap(c->in);
+    }
+    Charge(loop, c);
   }
+  // Time spent with an incomplete request pending is summed (RpcServer::Victim); a request
+  // that arrived whole in one read costs no clock read here.
   if (c->in.empty()) {
-    c->partial_since = Clock::time_point::max();
+    if (c->partial_since != Clock::time_point::max()) {
+      c->pending_total += Clock::now() - c->partial_since;
+      c->partial_since = Clock::time_point::max();
+    }
   } else if (at > 0 || c->partial_since == Clock::time_point::max()) {
-    c->partial_since = Clock::now();  // a new request has begun
+    const auto now = Clock::now();  // a new request has begun
+    if (c->partial_since != Clock::time_point::max()) c->pending_total += now - c->partial_since;
+    c->partial_since = now;
   }
-  if (!ok) return false;
+  if (!ok) {
+    Account(c);
+    return false;
+  }
   if (!Flush(c)) return false;
   if (c->close_after_flush && c->sent == c->out.size()) return false;
   return true;
@@ -146,8 +211,9 @@ bool RpcServer::Flush(Conn* c) {
   if (!c->out.empty()) {
     c->out.clear();
     c->sent = 0;
-    if (c->out.capacity() > (4u << 20)) std::string().swap(c->out);
+    if (c->out.capacity() > kKeepCapacity) std::string().swap(c->out);
   }
+  Account(c);
   return true;
 }
 
@@ -171,7 +237,7 @@ void RpcServer::Rearm(Loop* loop, Conn* c) {
   if (want == c->events) return;
   epoll_event ev{};
   ev.events = want;
-  ev.data.fd = c->fd;
+  ev.data.u64 = EventTag(c->fd, c->id);
   epoll_ctl(loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
   c->events = want;
 }
@@ -179,6 +245,8 @@ void RpcServer::Rearm(Loop* loop, Conn* c) {
 void RpcServer::Close(Loop* loop, Conn* c) {
   const int fd = c->fd;
   buffered_ -= c->in.size();
+  held_ -= c->held;
+  loop->charged -= c->charged;
   epoll_ctl(loop->ep, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
   --open_;

@@ -28,6 +28,21 @@ constexpr size_t kMaxGatheredReply = 1 << 20;
 // Requests of one connection handled in one turn: a connection that pipelines many then
 // waits for the other connections of its loop to have their turn (Loop::ready).
 constexpr size_t kMaxRequestsPerTurn = 16;
+// Bytes read from one connection in one turn; a request of this size or more ends its turn.
+constexpr size_t kMaxReadPerTurn = 4 * kReadChunk;
+constexpr size_t kMaxHandledPerTurn = 1 << 20;
+// Request bytes a connection may always buffer, outside its loop's budget.
+constexpr size_t kConnAllowance = 64 << 10;
+// Capacity a buffer keeps once its request / reply is done.
+constexpr size_t kKeepCapacity = 256 << 10;
+// At the connection cap, a connection that has kept incomplete requests pending this long
+// in all is closed before any idle one.
+constexpr std::chrono::milliseconds kAbuseAfter{1000};
+// epoll's data for a connection: its fd and (the low 32 bits of) its id, so that an event of
+// a connection closed earlier in the same batch is not taken for a new one on the same fd.
+inline uint64_t EventTag(int fd, uint64_t id) {
+  return (id << 32) | static_cast<uint32_t>(fd);
+}
 
 // Logs at most one line a second per call site.
 bool LogNow(std::atomic<int64_t>* last);
@@ -52,6 +67,11 @@ struct RpcServer::Conn {
   uint32_t events = 0;  // what epoll watches for now
   Clock::time_point last_active;
   Clock::time_point partial_since = Clock::time_point::max();  // an incomplete request began
+  Clock::time_point created;
+  Clock::duration pending_total{0};  // with an incomplete request, before partial_since
+  size_t job_bytes = 0;  // the payload of its request on the worker
+  size_t charged = 0;    // in.size() + job_bytes beyond kConnAllowance, charged to its loop
+  size_t held = 0;      // in's and out's capacity, as counted in RpcServer::held_
 };
 
 struct RpcServer::Job {
@@ -75,6 +95,8 @@ struct RpcServer::Loop {
   // Connections whose turn ended with requests left (Conn::more) and their replies sent:
   // served again after the next epoll_wait, which then does not sleep. {fd, Conn::id}.
   std::vector<std::pair<int, uint64_t>> ready;
+  size_t budget = 0;   // Options::max_buffered_bytes / threads
+  size_t charged = 0;  // sum of its connections' Conn::charged
 };
 
 struct RpcServer::Worker {
