@@ -63,11 +63,34 @@ RpcClient::~RpcClient() {
 }
 
 RpcClient::Conn RpcClient::Take() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (idle_.empty()) return Conn{};
-  Conn c = std::move(idle_.back());
-  idle_.pop_back();
-  return c;
+  Conn c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.empty()) return Conn{};
+    c = std::move(idle_.back());
+    idle_.pop_back();
+  }
+  // A pooled connection the master closed while it was idle (a restart, or room made for
+  // others at its connection cap) has its FIN (or reset) waiting: one non-blocking peek
+  // sees it, and the call connects anew before it sends anything. An idle connection has
+  // nothing to read; anything else (EOF, an error, stray bytes) retires it.
+  char byte;
+  const ssize_t n = recv(c.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return c;
+  close(c.fd);
+  return Conn{};
+}
+
+bool RpcClient::MayResend(MasterMethod method) {
+  switch (method) {
+    case MasterMethod::kPing:
+    case MasterMethod::kGetReplicaList:  // a second lease, which lapses unused
+    case MasterMethod::kExistKey:
+    case MasterMethod::kGetStats:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void RpcClient::Give(Conn c) {
@@ -298,11 +321,14 @@ Status RpcClient::Finish(PendingCall* p, google::protobuf::MessageLite* response
     const bool spin = in_flight_.load(std::memory_order_relaxed) <= own_calls;
     s = Receive(c, p->method_, response, p->deadline_, spin, &closed_before_reply);
   }
-  // A pooled connection the master closed while it was idle (a restart, or room made for
-  // others: the master closes only connections with no request in progress) fails with no
-  // byte of a reply; the request then reached no master that kept any state, so it is sent
-  // once more on a new connection. Any other failure is the call's.
-  if (!s.ok() && p->reused_ && closed_before_reply) {
+  // A pooled connection the master closed while it was idle is found before the send (Take),
+  // but the master may close it between that check and the request's arrival: the call
+  // then fails with no byte of a reply. The request is sent once more on a new connection
+  // when it cannot have been acted on: its send failed (so the master never had all of
+  // it), or the method changes nothing (MayResend). A PutStart, Remove, ... whose bytes
+  // all went out is not resent: a master that read it and then went away may have done it.
+  // Any other failure is the call's.
+  if (!s.ok() && p->reused_ && closed_before_reply && (p->closed_ || MayResend(p->method_))) {
     if (c->fd >= 0) close(c->fd);
     *c = Conn{};
     s = Connect(c, p->deadline_);

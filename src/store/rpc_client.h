@@ -3,8 +3,12 @@
 // Each call takes an idle connection from a small pool (or connects), sends the request,
 // waits for the reply on the calling thread and gives the connection back: concurrent calls
 // use concurrent connections, and no call waits for another thread. A connection that failed
-// or timed out is closed, never reused (a late reply cannot be taken for another call's); a
-// call on a pooled connection the master had closed while idle is sent again on a new one.
+// or timed out is closed, never reused (a late reply cannot be taken for another call's). A
+// pooled connection is checked before it is used (one non-blocking peek: has the master
+// closed it while it was idle?) and replaced by a new one if so; a call whose connection the
+// master closed after that check is sent again on a new one only when it cannot have been
+// acted on (its send failed, or the method changes nothing: Ping, ExistKey,
+// GetReplicaList, GetStats).
 // After a master restart the next call connects again (no backoff: a call fails only when
 // the master does not answer it).
 #pragma once
@@ -92,7 +96,8 @@ class RpcClient {
                  std::chrono::steady_clock::time_point deadline, bool spin,
                  bool* closed_before_reply);
   Status TimedOut(MasterMethod method) const;  // "did not answer within the RPC timeout"
-  Conn Take();
+  Conn Take();  // a pooled connection still open, or one with fd -1
+  static bool MayResend(MasterMethod method);  // whether a second arrival changes nothing
   void Give(Conn c);
 
   const std::string address_;
