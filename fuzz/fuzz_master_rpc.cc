@@ -10,7 +10,11 @@
 //     the size limit gets one kTooLarge reply and nothing after it;
 //   - a kOk reply's payload parses as the method's response message;
 //   - the server closes the connection (EOF) once the client is done;
-// and once all are closed the server holds no connection.
+// and once all are closed the server holds no connection. And, a differential oracle for the
+// shape check that master_rpc.cc runs before it parses (ScanMasterRequest): on every complete
+// request frame, when the scan finds the payload malformed protobuf's parse of the method's
+// request fails too, and when the scan passes and the parse succeeds, the counts (batch
+// entries, read_lease_ids, preferred segments) are the parsed message's.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <glog/logging.h>
@@ -68,6 +72,66 @@ int Connect(int port) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   return fd;
+}
+
+// The shape check against protobuf's parse of the same payload (see the top).
+void CheckShape(uint16_t method, const char* data, size_t n) {
+  if (method < 1 || method > kMaxMethod) return;
+  const RequestShape shape = ScanMasterRequest(method, data, n);
+  bool parsed = false;
+  size_t items = 0, leases = 0, preferred = 0;
+  switch (static_cast<MasterMethod>(method)) {
+    case MasterMethod::kPutStart: {
+      rpc::PutStartRequest q;
+      parsed = q.ParseFromArray(data, static_cast<int>(n));
+      items = q.items_size();
+      preferred = q.config().preferred_segments_size();
+      break;
+    }
+    case MasterMethod::kReplicaClear: {
+      rpc::ReplicaClearRequest q;
+      parsed = q.ParseFromArray(data, static_cast<int>(n));
+      items = q.keys_size();
+      break;
+    }
+    case MasterMethod::kPutEnd:
+    case MasterMethod::kPutRevoke:
+    case MasterMethod::kGetReplicaList:
+    case MasterMethod::kExistKey:
+    case MasterMethod::kRemove:
+    case MasterMethod::kRemoveAll: {
+      rpc::KeysRequest q;
+      parsed = q.ParseFromArray(data, static_cast<int>(n));
+      items = q.keys_size();
+      leases = q.read_lease_ids_size();
+      break;
+    }
+    default: {
+      rpc::PingRequest q;  // no repeated field: only malformed-ness is compared
+      parsed = q.ParseFromArray(data, static_cast<int>(n));
+      break;
+    }
+  }
+  if (shape.malformed) {
+    if (parsed) fuzz::Fail("method %u: the shape check refused what protobuf parses", method);
+    return;
+  }
+  if (!parsed || !shape.over.empty()) return;
+  if (shape.items != items || shape.lease_ids != leases || shape.preferred != preferred) {
+    fuzz::Fail("method %u: the shape check counted %zu/%zu/%zu, the parse %zu/%zu/%zu", method,
+               shape.items, shape.lease_ids, shape.preferred, items, leases, preferred);
+  }
+}
+
+void CheckShapes(const std::string& sent) {
+  size_t at = 0;
+  while (sent.size() - at >= kFrameHeaderBytes) {
+    FrameHeader h;
+    if (DecodeHeader(sent.data() + at, &h) != HeaderCheck::kOk) return;
+    if (sent.size() - at - kFrameHeaderBytes < h.length) return;
+    CheckShape(h.method, sent.data() + at + kFrameHeaderBytes, h.length);
+    at += kFrameHeaderBytes + h.length;
+  }
 }
 
 bool ParsesAsResponse(uint16_t method, const std::string& payload) {
@@ -180,6 +244,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < conns; ++i) {
     close(fds[i]);
     Check(parts[i], got[i]);
+    CheckShapes(parts[i]);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (g_server->open_connections() != 0) {
