@@ -17,6 +17,8 @@
 
 #include "transport/ucx/ucx_memory.h"
 #include "engine/slice_recorder_test_util.h"
+#include "metadata/handshake.h"
+#include "mooncake/transfer_engine.h"
 
 namespace mooncake::ucx {
 namespace {
@@ -197,6 +199,95 @@ TEST_F(UcxHostile, UnregisteredRangeLosesItsKey) {
   a_.transport.DescribeBuffer(RegionInfo{mine, 4096, "cpu:0", true}, &after);
   EXPECT_TRUE(after.ucx_rkey.empty());
   EXPECT_FALSE(a_.transport.CanReach(b_.desc));
+}
+
+
+// Issue 28, item 3: with MC_AUTH_SECRET set, a peer without the secret (a_, a bare UCX
+// transport) takes the worker address and remote key that the engine publishes (in the
+// metadata store; here fetched over the handshake, which gives the same descriptor) and
+// writes over UCX's tcp lane into the registered buffer, and, by claiming a longer buffer,
+// into memory that was never registered. Before: both writes landed (UCX authenticates
+// nothing; its emulated RMA applies a put anywhere). After: with a secret the engine does not
+// start UCX at all (nothing is published; peers use the authenticated tcp/shm transports)
+// unless MC_UCX_ALLOW_UNAUTHENTICATED=1 says otherwise.
+class UcxWithSecret : public UcxHostile {
+ protected:
+  // The target's descriptor as any reader of the metadata store sees it.
+  static SegmentDesc Published(TransferEngine& target) {
+    HandshakeLimits limits;
+    limits.auth_secret = "s3cret";
+    auto reply = HandshakeCall("127.0.0.1", target.GetRpcPort(), target.GetLocalSegmentName(),
+                               HandshakeType::kMetadata, "{}", limits);
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    auto desc = DecodeSegmentDesc(reply.ok() ? *reply : "");
+    EXPECT_TRUE(desc.ok()) << desc.status().ToString();
+    return desc.ok() ? *desc : SegmentDesc{};
+  }
+  static EngineOptions WithSecret() {
+    EngineOptions o;
+    o.auth_secret = "s3cret";
+    o.enable_shm = false;
+    o.slice_timeout_ms = 3000;
+    return o;
+  }
+};
+
+TEST_F(UcxWithSecret, APeerWithoutTheSecretCannotUseThePublishedWorkerOrKeys) {
+  ::unsetenv("MC_UCX_ALLOW_UNAUTHENTICATED");
+  TransferEngine target(WithSecret());
+  ASSERT_TRUE(target.Init("P2PHANDSHAKE", "127.0.0.1", "ucx").ok());
+  std::vector<uint8_t> mem(1 << 20, 0x5A);
+  const size_t registered = 65536;  // the rest of `mem` is never registered
+  ASSERT_TRUE(target.RegisterLocalMemory(mem.data(), registered).ok());
+  SegmentDesc d = Published(target);
+  ASSERT_EQ(d.buffers.size(), 1u);
+  const bool published = !d.mc_ucx_worker.empty() && !d.buffers[0].ucx_rkey.empty();
+  size_t inside = 0, outside = 0;
+  if (published) {
+    for (size_t i = 0; i < a_.mem.size(); ++i) a_.mem[i] = 0xEE;
+    auto peer = std::make_shared<const SegmentDesc>(d);
+    std::string msg;
+    if (a_.transport.CanReach(*peer)) (void)WriteTo(peer, 4096, &msg);
+    SegmentDesc longer = d;  // the attacker claims the buffer goes on
+    longer.name = "longer";
+    longer.buffers[0].length = mem.size();
+    auto lp = std::make_shared<const SegmentDesc>(longer);
+    if (a_.transport.CanReach(*lp)) (void)WriteTo(lp, 4096, &msg, registered + 4096);
+  }
+  for (size_t i = 0; i < mem.size(); ++i) (i < registered ? inside : outside) += mem[i] != 0x5A;
+  std::printf("ucx with a secret: worker address published %d, rkey published %d; bytes "
+              "changed by a peer without the secret: %zu registered, %zu never registered\n",
+              !d.mc_ucx_worker.empty(), !d.buffers[0].ucx_rkey.empty(), inside, outside);
+  EXPECT_TRUE(d.mc_ucx_worker.empty()) << "a UCX worker address is published with a secret";
+  EXPECT_TRUE(d.buffers[0].ucx_rkey.empty()) << "a UCX rkey is published with a secret";
+  EXPECT_EQ(inside, 0u);
+  EXPECT_EQ(outside, 0u);
+
+  // Peers with the secret still move data: over the authenticated tcp transport.
+  TransferEngine peer(WithSecret());
+  ASSERT_TRUE(peer.Init("P2PHANDSHAKE", "127.0.0.1", "ucx").ok());
+  std::vector<uint8_t> local(4096, 0x42);
+  ASSERT_TRUE(peer.RegisterLocalMemory(local.data(), local.size()).ok());
+  auto seg = peer.OpenSegment(target.GetLocalSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  EXPECT_EQ(peer.GetSegmentInfo(*seg)->transport, "tcp");
+  Status s = peer.TransferSync({{TransferRequest::WRITE, local.data(), *seg,
+                                 reinterpret_cast<uint64_t>(mem.data()), 4096}});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(mem[4095], 0x42);
+}
+
+TEST_F(UcxWithSecret, OptInRunsUcxUnauthenticated) {
+  ::setenv("MC_UCX_ALLOW_UNAUTHENTICATED", "1", 1);
+  TransferEngine target(WithSecret());
+  ASSERT_TRUE(target.Init("P2PHANDSHAKE", "127.0.0.1", "ucx").ok());
+  std::vector<uint8_t> mem(65536, 0x5A);
+  ASSERT_TRUE(target.RegisterLocalMemory(mem.data(), mem.size()).ok());
+  SegmentDesc d = Published(target);
+  ::unsetenv("MC_UCX_ALLOW_UNAUTHENTICATED");
+  ASSERT_EQ(d.buffers.size(), 1u);
+  EXPECT_FALSE(d.mc_ucx_worker.empty()) << "opted in: UCX runs (and is not authenticated)";
+  EXPECT_FALSE(d.buffers[0].ucx_rkey.empty());
 }
 
 }  // namespace
