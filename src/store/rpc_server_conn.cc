@@ -73,6 +73,16 @@ bool RpcServer::OnReadable(Loop* loop, Conn* c) {
         ok = false;
         break;
       }
+      if (c->in.size() + got > kConnAllowance && c->in.size() >= kFrameHeaderBytes) {
+        // A large request under way (more than the allowance has come): its buffer takes the
+        // announced size at once (virtual memory: pages are touched only as bytes arrive),
+        // not by doubling, which copied 32 MiB on the loop to grow to 64 MiB.
+        FrameHeader h;
+        if (DecodeHeader(c->in.data(), &h) == HeaderCheck::kOk) {
+          const size_t whole = kFrameHeaderBytes + h.length;
+          if (c->in.size() < whole && c->in.capacity() < whole) c->in.reserve(whole);
+        }
+      }
       c->in.append(loop->scratch.data(), got);
       buffered_ += got;
       Charge(loop, c);

@@ -729,8 +729,7 @@ TEST_F(RpcTest, AnIdleConnectionKeepsNoMemoryOfItsLargestRequest) {
   std::printf("resident: %zu MiB before, %zu MiB after %d idle connections of 40 MiB requests; "
               "buffers' capacity %zu KiB\n", before >> 20, after >> 20, kConns,
               server_->buffer_capacity() >> 10);
-  // (glibc keeps up to ~64 MiB of the freed chunks of a growing buffer for reuse.)
-  EXPECT_LT(after, before + (128u << 20)) << "idle connections hold their requests' buffers";
+  EXPECT_LT(after, before + (64u << 20)) << "idle connections hold their requests' buffers";
   EXPECT_LE(server_->buffer_capacity(), kConns * 2 * (256u << 10));
   bool known = false;
   ASSERT_TRUE(Ping("known", &known).ok());
