@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -226,6 +227,191 @@ TEST_F(MasterHostileTest, RpcPortServesOthersDespiteIdleStalledForeignAndGreedyC
   EXPECT_GT(prober.gets(), 50);
   EXPECT_LT(prober.worst_ms(), 500.0) << "a legitimate get waited that long";
   for (int fd : fds) ::shutdown(fd, SHUT_RDWR), ::close(fd);
+}
+
+// A legitimate client's ping in a loop; records the slowest and the failures.
+class PingProber {
+ public:
+  explicit PingProber(int port) : rpc_("127.0.0.1:" + std::to_string(port)) {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        rpc::PingRequest q;
+        q.set_client_id("prober");
+        rpc::PingResponse r;
+        const auto t0 = Clock::now();
+        Status s = rpc_.Call(MasterMethod::kPing, q, &r, seconds(5));
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (!s.ok()) {
+          ++failures_;
+          std::lock_guard<std::mutex> l(mu_);
+          last_error_ = s.ToString();
+        }
+        if (ms > worst_ms_) worst_ms_ = ms;
+        ++pings_;
+        std::this_thread::sleep_for(milliseconds(2));
+      }
+    });
+  }
+  ~PingProber() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  double worst_ms() const { return worst_ms_; }
+  int failures() const { return failures_; }
+  int pings() const { return pings_; }
+  std::string last_error() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_error_;
+  }
+
+ private:
+  RpcClient rpc_;
+  std::atomic<bool> stop_{false};
+  std::atomic<double> worst_ms_{0};
+  std::atomic<int> failures_{0}, pings_{0};
+  std::mutex mu_;
+  std::string last_error_;
+  std::thread thread_;
+};
+
+// Resident bytes of process `pid` (VmRSS).
+size_t ResidentOf(pid_t pid) {
+  const std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("VmRSS:");
+  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 6)) * 1024;
+}
+
+// Issue 28, items 4-7, against a real mooncake_master with its default bounds (4096
+// connections, a 1 GiB budget): each attack as the hostile tester made it, while a
+// legitimate client pings (and a Store client gets); none may fail, none may wait 100 ms.
+TEST_F(MasterHostileTest, NoOneClientStopsTheMasterWithPendingBytesHogsIdleBuffersOrEmptyKeys) {
+  using namespace testing_rpc;  // NOLINT
+  auto client = Client();
+  ASSERT_TRUE(client);
+  const pid_t pid = master_->pid();
+  const size_t base_rss = ResidentOf(pid);
+  const std::string ping = Frame(uint16_t(MasterMethod::kPing), 1, "");  // 16 bytes
+  // Item 4: connections past the cap, each keeping a header byte pending and completing a
+  // ping every 500 ms (so the request deadline restarts).
+  std::vector<int> slow;
+  for (int i = 0; i < 4200; ++i) {
+    const int fd = ConnectLoopback(rpc_port_);
+    if (fd < 0) break;
+    (void)!::send(fd, ping.data(), 1, MSG_NOSIGNAL);
+    slow.push_back(fd);
+  }
+  EXPECT_GE(slow.size(), 4096u);
+  std::atomic<bool> stop{false};
+  std::thread refresher([&] {
+    const std::string again = ping.substr(1) + ping.substr(0, 1);
+    char sink[256];
+    while (!stop) {
+      for (int fd : slow) {
+        (void)!::send(fd, again.data(), again.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+        }
+      }
+      for (int t = 0; t < 5 && !stop; ++t) std::this_thread::sleep_for(milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(milliseconds(1500));
+  {
+    PingProber pinger(rpc_port_);
+    Prober prober(client.get());
+    std::this_thread::sleep_for(milliseconds(500));
+    auto fresh = Client();  // a new Store client's setup at the cap
+    EXPECT_TRUE(fresh) << "a new client could not set up beside 4096 pending connections";
+    std::this_thread::sleep_for(milliseconds(1000));
+    pinger.Stop();
+    prober.Stop();
+    std::printf("beside %zu connections keeping a byte pending: %d pings (slowest %.1f ms, %d "
+                "failed), %d gets (%d failed)\n", slow.size(), pinger.pings(), pinger.worst_ms(),
+                pinger.failures(), prober.gets(), prober.failures());
+    EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
+    EXPECT_EQ(prober.failures(), 0);
+    EXPECT_LT(pinger.worst_ms(), 100.0);
+  }
+  stop = true;
+  refresher.join();
+  for (int fd : slow) ::close(fd);
+  std::this_thread::sleep_for(milliseconds(500));
+  ASSERT_TRUE(Alive()) << master_->Log();
+  // Item 5: 16 connections holding ~1 GiB of incomplete 64 MiB requests.
+  {
+    PingProber pinger(rpc_port_);
+    std::vector<int> hogs;
+    const std::string part = Frame(uint16_t(MasterMethod::kPutStart), 1,
+                                   std::string((64u << 20) - 64, 'h'), 64u << 20);
+    for (int i = 0; i < 16; ++i) {
+      const int fd = ConnectLoopback(rpc_port_);
+      ASSERT_GE(fd, 0);
+      (void)SendAll(fd, part);  // some are closed part-way: the hogs past the budget
+      hogs.push_back(fd);
+    }
+    std::this_thread::sleep_for(milliseconds(500));
+    pinger.Stop();
+    std::printf("beside 16 x 64 MiB incomplete requests: %d pings (slowest %.1f ms, %d failed), "
+                "master resident %zu MiB\n", pinger.pings(), pinger.worst_ms(),
+                pinger.failures(), ResidentOf(pid) >> 20);
+    EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
+    EXPECT_LT(pinger.worst_ms(), 100.0);
+    EXPECT_LT(ResidentOf(pid), base_rss + (1300u << 20));
+    for (int fd : hogs) ::close(fd);
+  }
+  // Item 6: 20 idle connections after one 64 MiB request each.
+  {
+    std::vector<int> idle;
+    const std::string big = Frame(999, 1, std::string((64u << 20) - 16, 'b'));
+    for (int i = 0; i < 20; ++i) {
+      const int fd = ConnectLoopback(rpc_port_);
+      ASSERT_GE(fd, 0);
+      ASSERT_TRUE(SendAll(fd, big));
+      ASSERT_TRUE(ReadReply(fd, seconds(10)));
+      idle.push_back(fd);
+    }
+    std::this_thread::sleep_for(milliseconds(300));
+    const size_t rss = ResidentOf(pid);
+    std::printf("master resident: %zu MiB at the start, %zu MiB with 20 idle connections after "
+                "a 64 MiB request each\n", base_rss >> 20, rss >> 20);
+    EXPECT_LT(rss, base_rss + (300u << 20));
+    for (int fd : idle) ::close(fd);
+  }
+  // Item 7: 64 MiB requests of 33.5 M empty keys from 3 connections.
+  {
+    PingProber pinger(rpc_port_);
+    std::string keys;
+    keys.reserve(64u << 20);
+    while (keys.size() + 2 <= (64u << 20)) keys += std::string("\x12\x00", 2);
+    const std::string frame = Frame(uint16_t(MasterMethod::kExistKey), 1, keys);
+    std::atomic<size_t> peak{0};
+    std::vector<std::thread> senders;
+    for (int i = 0; i < 3; ++i) {
+      senders.emplace_back([&] {
+        const int fd = ConnectLoopback(rpc_port_);
+        for (int k = 0; k < 2; ++k) {
+          if (!SendAll(fd, frame)) break;
+          auto r = ReadReply(fd, seconds(30));
+          EXPECT_TRUE(r);
+          if (!r) break;
+          rpc::ExistResponse resp;
+          EXPECT_TRUE(resp.ParseFromString(r->payload));
+          EXPECT_EQ(resp.code(), ToInt(ErrorCode::INVALID_PARAMS));
+          peak = std::max(peak.load(), ResidentOf(pid));
+        }
+        ::close(fd);
+      });
+    }
+    for (auto& t : senders) t.join();
+    pinger.Stop();
+    std::printf("beside 3 x 2 requests of 33.5 M empty keys: %d pings (slowest %.1f ms, %d "
+                "failed), master resident at most %zu MiB\n", pinger.pings(), pinger.worst_ms(),
+                pinger.failures(), peak.load() >> 20);
+    EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
+    EXPECT_LT(pinger.worst_ms(), 100.0);
+    EXPECT_LT(peak.load(), base_rss + (700u << 20));
+  }
+  ASSERT_TRUE(Alive()) << master_->Log();
 }
 
 TEST_F(MasterHostileTest, MetricsAnswerPromptlyDespiteIdleAndSlowConnections) {
