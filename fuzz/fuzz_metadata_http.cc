@@ -1,4 +1,4 @@
-// Fuzzes the HTTP metadata server library (tools/http_metadata_server/metadata_http_server.*,
+// Fuzzes the HTTP metadata server library (src/metadata/http_server/metadata_http_server.*,
 // on its GuardedServer; the one mooncake_master embeds): a real MetadataHttpServer on loopback
 // TCP (max_body_bytes 1024, max_total_bytes 2048), each request on a connection of its own.
 //
@@ -21,7 +21,7 @@
 #include <string>
 
 #include "fuzz_common.h"
-#include "metadata_http_server.h"
+#include "metadata/http_server/metadata_http_server.h"
 
 namespace {
 

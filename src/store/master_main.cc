@@ -27,7 +27,7 @@
 #include "store/master_http.h"
 #include "store/metrics_server.h"
 #include "store/rpc_server.h"
-#include "metadata_http_server.h"
+#include "metadata/http_server/metadata_http_server.h"
 
 DEFINE_int32(rpc_port, 0, "Port of the master's RPC service (0: the value of --port)");
 DEFINE_int32(port, 50051, "Port of the master's RPC service (deprecated: use --rpc_port)");

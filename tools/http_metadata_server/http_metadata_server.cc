@@ -24,7 +24,7 @@
 #include <cstring>
 #include <string>
 
-#include "metadata_http_server.h"
+#include "metadata/http_server/metadata_http_server.h"
 
 namespace {
 

@@ -26,7 +26,7 @@
 #include <memory>
 #include <string>
 
-#include "guarded_server.h"
+#include "metadata/http_server/guarded_server.h"
 
 namespace mooncake::http {
 

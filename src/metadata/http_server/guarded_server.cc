@@ -1,4 +1,4 @@
-#include "guarded_server.h"
+#include "metadata/http_server/guarded_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "metadata_http_server.h"
+#include "metadata/http_server/metadata_http_server.h"
 
 #include <httplib.h>
 
