@@ -12,7 +12,8 @@
 //     idle the longest (no request in progress), else the new one is refused;
 //   - a request's bytes are buffered as they arrive (a header announcing 64 MiB reserves
 //     nothing; once 64 KiB of it has come, its buffer is sized to it at once, in virtual
-//     memory, instead of doubling and copying on the loop thread); a request begun must be complete within Options::request_deadline (10 s),
+//     memory, instead of doubling and copying on the loop thread, up to twice the loop's
+//     budget reserved so in all); a request begun must be complete within Options::request_deadline (10 s),
 //     its 16-byte header within Options::header_deadline (2 s);
 //   - buffered request bytes: each connection may hold kConnAllowance (64 KiB: any ping or
 //     small call) outside any budget; what connections hold beyond their allowance is

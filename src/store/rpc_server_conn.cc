@@ -73,14 +73,22 @@ bool RpcServer::OnReadable(Loop* loop, Conn* c) {
         ok = false;
         break;
       }
-      if (c->in.size() + got > kConnAllowance && c->in.size() >= kFrameHeaderBytes) {
+      if (c->reserved == 0 && c->in.size() + got > kConnAllowance &&
+          c->in.size() >= kFrameHeaderBytes) {
         // A large request under way (more than the allowance has come): its buffer takes the
         // announced size at once (virtual memory: pages are touched only as bytes arrive),
-        // not by doubling, which copied 32 MiB on the loop to grow to 64 MiB.
+        // not by doubling, which copied 32 MiB on the loop to grow to 64 MiB. What a loop
+        // reserves so, beyond what has come, is at most twice its budget (past that,
+        // doubling again).
         FrameHeader h;
         if (DecodeHeader(c->in.data(), &h) == HeaderCheck::kOk) {
           const size_t whole = kFrameHeaderBytes + h.length;
-          if (c->in.size() < whole && c->in.capacity() < whole) c->in.reserve(whole);
+          if (c->in.size() < whole && c->in.capacity() < whole &&
+              loop->reserved + whole <= 2 * loop->budget) {
+            c->in.reserve(whole);
+            c->reserved = whole;
+            loop->reserved += whole;
+          }
         }
       }
       c->in.append(loop->scratch.data(), got);
@@ -179,6 +187,8 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
   if (at > 0) {
     buffered_ -= at;
     c->in.erase(0, at);
+    loop->reserved -= c->reserved;  // the request it was for is done
+    c->reserved = 0;
     // Done with a large request: its buffer's capacity goes (what is left is at most 64 KiB,
     // copied once), so that an idle connection holds no memory of its largest request.
     if (c->in.capacity() > kKeepCapacity && c->in.size() <= kKeepCapacity / 4) {
@@ -257,6 +267,7 @@ void RpcServer::Close(Loop* loop, Conn* c) {
   buffered_ -= c->in.size();
   held_ -= c->held;
   loop->charged -= c->charged;
+  loop->reserved -= c->reserved;
   epoll_ctl(loop->ep, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
   --open_;

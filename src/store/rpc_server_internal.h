@@ -72,6 +72,7 @@ struct RpcServer::Conn {
   size_t job_bytes = 0;  // the payload of its request on the worker
   size_t charged = 0;    // in.size() + job_bytes beyond kConnAllowance, charged to its loop
   size_t held = 0;      // in's and out's capacity, as counted in RpcServer::held_
+  size_t reserved = 0;  // in's capacity reserved for its large first request (OnReadable)
 };
 
 struct RpcServer::Job {
@@ -97,6 +98,7 @@ struct RpcServer::Loop {
   std::vector<std::pair<int, uint64_t>> ready;
   size_t budget = 0;   // Options::max_buffered_bytes / threads
   size_t charged = 0;  // sum of its connections' Conn::charged
+  size_t reserved = 0;  // sum of its connections' Conn::reserved
 };
 
 struct RpcServer::Worker {
