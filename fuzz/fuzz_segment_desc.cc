@@ -63,6 +63,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::Fail("round trip changed timestamp or rdma_server_name");
   }
   if (EncodeSegmentDesc(*d2) != enc) fuzz::Fail("encoding is not canonical");
+  // A signature covers SegmentDescSigningBytes of what the owner encoded; a verifier computes
+  // it from what it decoded: the two must agree, and the signature field must stay out.
+  if (SegmentDescSigningBytes(*d2) != SegmentDescSigningBytes(*d) ||
+      d2->mc_auth_sig != d->mc_auth_sig || d2->mc_auth_instance != d->mc_auth_instance) {
+    fuzz::Fail("the signed bytes or the auth fields changed in a round trip");
+  }
+  auto unsigned_copy = DecodeSegmentDesc(SegmentDescSigningBytes(*d));
+  if (!unsigned_copy.ok() || !unsigned_copy->mc_auth_sig.empty()) {
+    fuzz::Fail("the signed bytes do not decode, or include the signature");
+  }
 
   // The engine derives the data host from the segment name.
   auto hp = ParseHostPort(d->name);

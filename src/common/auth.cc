@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/net.h"
@@ -42,14 +43,79 @@ const char* VerdictText(uint8_t v) {
   switch (v) {
     case Authenticator::kWrongSecret: return "it has a different shared secret (MC_AUTH_SECRET)";
     case Authenticator::kNotThisSegment:
-      return "it is not the segment we asked for (a relay, a stale segment name, or another "
-             "name of that engine: open a segment by the name its engine reports)";
+      return "it is not the segment we asked for (a relay, a stale segment name or a "
+             "descriptor of an earlier start of that engine, or another name of that engine: "
+             "open a segment by the name its engine reports)";
     case Authenticator::kMalformed: return "it could not parse our MCAUTHv2 answer";
   }
   return "unknown verdict";
 }
 
+std::string Hex(const unsigned char* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = digits[p[i] >> 4];
+    out[2 * i + 1] = digits[p[i] & 15];
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string Authenticator::SignEntry(std::string_view kind, std::string_view scope,
+                                     std::string_view body) const {
+  if (!enabled()) return "";
+  // A key of its own, so that no signature is ever a valid MCAUTHv2 MAC or the reverse.
+  static constexpr char kKeyLabel[] = "MCAUTH entry signing key v1";
+  unsigned char key[EVP_MAX_MD_SIZE];
+  unsigned int key_len = 0;
+  HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+       reinterpret_cast<const unsigned char*>(kKeyLabel), sizeof(kKeyLabel) - 1, key, &key_len);
+  std::string msg = "MCSIGv1";
+  msg.push_back('\0');
+  msg.append(kind);
+  msg.push_back('\0');
+  msg.append(scope);
+  msg.push_back('\0');
+  msg.append(body);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key, static_cast<int>(key_len),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return Hex(out, len);
+}
+
+bool Authenticator::VerifyEntry(std::string_view kind, std::string_view scope,
+                                std::string_view body, std::string_view sig_hex) const {
+  if (!enabled()) return false;
+  std::string want = SignEntry(kind, scope, body);
+  return sig_hex.size() == want.size() &&
+         CRYPTO_memcmp(want.data(), sig_hex.data(), want.size()) == 0;
+}
+
+Result<std::string> Authenticator::NewInstanceId() {
+  unsigned char b[kInstanceBytes];
+  if (RAND_bytes(b, sizeof(b)) != 1) return Status::Internal("no random bytes for an instance id");
+  return Hex(b, sizeof(b));
+}
+
+std::string Authenticator::AuthName(const std::string& segment, const std::string& instance) {
+  if (instance.empty()) return segment;
+  return segment + " (instance " + instance + ")";
+}
+
+std::vector<std::string> Authenticator::OwnNames(const std::string& segment,
+                                                 const std::string& instance) {
+  std::vector<std::string> names{segment};
+  if (!instance.empty()) names.push_back(AuthName(segment, instance));
+  return names;
+}
+
+bool Authenticator::UcxUnauthenticatedAllowed() {
+  const char* v = std::getenv("MC_UCX_ALLOW_UNAUTHENTICATED");
+  return v != nullptr && std::string_view(v) == "1";
+}
 
 std::string Authenticator::Mac(std::string_view direction, std::string_view purpose,
                                std::string_view name, const unsigned char* server_nonce,

@@ -14,6 +14,15 @@
 // refuses, and cannot forge the server's proof. No frame is parsed before the exchange ends.
 // Not encryption and no per-frame integrity (see the threat model in docs/wire_protocol.md).
 // Peers without a secret (upstream engines) and MCAUTHv1 peers get a one-line error.
+//
+// What reaches an engine *through* a metadata store (etcd, redis, http) or any other party
+// is authenticated too (docs/wire_protocol.md §5.4): with a secret every engine signs its
+// segment descriptor and its rpc_meta entry (SignEntry, an HMAC under a key derived from the
+// secret), and a fetcher refuses an entry that is unsigned, altered, or signed for another
+// name. Each engine start draws a random instance id that the signed entries carry; a client
+// that dials a data or handshake port learnt from a signed entry authenticates to
+// AuthName(segment, instance), which only that very engine start accepts, so a stale signed
+// entry replayed by a relay reaches nothing either.
 #pragma once
 
 #include <string>
@@ -47,6 +56,25 @@ class Authenticator {
   // The MAC of one direction ("client" / "server"), exposed for tests and the fuzzer.
   std::string Mac(std::string_view direction, std::string_view purpose, std::string_view name,
                   const unsigned char* server_nonce, const unsigned char* client_nonce) const;
+
+  // Signed entries (§5.4). Lowercase hex of HMAC-SHA256(K, "MCSIGv1" 0 kind 0 scope 0 body),
+  // K = HMAC-SHA256(secret, "MCAUTH entry signing key v1"). `kind` is "segment" or
+  // "rpc_meta", `scope` the metadata cluster id. Empty when disabled.
+  std::string SignEntry(std::string_view kind, std::string_view scope, std::string_view body) const;
+  // Constant-time check of `sig_hex` against SignEntry; false for any other length.
+  bool VerifyEntry(std::string_view kind, std::string_view scope, std::string_view body,
+                   std::string_view sig_hex) const;
+  static constexpr size_t kInstanceBytes = 16;
+  // 32 random hex digits: this engine start's instance id.
+  static Result<std::string> NewInstanceId();
+  // The name a client authenticates with to reach `segment` as published by engine start
+  // `instance` ("" when the entry carries none: the segment name alone).
+  static std::string AuthName(const std::string& segment, const std::string& instance);
+  // The names a server accepts: its segment name, and with `instance` AuthName of both.
+  static std::vector<std::string> OwnNames(const std::string& segment, const std::string& instance);
+  // MC_UCX_ALLOW_UNAUTHENTICATED=1: UCX runs even with a secret set (UCX itself authenticates
+  // nothing; README, "UCX / RDMA"). Read on every call.
+  static bool UcxUnauthenticatedAllowed();
 
   // A client hello (after its 8-byte magic) parsed from bytes, for tests and the fuzzer.
   struct Hello {

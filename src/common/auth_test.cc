@@ -241,5 +241,35 @@ TEST(Auth, ParseHelloBounds) {
   EXPECT_FALSE(Authenticator::ParseHello(ok + "x").ok());
 }
 
+
+TEST(Auth, SignedEntriesBindKindScopeBodyAndSecret) {
+  Authenticator a("s3cret"), b("other"), off("");
+  const std::string sig = a.SignEntry("segment", "", "body");
+  EXPECT_EQ(sig.size(), 64u);
+  EXPECT_EQ(sig, a.SignEntry("segment", "", "body"));
+  EXPECT_TRUE(a.VerifyEntry("segment", "", "body", sig));
+  EXPECT_FALSE(a.VerifyEntry("rpc_meta", "", "body", sig));
+  EXPECT_FALSE(a.VerifyEntry("segment", "cluster", "body", sig));
+  EXPECT_FALSE(a.VerifyEntry("segment", "", "body2", sig));
+  EXPECT_FALSE(a.VerifyEntry("segment", "", "body", sig.substr(0, 63)));
+  EXPECT_FALSE(a.VerifyEntry("segment", "", "body", ""));
+  EXPECT_FALSE(b.VerifyEntry("segment", "", "body", sig));
+  EXPECT_TRUE(off.SignEntry("segment", "", "body").empty());
+  EXPECT_FALSE(off.VerifyEntry("segment", "", "body", sig));
+}
+
+TEST(Auth, InstanceNames) {
+  auto i = Authenticator::NewInstanceId();
+  ASSERT_TRUE(i.ok());
+  EXPECT_EQ(i->size(), 32u);
+  EXPECT_NE(*i, *Authenticator::NewInstanceId());
+  EXPECT_EQ(Authenticator::AuthName("seg", ""), "seg");
+  EXPECT_EQ(Authenticator::AuthName("seg", "ab"), "seg (instance ab)");
+  EXPECT_EQ(Authenticator::OwnNames("seg", "").size(), 1u);
+  auto names = Authenticator::OwnNames("seg", "ab");
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[1], "seg (instance ab)");
+}
+
 }  // namespace
 }  // namespace mooncake

@@ -65,7 +65,8 @@ TransferEngine::Impl::Impl(const EngineOptions& opts)
                [this](const SegmentDesc& old_desc, const SegmentDesc&) {
                  LOG(INFO) << "segment " << old_desc.name << " changed its descriptor";
                  for (auto& t : transports) t->DropPeer(old_desc);
-               }) {
+               }),
+      auth(opts.auth_secret) {
   limits.max_length = options.handshake_max_length;
   limits.connect_timeout_ms = options.handshake_connect_timeout_ms;
   limits.io_timeout_ms = options.handshake_io_timeout_ms;
@@ -111,6 +112,17 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
     // default): the fallback is logged.
     LOG(INFO) << "protocol 'rdma': UCX carries peers reached over RDMA (ib/rc/dc) or GPU "
                  "lanes; others use shm or tcp";
+    transports.clear();
+  }
+  if (transport == "ucx" && auth.enabled() && !Authenticator::UcxUnauthenticatedAllowed()) {
+    // UCX authenticates nothing: whoever learns the worker address and rkeys reads and writes
+    // the memory (over its tcp lane, any address of the process). With a secret it is not
+    // started, so the secret protects every byte; the user may opt in knowingly.
+    LOG(ERROR) << "protocol 'ucx' requested, but MC_AUTH_SECRET is set and UCX has no "
+                  "authentication (any process that learns the worker address and remote keys "
+                  "could read and write this engine's memory): UCX is NOT started, moving data "
+                  "over the authenticated shm and tcp transports instead. Set "
+                  "MC_UCX_ALLOW_UNAUTHENTICATED=1 to run UCX unauthenticated anyway";
     transports.clear();
   }
   if (transport == "ascend" || transport == "ascend_direct") {
@@ -163,8 +175,12 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
     local_name = local_server_name;  // the name stays as given; its :port is never bound
   }
   rpc_port = port;
+  if (auth.enabled()) {
+    MC_ASSIGN_OR_RETURN(instance, Authenticator::NewInstanceId());
+  }
   {
     std::lock_guard lock(desc_mu);
+    local_desc.mc_auth_instance = instance;
     local_desc.name = local_name;
     local_desc.protocol = "tcp";
     local_desc.tcp_data_host = local_host;
@@ -184,22 +200,23 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
   handshake = std::make_unique<HandshakeServer>(limits);
   MC_RETURN_IF_ERROR(handshake->Start(
       std::move(listen_fd), [this](const HandshakeFrame& f) { return HandleHandshake(f); },
-      {local_name}));
+      Authenticator::OwnNames(local_name, instance)));
   if (store) {
-    nlohmann::json rpc = {{"ip_or_host_name", local_host}, {"rpc_port", rpc_port}};
+    const std::string rpc_text = EncodeRpcMeta();
     const std::string rpc_key = RpcMetaKey(options.metadata_cluster_id, local_name);
-    Status s = store->Put(rpc_key, rpc.dump());
+    Status s = store->Put(rpc_key, rpc_text);
     if (s.code() == Status::Code::kAlreadyExists) {
       // The http server refuses to replace an rpc_meta entry. A crashed engine of this name
       // left it: replace it, unless the engine it names still answers.
-      auto old = ResolveRpc(local_name);
-      if (old.ok() && HandshakeCall(old->host, old->port, local_name, HandshakeType::kProbe, "{}\n", limits).ok()) {
+      std::string old_auth_name = local_name;
+      auto old = ResolveRpc(local_name, &old_auth_name);
+      if (old.ok() && HandshakeCall(old->host, old->port, old_auth_name, HandshakeType::kProbe, "{}\n", limits).ok()) {
         return Status::AlreadyExists("segment name '" + local_name + "' is in use by the engine at " +
                                      old->ToString());
       }
       LOG(WARNING) << "replacing the stale rpc_meta entry of " << local_name;
       s = store->Remove(rpc_key);
-      if (s.ok()) s = store->Put(rpc_key, rpc.dump());
+      if (s.ok()) s = store->Put(rpc_key, rpc_text);
     }
     if (s.ok()) s = PublishLocalDesc();
     if (!s.ok()) return s.WithContext("publish to " + store->Describe());
@@ -222,6 +239,16 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
                        [this](const std::string& name) { segments.InvalidateByName(name); },
                        explicit_choice, requested_protocol};
   for (const auto& name : names) {
+    if (name == "ucx" && auth.enabled() && !Authenticator::UcxUnauthenticatedAllowed()) {
+      if (!explicit_choice) {
+        LOG(WARNING) << "MC_AUTH_SECRET is set: not starting the UCX transport (UCX has no "
+                        "authentication; its worker address and remote keys would let any "
+                        "process read and write this engine's memory). Data moves over the "
+                        "authenticated shm and tcp transports; MC_UCX_ALLOW_UNAUTHENTICATED=1 "
+                        "runs UCX anyway, unauthenticated";
+      }
+      continue;
+    }
     if (options.force_tcp && name != "tcp") {
       LOG(INFO) << "MC_FORCE_TCP is set: not installing transport " << name;
       continue;
@@ -254,7 +281,7 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
   return Status::OK();
 }
 
-std::string TransferEngine::Impl::EncodeLocalDesc() {
+std::string TransferEngine::Impl::EncodeLocalDesc(bool for_store) {
   std::lock_guard lock(desc_mu);
   local_desc.buffers.clear();
   for (const RegionInfo& r : registry.List()) {
@@ -267,16 +294,72 @@ std::string TransferEngine::Impl::EncodeLocalDesc() {
       b.device = r.device;
       b.ipc_handle = r.ipc_handle;
       b.ipc_offset = r.ipc_offset;
+      if (for_store && auth.enabled() && !b.ipc_handle.empty()) {
+        // An IPC handle is a capability: any process on this host that reads it opens the
+        // memory, with no secret. The store is readable by others; handshake replies go only
+        // to authenticated peers, so same-host device peers in store mode use TCP staging.
+        static std::once_flag once;
+        std::call_once(once, [] {
+          LOG(WARNING) << "MC_AUTH_SECRET is set: device IPC handles are not published to the "
+                          "metadata store (anyone reading it could open the memory); same-host "
+                          "device memory moves over TCP staging in metadata-store mode";
+        });
+        b.ipc_handle.clear();
+        b.ipc_offset = 0;
+      }
     }
     local_desc.buffers.push_back(std::move(b));
   }
   local_desc.timestamp = DescriptorTimestampNow();
+  local_desc.mc_auth_sig.clear();
+  if (auth.enabled()) {
+    local_desc.mc_auth_sig = auth.SignEntry("segment", options.metadata_cluster_id,
+                                            SegmentDescSigningBytes(local_desc));
+  }
   return EncodeSegmentDesc(local_desc);
+}
+
+std::string TransferEngine::Impl::EncodeRpcMeta() {
+  nlohmann::json rpc = {{"ip_or_host_name", local_host}, {"rpc_port", rpc_port}};
+  if (auth.enabled()) {
+    // Fields upstream ignores; the signature covers the name, the address and the instance.
+    rpc["mc_auth_instance"] = instance;
+    rpc["mc_auth_sig"] = auth.SignEntry("rpc_meta", options.metadata_cluster_id,
+                                        local_name + '\0' + local_host + '\0' +
+                                            std::to_string(rpc_port) + '\0' + instance);
+  }
+  return rpc.dump();
+}
+
+Status TransferEngine::Impl::VerifyDesc(const SegmentDesc& d, const std::string& name,
+                                        const std::string& source) {
+  if (!auth.enabled()) return Status::OK();
+  const std::string what = "descriptor of segment '" + name + "' from " + source + ": ";
+  if (d.mc_auth_sig.empty()) {
+    return Status::PermissionDenied(
+        what + "not signed. With MC_AUTH_SECRET every engine signs its descriptor, so it was "
+               "written by an engine without the secret (an upstream or older engine) or "
+               "replaced by someone without it; refused");
+  }
+  if (!auth.VerifyEntry("segment", options.metadata_cluster_id, SegmentDescSigningBytes(d),
+                        d.mc_auth_sig)) {
+    return Status::PermissionDenied(
+        what + "its signature does not verify: altered or replaced by someone without the "
+               "shared secret (MC_AUTH_SECRET), or signed with another secret or cluster id "
+               "(MC_METADATA_CLUSTER_ID); refused");
+  }
+  if (d.name != name) {
+    return Status::PermissionDenied(what + "signed by segment '" + d.name.substr(0, 200) +
+                                    "', not by '" + name +
+                                    "' (copied under another name); refused");
+  }
+  return Status::OK();
 }
 
 Status TransferEngine::Impl::PublishLocalDesc() {
   if (!store) return Status::OK();
-  Status s = store->Put(SegmentKey(options.metadata_cluster_id, local_name), EncodeLocalDesc());
+  Status s = store->Put(SegmentKey(options.metadata_cluster_id, local_name),
+                        EncodeLocalDesc(/*for_store=*/true));
   // A lost store is logged once, not on every registration; peers that already know us keep
   // working, and the next successful publish is logged too.
   bool was_ok = store_ok.exchange(s.ok());
@@ -424,7 +507,9 @@ Status TransferEngine::Impl::FreeShared(void* addr) {
   return Status::OK();
 }
 
-Result<HostPort> TransferEngine::Impl::ResolveRpc(const std::string& name) {
+Result<HostPort> TransferEngine::Impl::ResolveRpc(const std::string& name,
+                                                  std::string* auth_name) {
+  if (auth_name) *auth_name = name;
   if (p2p) {
     MC_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(name));
     if (!hp.has_port) {
@@ -444,6 +529,26 @@ Result<HostPort> TransferEngine::Impl::ResolveRpc(const std::string& name) {
   MC_RETURN_IF_ERROR(GetUint(j, "rpc_port", 65535, &port));
   hp.port = static_cast<uint16_t>(port);
   hp.has_port = port != 0;
+  if (auth.enabled()) {
+    std::string inst, sig;
+    MC_RETURN_IF_ERROR(GetString(j, "mc_auth_instance", false, &inst));
+    MC_RETURN_IF_ERROR(GetString(j, "mc_auth_sig", false, &sig));
+    const std::string what = "rpc_meta entry of segment '" + name + "' in " + store->Describe() + ": ";
+    if (sig.empty()) {
+      return Status::PermissionDenied(
+          what + "not signed. With MC_AUTH_SECRET every engine signs its entry, so it was "
+                 "written by an engine without the secret or replaced by someone without it; "
+                 "refused");
+    }
+    if (!auth.VerifyEntry("rpc_meta", options.metadata_cluster_id,
+                          name + '\0' + hp.host + '\0' + std::to_string(port) + '\0' + inst,
+                          sig)) {
+      return Status::PermissionDenied(
+          what + "its signature does not verify: altered or replaced by someone without the "
+                 "shared secret, or signed with another secret, cluster id or name; refused");
+    }
+    if (auth_name) *auth_name = Authenticator::AuthName(name, inst);
+  }
   return hp;
 }
 
@@ -462,6 +567,7 @@ Result<SegmentCache::DescPtr> TransferEngine::Impl::FetchDesc(const std::string&
   }
   auto desc = DecodeSegmentDesc(text);
   if (!desc.ok()) return desc.status().WithContext("descriptor of segment '" + name + "'");
+  MC_RETURN_IF_ERROR(VerifyDesc(*desc, name, p2p ? "its handshake port" : store->Describe()));
   auto out = std::make_shared<SegmentDesc>(std::move(desc).value());
   out->lookup_name = name;
   if (!out->tcp_data_host.empty()) {
@@ -509,10 +615,11 @@ Transport* TransferEngine::Impl::PickTransport(const SegmentDesc& peer, const Bu
 
 Status TransferEngine::Impl::SendNotifyTo(const std::string& segment_name,
                                           const NotifyDesc& notify) {
-  MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name));
+  std::string auth_name;
+  MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name, &auth_name));
   nlohmann::json j = {{"name", notify.name}, {"notify_msg", notify.notify_msg}};
   MC_ASSIGN_OR_RETURN(std::string reply,
-                      HandshakeCall(hp.host, hp.port, segment_name, HandshakeType::kNotify,
+                      HandshakeCall(hp.host, hp.port, auth_name, HandshakeType::kNotify,
                                     j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                                     limits));
   auto r = ParseJsonBounded(reply, "notify reply");
@@ -523,8 +630,9 @@ Status TransferEngine::Impl::SendNotifyTo(const std::string& segment_name,
 }
 
 Status TransferEngine::Impl::Probe(const std::string& segment_name) {
-  MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name));
-  return HandshakeCall(hp.host, hp.port, segment_name, HandshakeType::kProbe, "{}\n", limits).status();
+  std::string auth_name;
+  MC_ASSIGN_OR_RETURN(HostPort hp, ResolveRpc(segment_name, &auth_name));
+  return HandshakeCall(hp.host, hp.port, auth_name, HandshakeType::kProbe, "{}\n", limits).status();
 }
 
 }  // namespace mooncake

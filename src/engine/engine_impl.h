@@ -13,6 +13,7 @@
 #include "engine/memory_registry.h"
 #include "engine/segment_cache.h"
 #include "engine/transport.h"
+#include "common/auth.h"
 #include "common/net.h"
 #include "metadata/handshake.h"
 #include "metadata/metadata_store.h"
@@ -35,14 +36,22 @@ class TransferEngine::Impl {
   // Registration (republished to the store, if any).
   Status Register(const std::vector<RegionInfo>& regions);
   Status Unregister(void* addr);
-  std::string EncodeLocalDesc();
+  // `for_store`: the copy published to the metadata store (anyone who can read the store
+  // reads it), as opposed to a handshake reply (only to authenticated peers).
+  std::string EncodeLocalDesc(bool for_store = false);
   Status PublishLocalDesc();
   Result<void*> AllocateShared(size_t length, const std::string& location);
   Status FreeShared(void* addr);
 
   // Segments. ResolveRpc: the handshake address of a segment (P2P: its name; store mode: its
-  // rpc_meta entry).
-  Result<HostPort> ResolveRpc(const std::string& name);
+  // rpc_meta entry). With a secret the entry must be signed by its owner; `auth_name` (if
+  // given) receives the name to authenticate to (Authenticator::AuthName).
+  Result<HostPort> ResolveRpc(const std::string& name, std::string* auth_name = nullptr);
+  // With a secret: PermissionDenied unless `desc` is signed by an engine with the secret and
+  // names segment `name` (`source`: where it came from, for the message). OK without one.
+  Status VerifyDesc(const SegmentDesc& desc, const std::string& name, const std::string& source);
+  // The rpc_meta entry this engine publishes (signed with a secret).
+  std::string EncodeRpcMeta();
   Result<SegmentCache::DescPtr> FetchDesc(const std::string& name);
   Result<SegmentID> OpenSegment(const std::string& name);
   // The first installed transport that reaches `peer` and moves bytes between local memory
@@ -74,6 +83,8 @@ class TransferEngine::Impl {
   std::atomic<bool> store_ok{true};
   std::string local_name;  // segment name
   std::string local_host;
+  std::string instance;  // with a secret: this engine start's id (Authenticator::NewInstanceId)
+  const Authenticator auth;  // options.auth_secret
   std::string requested_protocol;  // Init's `transport`, as given
   uint16_t rpc_port = 0;
   std::vector<std::unique_ptr<Transport>> transports;

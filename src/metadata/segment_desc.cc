@@ -68,7 +68,7 @@ bool SegmentDesc::SameContent(const SegmentDesc& o) const {
   if (name != o.name || protocol != o.protocol || tcp_data_port != o.tcp_data_port ||
       tcp_data_host != o.tcp_data_host || mc_host_id != o.mc_host_id || mc_pid != o.mc_pid ||
       mc_shm_path != o.mc_shm_path || mc_tcp_fence != o.mc_tcp_fence ||
-      mc_ucx_worker != o.mc_ucx_worker ||
+      mc_ucx_worker != o.mc_ucx_worker || mc_auth_instance != o.mc_auth_instance ||
       tcp_proto_version != o.tcp_proto_version || buffers.size() != o.buffers.size()) {
     return false;
   }
@@ -109,8 +109,16 @@ std::string EncodeSegmentDesc(const SegmentDesc& d) {
   if (!d.mc_shm_path.empty()) j["mc_shm_path"] = d.mc_shm_path;
   if (d.mc_tcp_fence) j["mc_tcp_fence"] = 1;
   if (!d.mc_ucx_worker.empty()) j["mc_ucx_worker"] = d.mc_ucx_worker;
+  if (!d.mc_auth_instance.empty()) j["mc_auth_instance"] = d.mc_auth_instance;
+  if (!d.mc_auth_sig.empty()) j["mc_auth_sig"] = d.mc_auth_sig;
   // Invalid UTF-8 (names are bytes from the user) is replaced, never thrown.
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string SegmentDescSigningBytes(const SegmentDesc& desc) {
+  SegmentDesc d = desc;
+  d.mc_auth_sig.clear();
+  return EncodeSegmentDesc(d);
 }
 
 Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
@@ -145,6 +153,10 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view text) {
   MC_RETURN_IF_ERROR(GetUint(j, "mc_tcp_fence", UINT32_MAX, &fence));
   d.mc_tcp_fence = fence == 1;
   MC_RETURN_IF_ERROR(GetHexField(j, "mc_ucx_worker", kMaxUcxWorkerAddressBytes, &d.mc_ucx_worker)
+                         .WithContext("segment descriptor"));
+  MC_RETURN_IF_ERROR(GetHexField(j, "mc_auth_instance", kMaxAuthFieldBytes, &d.mc_auth_instance)
+                         .WithContext("segment descriptor"));
+  MC_RETURN_IF_ERROR(GetHexField(j, "mc_auth_sig", kMaxAuthFieldBytes, &d.mc_auth_sig)
                          .WithContext("segment descriptor"));
   if (j.contains("buffers")) {
     const json& bufs = j["buffers"];

@@ -54,6 +54,12 @@ struct SegmentDesc {
   // UCX transport (our extension): the UCP worker address, in hex (at most
   // 2 * kMaxUcxWorkerAddressBytes digits). Written only when set.
   std::string mc_ucx_worker;
+  // Shared-secret signature (our extension, only with MC_AUTH_SECRET; docs/wire_protocol.md
+  // §5.4): "mc_auth_instance", the owner's random id for this engine start (hex), and
+  // "mc_auth_sig", Authenticator::SignEntry("segment", cluster id, SegmentDescSigningBytes)
+  // in hex. Written only when set.
+  std::string mc_auth_instance;
+  std::string mc_auth_sig;
   // Where to reach the peer: set by whoever fetched the descriptor (P2P: the host part of
   // the segment name). Not part of the JSON.
   std::string host;
@@ -72,8 +78,13 @@ constexpr size_t kMaxDescriptorBuffers = 1 << 20;
 // (a worker address with several NICs is a few hundred bytes, an rkey tens to hundreds).
 constexpr size_t kMaxUcxWorkerAddressBytes = 16384;
 constexpr size_t kMaxUcxRkeyBytes = 4096;
+constexpr size_t kMaxAuthFieldBytes = 64;  // mc_auth_instance, mc_auth_sig
 
 std::string EncodeSegmentDesc(const SegmentDesc& desc);
+// What the signature covers: the encoding of `desc` without "mc_auth_sig". A decoded
+// descriptor re-encodes to the bytes its owner signed (every field decoded is encoded, in a
+// canonical form), so unknown keys, whitespace or key order added by others do not count.
+std::string SegmentDescSigningBytes(const SegmentDesc& desc);
 Result<SegmentDesc> DecodeSegmentDesc(std::string_view json);
 
 // "%Y-%m-%d %H:%M:%S.uuuuuu" in local time, as upstream stamps descriptors.

@@ -495,5 +495,44 @@ TEST(SegmentDescUcxTest, HostileUcxFieldsAreRefusedWithTheirName) {
   expect_refused(top + R"("mc_ucx_worker":[1]})", "mc_ucx_worker");
 }
 
+
+TEST(SegmentDescAuthTest, AuthFieldsRoundTripAndStayOutOfTheSignedBytes) {
+  SegmentDesc d;
+  d.name = "seg";
+  d.tcp_data_port = 1234;
+  d.buffers.push_back({"seg", 4096, 4096});
+  const std::string plain = EncodeSegmentDesc(d);
+  EXPECT_EQ(plain.find("mc_auth"), std::string::npos) << "written only when set";
+  d.mc_auth_instance = std::string(32, 'a');
+  d.mc_auth_sig = std::string(64, 'b');
+  auto back = DecodeSegmentDesc(EncodeSegmentDesc(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->mc_auth_instance, d.mc_auth_instance);
+  EXPECT_EQ(back->mc_auth_sig, d.mc_auth_sig);
+  EXPECT_EQ(SegmentDescSigningBytes(*back), SegmentDescSigningBytes(d));
+  EXPECT_EQ(SegmentDescSigningBytes(d).find(d.mc_auth_sig), std::string::npos);
+  // Whitespace, key order and unknown keys added by others do not change the signed bytes.
+  auto j = nlohmann::json::parse(EncodeSegmentDesc(d));
+  j["zzz_unknown"] = 1;
+  auto other = DecodeSegmentDesc(j.dump(2));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(SegmentDescSigningBytes(*other), SegmentDescSigningBytes(d));
+  // A changed port is a changed signed text and a changed instance a changed descriptor.
+  SegmentDesc moved = d;
+  moved.tcp_data_port = 999;
+  EXPECT_NE(SegmentDescSigningBytes(moved), SegmentDescSigningBytes(d));
+  SegmentDesc restarted = d;
+  restarted.mc_auth_instance = std::string(32, 'c');
+  EXPECT_FALSE(restarted.SameContent(d));
+  // Bounded and hex only.
+  for (const char* bad : {R"("mc_auth_sig":"xyz")", R"("mc_auth_instance":"abc")"}) {
+    std::string text = std::string(R"({"name":"s","protocol":"tcp",)") + bad + "}";
+    auto r = DecodeSegmentDesc(text);
+    EXPECT_FALSE(r.ok()) << text;
+  }
+  std::string longsig = R"({"name":"s","protocol":"tcp","mc_auth_sig":")" + std::string(130, 'a') + "\"}";
+  EXPECT_FALSE(DecodeSegmentDesc(longsig).ok());
+}
+
 }  // namespace
 }  // namespace mooncake

@@ -44,10 +44,11 @@ bool CopyRun(pid_t pid, uint32_t op, const std::vector<const Item*>& run) {
 }  // namespace
 
 ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry,
-                     std::string segment_name)
+                     std::string segment_name, std::string instance)
     : options_(options),
       registry_(registry),
       segment_name_(std::move(segment_name)),
+      instance_(std::move(instance)),
       // Idle or slow sockets cannot lock peers out: a connection must finish its hello
       // within the first-frame deadline, and one user (uid) holds at most a quarter of the
       // slots (ConnServer's admission policy).
@@ -94,7 +95,8 @@ void ShmServer::Serve(int fd) {
   socklen_t clen = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return;
   const pid_t pid = cred.pid;
-  Status auth = Authenticator(options_.auth_secret).Challenge(fd, "shm", {segment_name_}, timeout);
+  Status auth = Authenticator(options_.auth_secret).Challenge(
+      fd, "shm", Authenticator::OwnNames(segment_name_, instance_), timeout);
   if (!auth.ok()) {
     LOG(WARNING) << "ShmServer: refused a connection from pid " << pid << ": " << auth.ToString();
     return;

@@ -159,7 +159,8 @@ Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   host_id_ = LocalHostId(options_);
   reaper_wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (reaper_wake_ < 0) return ErrnoStatus("eventfd", errno);
-  server_ = std::make_unique<ShmServer>(options_, ctx.registry, local_desc->name);
+  server_ = std::make_unique<ShmServer>(options_, ctx.registry, local_desc->name,
+                                        local_desc->mc_auth_instance);
   std::string path;
   MC_RETURN_IF_ERROR(server_->Start(&path));
   local_desc->mc_host_id = host_id_;
@@ -210,7 +211,9 @@ bool ShmTransport::CanReach(const SegmentDesc& peer) {
     if (it != reachable_.end()) return it->second;
   }
   auto fd = ConnectAndHello(peer.mc_shm_path, options_.tcp_connect_timeout_ms, options_.auth_secret,
-                            peer.lookup_name.empty() ? peer.name : peer.lookup_name);
+                            Authenticator::AuthName(
+                                peer.lookup_name.empty() ? peer.name : peer.lookup_name,
+                                peer.mc_auth_instance));
   if (!fd.ok()) {
     LOG(WARNING) << "same-host transport to " << peer.name << " unavailable ("
                  << fd.status().ToString() << "); using TCP";
@@ -330,7 +333,8 @@ Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
               Hold(path, fd, std::move(pins));
             },
             [this, path](int timeout_ms) { return WaitForZombies(path, timeout_ms); },
-            desc->lookup_name.empty() ? desc->name : desc->lookup_name));
+            Authenticator::AuthName(desc->lookup_name.empty() ? desc->name : desc->lookup_name,
+                                    desc->mc_auth_instance)));
       }
     }
     peer = slot;

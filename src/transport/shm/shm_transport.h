@@ -33,8 +33,10 @@ using mooncake::LocalHostId;  // common/host_id.h
 // The target side: accepts connections and serves copy requests.
 class ShmServer {
  public:
-  // `segment_name`: this engine's segment name, which authenticating clients must ask for.
-  ShmServer(const EngineOptions& options, MemoryRegistry* registry, std::string segment_name = {});
+  // `segment_name`: this engine's segment name, which authenticating clients must ask for;
+  // `instance`: this engine start's id, which clients append (Authenticator::OwnNames).
+  ShmServer(const EngineOptions& options, MemoryRegistry* registry, std::string segment_name = {},
+            std::string instance = {});
   ~ShmServer();
   // Listens on an abstract unix socket; *path receives its name (without the leading NUL).
   Status Start(std::string* path);
@@ -53,6 +55,7 @@ class ShmServer {
   const EngineOptions options_;
   MemoryRegistry* const registry_;
   const std::string segment_name_;
+  const std::string instance_;
   ShmLimits limits_;
   ConnServer server_;
 };

@@ -428,10 +428,11 @@ class Session {
 }  // namespace
 
 TcpServer::TcpServer(const EngineOptions& options, MemoryRegistry* registry,
-                     std::string segment_name)
+                     std::string segment_name, std::string instance)
     : options_(options),
       registry_(registry),
       segment_name_(std::move(segment_name)),
+      instance_(std::move(instance)),
       server_("TcpServer",
               ConnLimits{options.data_max_connections, options.data_max_per_address,
                          options.first_frame_timeout_ms},
@@ -445,7 +446,8 @@ void TcpServer::Stop() { server_.Stop(); }
 
 void TcpServer::ServeConnection(int fd) {
   Status auth = Authenticator(options_.auth_secret)
-                    .Challenge(fd, "tcp-data", {segment_name_}, options_.first_frame_timeout_ms);
+                    .Challenge(fd, "tcp-data", Authenticator::OwnNames(segment_name_, instance_),
+                               options_.first_frame_timeout_ms);
   if (!auth.ok()) {
     LOG_EVERY_T(WARNING, 10) << "TcpServer: refused a connection: " << auth.ToString();
     return;

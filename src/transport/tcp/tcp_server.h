@@ -13,9 +13,10 @@ namespace mooncake::tcp {
 
 class TcpServer {
  public:
-  // `segment_name`: this engine's segment name, which authenticating clients must ask for.
+  // `segment_name`: this engine's segment name, which authenticating clients must ask for;
+  // `instance`: this engine start's id, which clients append (Authenticator::OwnNames).
   TcpServer(const EngineOptions& options, MemoryRegistry* registry,
-            std::string segment_name = {});
+            std::string segment_name = {}, std::string instance = {});
   ~TcpServer();
   TcpServer(const TcpServer&) = delete;
   TcpServer& operator=(const TcpServer&) = delete;
@@ -37,6 +38,7 @@ class TcpServer {
   const EngineOptions options_;
   MemoryRegistry* const registry_;
   const std::string segment_name_;
+  const std::string instance_;
   FenceTable fences_;  // before server_: connections unregister from it as they end
   ConnServer server_;
 };

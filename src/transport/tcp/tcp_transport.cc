@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "common/auth.h"
+
 namespace mooncake::tcp {
 namespace {
 
@@ -20,7 +22,8 @@ Status TcpTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   uint16_t port = 0;
   MC_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcpInRange(options_.min_rpc_port, options_.max_rpc_port,
                                                      1024, &port, options_.tcp_bind_address));
-  server_ = std::make_unique<TcpServer>(options_, ctx.registry, local_desc->name);
+  server_ = std::make_unique<TcpServer>(options_, ctx.registry, local_desc->name,
+                                        local_desc->mc_auth_instance);
   MC_RETURN_IF_ERROR(server_->Start(std::move(fd)));
   data_port_ = port;
   local_desc->tcp_data_port = port;
@@ -84,10 +87,13 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
         std::string name = desc.name;
         on_failure = [cb = on_peer_failure_, name] { cb(name); };
       }
-      // Authenticated for the name the caller opened, not the one the descriptor claims.
+      // Authenticated for the name the caller opened, not the one the descriptor claims, and
+      // for the engine start that signed the descriptor (a stale one reaches nothing).
       peer->streams.push_back(std::make_unique<TcpStream>(
           desc.host, desc.tcp_data_port, v2, options_, on_failure,
-          desc.lookup_name.empty() ? desc.name : desc.lookup_name, fence));
+          Authenticator::AuthName(desc.lookup_name.empty() ? desc.name : desc.lookup_name,
+                                  desc.mc_auth_instance),
+          fence));
     }
     slot = std::move(peer);
   }
