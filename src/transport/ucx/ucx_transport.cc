@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "common/auth.h"
 #include "common/host_id.h"
 #include "transport/ucx/ucx_env.h"
 #include "transport/ucx/ucx_factory.h"
@@ -20,6 +21,21 @@ Result<std::unique_ptr<Transport>> CreateUcxTransport() {
 UcxTransport::~UcxTransport() { Stop(); }
 
 Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc) {
+  if (!ctx.options.auth_secret.empty() && !Authenticator::UcxUnauthenticatedAllowed()) {
+    // UCX authenticates no peer: its worker address and rkeys open this process's memory to
+    // anyone who learns them. With a secret the engine never starts it (engine_impl.cc);
+    // this guard keeps any other caller from publishing them either.
+    return Status::FailedPrecondition(
+        "MC_AUTH_SECRET is set and UCX has no authentication: the UCX transport is not "
+        "started (set MC_UCX_ALLOW_UNAUTHENTICATED=1 to run it unauthenticated)");
+  }
+  if (!ctx.options.auth_secret.empty()) {
+    LOG(WARNING) << "UcxTransport: MC_UCX_ALLOW_UNAUTHENTICATED=1: UCX runs although "
+                    "MC_AUTH_SECRET is set. UCX is NOT authenticated: any process that learns "
+                    "this engine's worker address and remote keys (from the metadata store or "
+                    "a descriptor) can read and write its memory over UCX; the secret protects "
+                    "only the handshake, tcp and shm connections";
+  }
   MC_ASSIGN_OR_RETURN(const UcxApi* api, LoadUcxApi());
   UcxWorker::Config config;
   config.slice_timeout_ms = ctx.options.slice_timeout_ms;
