@@ -231,8 +231,10 @@ class TensorMethods:
         return out
 
     def _cfg(self, config):
-        from .store import ReplicateConfig
-        return ReplicateConfig() if config is None else config
+        # The binding's class (mooncake.store re-exports it): no import of .store, which
+        # imports this module.
+        from .engine import _store
+        return _store.ReplicateConfig() if config is None else config
 
     def _put_tensors(self, keys, tensors, config, upsert, what):
         """Per-key codes for writing full tensors."""
