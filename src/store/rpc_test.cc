@@ -1,6 +1,7 @@
 // RpcServer and RpcClient in one process: round trips, concurrency, timeouts, restarts, and
 // the bounds a hostile client meets (foreign bytes, huge announcements, trickled requests,
 // the connection cap, the buffer budget, a slow method beside fast ones).
+#include <google/protobuf/stubs/logging.h>
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
@@ -729,7 +730,9 @@ TEST_F(RpcTest, AnIdleConnectionKeepsNoMemoryOfItsLargestRequest) {
   std::printf("resident: %zu MiB before, %zu MiB after %d idle connections of 40 MiB requests; "
               "buffers' capacity %zu KiB\n", before >> 20, after >> 20, kConns,
               server_->buffer_capacity() >> 10);
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's quarantine keeps freed memory resident
   EXPECT_LT(after, before + (64u << 20)) << "idle connections hold their requests' buffers";
+#endif
   EXPECT_LE(server_->buffer_capacity(), kConns * 2 * (256u << 10));
   bool known = false;
   ASSERT_TRUE(Ping("known", &known).ok());
@@ -854,6 +857,7 @@ TEST(MasterRpcShape, TheScanAgreesWithProtobufsParse) {
   put.mutable_config()->set_replica_num(2);
   std::mt19937 rng(28);
   int checked = 0, malformed = 0;
+  google::protobuf::LogSilencer quiet;  // protobuf logs each string that is not UTF-8
   for (int round = 0; round < 20000; ++round) {
     const bool is_put = round % 2 == 0;
     std::string p = is_put ? put.SerializeAsString() : keys.SerializeAsString();

@@ -275,6 +275,14 @@ class PingProber {
   std::thread thread_;
 };
 
+// Whether the master's resident memory is what it holds: not under ASan, whose quarantine
+// and shadow keep freed memory resident (the master built with the same flags as this test).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssIsMeaningful = false;
+#else
+constexpr bool kRssIsMeaningful = true;
+#endif
+
 // Resident bytes of process `pid` (VmRSS).
 size_t ResidentOf(pid_t pid) {
   const std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
@@ -356,7 +364,9 @@ TEST_F(MasterHostileTest, NoOneClientStopsTheMasterWithPendingBytesHogsIdleBuffe
                 pinger.failures(), ResidentOf(pid) >> 20);
     EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
     EXPECT_LT(pinger.worst_ms(), 100.0);
-    EXPECT_LT(ResidentOf(pid), base_rss + (1300u << 20));
+    if (kRssIsMeaningful) {
+      EXPECT_LT(ResidentOf(pid), base_rss + (1300u << 20));
+    }
     for (int fd : hogs) ::close(fd);
   }
   // Item 6: 20 idle connections after one 64 MiB request each.
@@ -374,7 +384,9 @@ TEST_F(MasterHostileTest, NoOneClientStopsTheMasterWithPendingBytesHogsIdleBuffe
     const size_t rss = ResidentOf(pid);
     std::printf("master resident: %zu MiB at the start, %zu MiB with 20 idle connections after "
                 "a 64 MiB request each\n", base_rss >> 20, rss >> 20);
-    EXPECT_LT(rss, base_rss + (300u << 20));
+    if (kRssIsMeaningful) {
+      EXPECT_LT(rss, base_rss + (300u << 20));
+    }
     for (int fd : idle) ::close(fd);
   }
   // Item 7: 64 MiB requests of 33.5 M empty keys from 3 connections.
@@ -409,7 +421,9 @@ TEST_F(MasterHostileTest, NoOneClientStopsTheMasterWithPendingBytesHogsIdleBuffe
                 pinger.failures(), peak.load() >> 20);
     EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
     EXPECT_LT(pinger.worst_ms(), 100.0);
-    EXPECT_LT(peak.load(), base_rss + (700u << 20));
+    if (kRssIsMeaningful) {
+      EXPECT_LT(peak.load(), base_rss + (700u << 20));
+    }
   }
   ASSERT_TRUE(Alive()) << master_->Log();
 }
