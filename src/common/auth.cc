@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <chrono>
@@ -92,6 +93,43 @@ bool Authenticator::VerifyEntry(std::string_view kind, std::string_view scope,
   std::string want = SignEntry(kind, scope, body);
   return sig_hex.size() == want.size() &&
          CRYPTO_memcmp(want.data(), sig_hex.data(), want.size()) == 0;
+}
+
+std::string Authenticator::SignStoreRequest(std::string_view method, std::string_view key,
+                                            std::string_view body, std::string_view time,
+                                            std::string_view nonce) const {
+  if (!enabled()) return "";
+  static constexpr char kKeyLabel[] = "MCAUTH store request key v1";
+  unsigned char k[EVP_MAX_MD_SIZE];
+  unsigned int k_len = 0;
+  HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+       reinterpret_cast<const unsigned char*>(kKeyLabel), sizeof(kKeyLabel) - 1, k, &k_len);
+  const std::string body_hash = Sha256Hex(body);
+  std::string msg = "MCSTOREv1";
+  for (std::string_view part : {method, key, std::string_view(body_hash), time, nonce}) {
+    msg.push_back('\0');
+    msg.append(part);
+  }
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), k, static_cast<int>(k_len),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return Hex(out, len);
+}
+
+bool Authenticator::VerifyStoreRequest(std::string_view method, std::string_view key,
+                                       std::string_view body, std::string_view time,
+                                       std::string_view nonce, std::string_view sig_hex) const {
+  if (!enabled()) return false;
+  std::string want = SignStoreRequest(method, key, body, time, nonce);
+  return sig_hex.size() == want.size() &&
+         CRYPTO_memcmp(want.data(), sig_hex.data(), want.size()) == 0;
+}
+
+std::string Authenticator::Sha256Hex(std::string_view data) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d);
+  return Hex(d, sizeof(d));
 }
 
 Result<std::string> Authenticator::NewInstanceId() {

@@ -64,6 +64,20 @@ class Authenticator {
   // Constant-time check of `sig_hex` against SignEntry; false for any other length.
   bool VerifyEntry(std::string_view kind, std::string_view scope, std::string_view body,
                    std::string_view sig_hex) const;
+  // Proof of the secret on a write to the http metadata server (docs/wire_protocol.md §5.5):
+  // lowercase hex of HMAC-SHA256(K, "MCSTOREv1" 0 method 0 key 0 hex(SHA-256(body)) 0 time
+  // 0 nonce), K = HMAC-SHA256(secret, "MCAUTH store request key v1") (a key of its own: no
+  // request proof is ever an entry signature or an MCAUTHv2 MAC). `time` is the decimal Unix
+  // time in seconds, `nonce` random hex. Empty when disabled.
+  std::string SignStoreRequest(std::string_view method, std::string_view key,
+                               std::string_view body, std::string_view time,
+                               std::string_view nonce) const;
+  // Constant-time check of `sig_hex` against SignStoreRequest; false when disabled.
+  bool VerifyStoreRequest(std::string_view method, std::string_view key, std::string_view body,
+                          std::string_view time, std::string_view nonce,
+                          std::string_view sig_hex) const;
+  // Lowercase hex of SHA-256(data).
+  static std::string Sha256Hex(std::string_view data);
   static constexpr size_t kInstanceBytes = 16;
   // 32 random hex digits: this engine start's instance id.
   static Result<std::string> NewInstanceId();
