@@ -4,7 +4,15 @@
 //   mooncake_http_metadata_server [--port 8080] [--host 0.0.0.0] [--max_body_bytes N]
 //                                 [--max_total_bytes N] [--max_connections 256]
 //                                 [--max_per_address 32] [--head_timeout_ms 3000]
-//                                 [--log-level INFO|DEBUG|...]
+//                                 [--auth_secret_file PATH] [--log-level INFO|DEBUG|...]
+//
+// Shared secret: with MC_AUTH_SECRET in the environment (as engines read it) or
+// --auth_secret_file PATH (the file's contents, one trailing newline dropped; it wins over the
+// variable), every PUT and DELETE must prove knowledge of the secret, and an engine
+// instance's entries may not be replaced by another instance while it holds its rpc_meta entry
+// (metadata_http_server.h, docs/wire_protocol.md §5.5). Never give the secret on the command
+// line (other users see it in ps). Without a secret anyone who reaches the server may PUT or
+// DELETE any key, as with upstream.
 //
 // The protocol and its bounds: metadata_http_server.h (the same code serves
 // mooncake_master --enable_http_metadata_server). Connections (guarded_server.h): up to
@@ -19,9 +27,12 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "metadata/http_server/metadata_http_server.h"
@@ -35,13 +46,15 @@ struct Flags {
   size_t max_total_bytes = size_t(1) << 30;
   mooncake::http::GuardLimits guard;
   bool debug = false;
+  std::string auth_secret_file;
 };
 
 const char kUsage[] =
     "usage: mooncake_http_metadata_server [--port 8080] [--host 0.0.0.0]\n"
     "         [--max_body_bytes 16777216] [--max_total_bytes 1073741824]\n"
     "         [--max_connections 256] [--max_per_address 32] [--head_timeout_ms 3000]\n"
-    "         [--log-level DEBUG|INFO|WARNING|ERROR|CRITICAL]\n";
+    "         [--auth_secret_file PATH] [--log-level DEBUG|INFO|WARNING|ERROR|CRITICAL]\n"
+    "  MC_AUTH_SECRET (or --auth_secret_file): PUT and DELETE must prove the cluster's secret\n";
 
 bool ParseSize(const std::string& s, long long lo, long long hi, long long* out) {
   char* end = nullptr;
@@ -87,6 +100,13 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->guard.max_per_address = size_t(n);
     } else if (name == "head_timeout_ms" && ParseSize(value, 10, 600000, &n)) {
       f->guard.head_timeout_ms = int(n);
+    } else if (name == "auth_secret_file" && !value.empty()) {
+      f->auth_secret_file = value;
+    } else if (name == "auth_secret") {
+      std::fprintf(stderr, "--auth_secret is not accepted: a secret on the command line is "
+                           "visible to every user (ps). Set MC_AUTH_SECRET in the server's "
+                           "environment or use --auth_secret_file PATH\n");
+      return false;
     } else if (name == "log_level") {
       f->debug = value == "DEBUG" || value == "debug";
     } else {
@@ -114,7 +134,32 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  std::string secret, secret_from;
+  if (!flags.auth_secret_file.empty()) {
+    std::ifstream in(flags.auth_secret_file, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in) {
+      std::fprintf(stderr, "mooncake_http_metadata_server: cannot read --auth_secret_file %s: %s\n",
+                   flags.auth_secret_file.c_str(), std::strerror(errno));
+      return 2;
+    }
+    secret = ss.str();
+    if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+    if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+    if (secret.empty()) {
+      std::fprintf(stderr, "mooncake_http_metadata_server: --auth_secret_file %s is empty\n",
+                   flags.auth_secret_file.c_str());
+      return 2;
+    }
+    secret_from = "--auth_secret_file";
+  } else if (const char* v = std::getenv("MC_AUTH_SECRET"); v != nullptr && *v != '\0') {
+    secret = v;
+    secret_from = "MC_AUTH_SECRET";
+  }
+
   mooncake::http::MetadataServerOptions options;
+  options.auth_secret = secret;
   options.max_body_bytes = flags.max_body_bytes;
   options.max_total_bytes = flags.max_total_bytes;
   options.guard = flags.guard;
@@ -127,6 +172,13 @@ int main(int argc, char** argv) {
                      ? " (another server holds the port; choose another with --port)"
                      : "");
     return 1;
+  }
+  if (secret.empty()) {
+    std::fprintf(stderr, "mooncake_http_metadata_server: no shared secret (MC_AUTH_SECRET): "
+                         "anyone who reaches this server may PUT or DELETE any key\n");
+  } else {
+    std::fprintf(stderr, "mooncake_http_metadata_server: PUT and DELETE require proof of the "
+                         "shared secret (from %s); GET stays open\n", secret_from.c_str());
   }
   std::printf("mooncake_http_metadata_server listening on %s:%d\n", flags.host.c_str(),
               server.port());

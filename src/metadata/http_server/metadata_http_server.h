@@ -19,6 +19,27 @@
 // (8 KiB). Connections: see GuardLimits. The port is bound without SO_REUSEPORT: a port in
 // use is refused, so two servers never split the keys between them.
 //
+// Writes with a shared secret (MetadataServerOptions::auth_secret, the cluster's
+// MC_AUTH_SECRET; empty: everything above, unchanged, and anyone may PUT or DELETE any key):
+//   - Every PUT and DELETE must prove knowledge of the secret (docs/wire_protocol.md §5.5):
+//     headers X-MC-Auth-Time (Unix seconds), X-MC-Auth-Nonce (16-64 hex digits) and
+//     X-MC-Auth-Sig = Authenticator::SignStoreRequest(method, key as sent, body, time,
+//     nonce). Missing, malformed or not verifying: 403 with what is wrong and what to do.
+//     A time more than auth_window_s off the server's clock, or a nonce already used within
+//     the window, is a replay: 403. Nonces are remembered for the window, at most
+//     auth_max_nonces (past that the oldest is forgotten and requests no newer than it are
+//     refused, so no forgotten nonce can be replayed). GETs stay open: engines verify the
+//     entries' own signatures.
+//   - Owner: an entry whose JSON value names "mc_auth_instance" (every engine with the secret
+//     signs its descriptor and rpc_meta entry with its start's instance id) belongs to that
+//     engine instance while the instance holds an rpc_meta entry on this server. A PUT that
+//     would replace it with a value of another (or no) instance is refused with 409, until
+//     the owner's rpc_meta entry is gone: deleted by the owner at shutdown, or by a new start
+//     of that engine that found the old one dead (the engine's takeover of a crashed
+//     predecessor). DELETE needs the proof only: the server cannot tell a crashed owner from
+//     a live one (every holder of the secret is a full peer anyway). rpc_meta keys keep the
+//     rule above (a different value: 400 Duplicate).
+//
 // Thread safety: Start / Stop from one thread; the table is safe for the server's workers.
 #pragma once
 
@@ -35,6 +56,11 @@ struct MetadataServerOptions {
   size_t max_total_bytes = size_t(1) << 30;   // 1 GiB of keys and values
   GuardLimits guard;
   bool log_requests = false;  // one stderr line per request
+  // Non-empty: PUT and DELETE need a proof of this secret, and owners' entries are kept
+  // (see above). Never logged.
+  std::string auth_secret;
+  int auth_window_s = 60;            // replay window, each way
+  size_t auth_max_nonces = 1 << 16;  // nonces remembered at most (about 100 bytes each)
 };
 
 class MetadataHttpServer {
