@@ -68,7 +68,8 @@ CurlClient::~CurlClient() {
 
 Result<HttpResponse> CurlClient::Perform(const std::string& method, const std::string& url,
                                          const std::string* body,
-                                         const std::string& content_type, int timeout_ms) {
+                                         const std::string& content_type, int timeout_ms,
+                                         const std::vector<std::string>& extra_headers) {
   std::lock_guard<std::mutex> lock(mu_);
   auto* curl = static_cast<CURL*>(curl_);
   if (!curl) return Status::Internal("curl_easy_init failed");
@@ -106,6 +107,7 @@ Result<HttpResponse> CurlClient::Perform(const std::string& method, const std::s
       headers = curl_slist_append(headers, ("Content-Type: " + content_type).c_str());
     }
   }
+  for (const std::string& h : extra_headers) headers = curl_slist_append(headers, h.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
 
   CURLcode rc = curl_easy_perform(curl);

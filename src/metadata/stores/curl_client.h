@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "mooncake/status.h"
 
@@ -35,10 +36,12 @@ class CurlClient {
   CurlClient& operator=(const CurlClient&) = delete;
 
   // `method` is "GET", "PUT", "POST" or "DELETE". `body` is sent (with `content_type`) when
-  // non-null. `timeout_ms` > 0 overrides the request timeout for this call.
+  // non-null. `timeout_ms` > 0 overrides the request timeout for this call. `headers` are
+  // extra "Name: value" request headers.
   Result<HttpResponse> Perform(const std::string& method, const std::string& url,
                                const std::string* body, const std::string& content_type,
-                               int timeout_ms = 0);
+                               int timeout_ms = 0,
+                               const std::vector<std::string>& headers = {});
 
  private:
   std::mutex mu_;
