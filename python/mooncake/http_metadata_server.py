@@ -24,6 +24,13 @@ keys and values at most ``max_total_bytes`` (507); at most ``max_connections`` c
 open (more are answered 503 and closed); an idle keep-alive connection is closed after
 ``keep_alive_timeout`` seconds. The port is bound without SO_REUSEPORT: a port in use is refused.
 
+Shared secret: this server does **not** check ``MC_AUTH_SECRET``. Anyone who reaches it may PUT or
+DELETE any key, even when the engines have a secret (their entries are signed, so a substituted
+one is refused by readers: a denial of service, never a redirection). The proof headers that
+engines with a secret send (``X-MC-Auth-*``) are ignored. For writes limited to holders of the
+secret, run the C++ ``mooncake_http_metadata_server`` with ``MC_AUTH_SECRET`` (docs/wire_protocol.md
+§5.5).
+
 ``KVBootstrapServer`` keeps upstream's interface: ``run()`` (serves on a thread of its own),
 ``close()``, ``poll()``, the ``store`` dict (key -> bytes) and the coroutine
 ``_handle_metadata(request)``, which takes an object with ``method``, ``query`` (a mapping) and
