@@ -35,6 +35,9 @@
 #include "common/auth.h"
 #include "http_util.h"
 #include "mooncake/transfer_engine.h"
+#ifdef MC_HAVE_HTTP_METADATA_LIB
+#include "metadata/http_server/metadata_http_server.h"
+#endif
 
 #ifdef MC_HTTP_METADATA_SERVER_PATH
 namespace mooncake {
@@ -301,6 +304,33 @@ TEST(HostileHttpOwner, OnlyTheOwnerInstanceReplacesALiveEnginesEntry) {
   std::string why;
   EXPECT_EQ(Send(srv.port, Request("PUT", kDesc, R"({"name":"seg-s"})", &proof), &why), 200) << why;
 }
+
+#ifdef MC_HAVE_HTTP_METADATA_LIB
+// The nonces remembered are bounded; what is forgotten cannot be replayed (requests no newer
+// than the oldest forgotten one are refused), and fresh writes still go through.
+TEST(HostileHttpOwner, NonceMemoryIsBoundedAndForgetsNothingReplayable) {
+  http::MetadataServerOptions o;
+  o.auth_secret = kSecret;
+  o.auth_max_nonces = 4;
+  http::MetadataHttpServer server(o);
+  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  const uint16_t port = static_cast<uint16_t>(server.port());
+  std::vector<std::string> recorded;
+  std::string why;
+  const int64_t now = Now();
+  for (int i = 0; i < 8; ++i) {
+    Signed p;
+    p.t = now - 50 + i;
+    recorded.push_back(Request("PUT", "k" + std::to_string(i), "{}", &p));
+    ASSERT_EQ(Send(port, recorded.back(), &why), 200) << i << ": " << why;
+  }
+  for (size_t i = 0; i < recorded.size(); ++i) {
+    EXPECT_EQ(Send(port, recorded[i], &why), 403) << "replay " << i << " accepted";
+  }
+  Signed fresh;
+  EXPECT_EQ(Send(port, Request("PUT", "k0", "{}", &fresh), &why), 200) << why;
+}
+#endif
 
 // Control: an engine that crashed (its entries left behind) is taken over by its next start:
 // it finds the old one dead, deletes the stale rpc_meta entry and replaces the descriptor.
