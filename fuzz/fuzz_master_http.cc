@@ -50,10 +50,10 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "store/limits.h"
-#include "store/master_http.h"
-#include "store/master_service.h"
-#include "store/metrics_server.h"
+#include "store/common/limits.h"
+#include "store/master/master_http.h"
+#include "store/master/master_service.h"
+#include "store/master/metrics_server.h"
 
 namespace {
 

@@ -30,10 +30,10 @@
 
 #include "fuzz_common.h"
 #include "master.pb.h"
-#include "store/master_rpc.h"
-#include "store/master_service.h"
-#include "store/rpc_server.h"
-#include "store/rpc_wire.h"
+#include "store/master/master_rpc.h"
+#include "store/master/master_service.h"
+#include "store/rpc/rpc_server.h"
+#include "store/rpc/rpc_wire.h"
 
 namespace {
 

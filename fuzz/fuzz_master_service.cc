@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "store/limits.h"
-#include "store/master_service.h"
+#include "store/common/limits.h"
+#include "store/master/master_service.h"
 
 namespace {
 

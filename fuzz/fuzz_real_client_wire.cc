@@ -1,4 +1,4 @@
-// Fuzzes the dummy-client protocol of the real client (src/store/real_client_wire.h): the
+// Fuzzes the dummy-client protocol of the real client (src/store/real_client/real_client_wire.h): the
 // config line a dummy decodes (DecodeConfig, on the line cut as DummyClient's Join cuts it),
 // EncodeConfig of arbitrary field bytes, and a real RealClientServer on loopback TCP fed
 // arbitrary bytes on one to four connections at once.
@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "store/real_client_server.h"
-#include "store/real_client_wire.h"
+#include "store/real_client/real_client_server.h"
+#include "store/real_client/real_client_wire.h"
 
 namespace {
 

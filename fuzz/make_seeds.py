@@ -352,7 +352,7 @@ def pb_uint(field, v):
 
 
 def rpc_frame(method, seq, payload, announced=None):
-    """src/store/rpc_wire.h: 'MCR1', u16 method, u16 status, u32 seq, u32 length."""
+    """src/store/rpc/rpc_wire.h: 'MCR1', u16 method, u16 status, u32 seq, u32 length."""
     n = len(payload) if announced is None else announced
     return b"MCR1" + struct.pack("<HHII", method, 0, seq, n) + payload
 

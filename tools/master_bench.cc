@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "store/error_code.h"
-#include "store/master_service.h"
+#include "mooncake/store/error_code.h"
+#include "store/master/master_service.h"
 
 DEFINE_uint64(objects, 10000000, "objects to fill the master with");
 DEFINE_string(checkpoints, "10000,100000,1000000,10000000",

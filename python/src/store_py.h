@@ -16,7 +16,7 @@
 
 #include "mooncake/store/dummy_client.h"
 #include "mooncake/store/store_client.h"
-#include "store/error_code.h"
+#include "mooncake/store/error_code.h"
 
 namespace py = pybind11;
 

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "loopback_http.h"
+#include "store/testing/loopback_http.h"
 #include "mooncake/store/store_client.h"
 
 namespace mooncake {

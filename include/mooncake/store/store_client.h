@@ -6,7 +6,7 @@
 // engine moves the bytes (a memcpy when the replica is in this process's own segment).
 //
 // Results are upstream Mooncake's codes: 0 (or a count / size) on success, a negative
-// ErrorCode (src/store/error_code.h) on failure; every failure logs one line saying why.
+// ErrorCode (mooncake/store/error_code.h) on failure; every failure logs one line saying why.
 //
 // Memory handed to Put*/Get* may be any host memory. Ranges inside memory this client knows
 // as registered (its segment, its local buffer, RegisterBuffer) move with no extra copy;

@@ -13,10 +13,10 @@
 
 #include "master.pb.h"
 #include "master_process.h"
-#include "rpc_frames.h"
+#include "store/testing/rpc_frames.h"
 #include "mooncake/store/store_client.h"
-#include "store/error_code.h"
-#include "store/rpc_client.h"
+#include "mooncake/store/error_code.h"
+#include "store/rpc/rpc_client.h"
 
 namespace mooncake {
 namespace store {

@@ -14,7 +14,7 @@
 #include "master_process.h"
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
-#include "store/error_code.h"
+#include "mooncake/store/error_code.h"
 
 namespace mooncake {
 namespace store {

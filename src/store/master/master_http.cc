@@ -1,0 +1,318 @@
+#include "store/master/master_http.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <unordered_set>
+#include <vector>
+
+#include "mooncake/store/error_code.h"
+#include "store/common/limits.h"
+
+namespace mooncake {
+namespace store {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr char kEndpoints[] =
+    "/metrics /metrics/summary /health /role /ha_status /get_all_keys /get_all_segments "
+    "/query_segment?segment= /query_key?key= /batch_query_keys?keys=";
+
+HttpReply Reply(int status, std::string content_type, std::string body) {
+  HttpReply r;
+  r.status = status;
+  r.content_type = std::move(content_type);
+  r.body = std::move(body);
+  return r;
+}
+
+// Invalid UTF-8 (keys are bytes) is replaced, never thrown on.
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+HttpReply JsonReply(int status, const Json& j) {
+  return Reply(status, "application/json; charset=utf-8", Dump(j));
+}
+
+HttpReply ErrorJson(int status, ErrorCode code, const std::string& message) {
+  Json j;
+  j["success"] = false;
+  j["error_code"] = ToInt(code);
+  j["error_message"] = message;
+  return JsonReply(status, j);
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes `s` ('+' is a space); nullopt on a bad escape.
+std::optional<std::string> Decode(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] != '%') {
+      out += s[i];
+    } else {
+      if (i + 2 >= s.size()) return std::nullopt;
+      const int hi = HexValue(s[i + 1]);
+      const int lo = HexValue(s[i + 2]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+  }
+  return out;
+}
+
+// name -> decoded value (the first of repeated names); false on a bad escape.
+bool ParseQuery(const std::string& query, std::map<std::string, std::string>* params) {
+  size_t pos = 0;
+  while (pos <= query.size() && !query.empty()) {
+    size_t amp = query.find('&', pos);
+    if (amp == std::string::npos) amp = query.size();
+    const std::string part = query.substr(pos, amp - pos);
+    if (!part.empty()) {
+      const size_t eq = part.find('=');
+      auto name = Decode(part.substr(0, eq));
+      auto value = Decode(eq == std::string::npos ? "" : part.substr(eq + 1));
+      if (!name || !value) return false;
+      params->emplace(*name, *value);
+    }
+    pos = amp + 1;
+  }
+  return true;
+}
+
+std::string Bytes(uint64_t n) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0) {
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f %s", v, units[u]);
+  }
+  return buf;
+}
+
+Json Descriptor(const MasterService::ReplicaView& r) {
+  Json d;
+  d["size_"] = r.size;
+  d["buffer_address_"] = r.addr;
+  d["protocol_"] = "tcp";
+  d["transport_endpoint_"] = r.segment_name;
+  return d;
+}
+
+HttpReply Listing(const std::vector<std::string>& items, size_t total) {
+  std::string body;
+  for (const auto& s : items) {
+    body += s;
+    body += '\n';
+  }
+  HttpReply r = Reply(200, "text/plain; version=0.0.4", std::move(body));
+  r.headers.emplace_back("X-Mooncake-Total-Count", std::to_string(total));
+  if (items.size() < total) r.headers.emplace_back("X-Mooncake-Truncated", "true");
+  return r;
+}
+
+HttpReply Summary(MasterService& master) {
+  const auto s = master.GetSummary();
+  std::string text = "role=leader, state=serving, service_ready=true, master={Mem Storage: " +
+                     Bytes(s.allocated) + " / " + Bytes(s.capacity);
+  if (s.capacity > 0) {
+    char pct[32];
+    std::snprintf(pct, sizeof(pct), " (%.1f%%)",
+                  100.0 * static_cast<double>(s.allocated) / static_cast<double>(s.capacity));
+    text += pct;
+  }
+  text += " | Keys: " + std::to_string(s.keys) + " (soft-pinned: " +
+          std::to_string(s.soft_pinned_keys) + ") | Clients: " + std::to_string(s.clients) +
+          " | Segments: " + std::to_string(s.segments) + "}";
+  return Reply(200, "text/plain; version=0.0.4", text);
+}
+
+HttpReply QueryKey(MasterService& master, const std::map<std::string, std::string>& params) {
+  auto it = params.find("key");
+  if (it == params.end() || it->second.empty()) {
+    return ErrorJson(400, ErrorCode::INVALID_KEY, "a key is required: /query_key?key=<key>");
+  }
+  if (it->second.size() > kMaxKeyBytes) {
+    return ErrorJson(400, ErrorCode::INVALID_KEY,
+                     "the key is over " + std::to_string(kMaxKeyBytes) + " bytes");
+  }
+  std::vector<MasterService::ReplicaView> replicas;
+  const ErrorCode code = master.QueryKey(it->second, &replicas);
+  if (code != ErrorCode::OK) return ErrorJson(404, code, ErrorCodeName(code));
+  Json data = Json::array();
+  for (const auto& r : replicas) data.push_back(Descriptor(r));
+  Json j;
+  j["success"] = true;
+  j["data"] = std::move(data);
+  return JsonReply(200, j);
+}
+
+HttpReply BatchQueryKeys(MasterService& master,
+                         const std::map<std::string, std::string>& params) {
+  auto bad = [](const std::string& message) {
+    Json j;
+    j["success"] = false;
+    j["error"] = message;
+    return JsonReply(400, j);
+  };
+  auto it = params.find("keys");
+  if (it == params.end() || it->second.empty()) {
+    return bad("No keys provided. Use ?keys=key1,key2,...");
+  }
+  std::vector<std::string> keys;
+  size_t pos = 0;
+  for (;;) {
+    const size_t comma = it->second.find(',', pos);
+    keys.push_back(it->second.substr(pos, comma - pos));
+    if (keys.size() > kMaxBatchItems) {
+      return bad("over " + std::to_string(kMaxBatchItems) + " keys in one request");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  // ordered_json's object is a vector searched linearly: dedup and append without it, or
+  // 4096 long keys cost 4096^2 / 2 key comparisons (seconds).
+  Json data = Json::object();
+  auto& entries = data.get_ref<Json::object_t&>();
+  std::unordered_set<std::string> seen;
+  for (const auto& key : keys) {
+    if (!seen.insert(key).second) continue;
+    std::vector<MasterService::ReplicaView> replicas;
+    const ErrorCode code = master.QueryKey(key, &replicas);
+    Json item;
+    item["ok"] = code == ErrorCode::OK;
+    if (code != ErrorCode::OK) {
+      item["error"] = ErrorCodeName(code);
+    } else {
+      Json values = Json::array();
+      for (const auto& r : replicas) values.push_back(Descriptor(r));
+      item["values"] = std::move(values);
+    }
+    entries.emplace_back(key, std::move(item));  // a vector's: no search
+  }
+  Json j;
+  j["success"] = true;
+  j["data"] = std::move(data);
+  return JsonReply(200, j);
+}
+
+HttpReply QuerySegment(MasterService& master,
+                       const std::map<std::string, std::string>& params) {
+  auto it = params.find("segment");
+  if (it == params.end() || it->second.empty()) {
+    return Reply(400, "text/plain", "a segment is required: /query_segment?segment=<name>\n");
+  }
+  size_t total = 0;
+  uint64_t used = 0, capacity = 0;
+  bool found = false;
+  for (const auto& s : master.ListSegments(SIZE_MAX, &total)) {
+    if (s.name != it->second) continue;
+    found = true;
+    used += s.allocated;
+    capacity += s.size;
+  }
+  if (!found) return Reply(404, "text/plain", "segment not found: " + it->second + "\n");
+  return Reply(200, "text/plain; version=0.0.4",
+               it->second + "\nUsed(bytes): " + std::to_string(used) +
+                   "\nCapacity(bytes) : " + std::to_string(capacity) + "\n");
+}
+
+bool WalksATable(const std::string& path) {
+  return path == "/get_all_keys" || path == "/get_all_segments" || path == "/query_segment" ||
+         path == "/batch_query_keys" || path == "/metrics/summary";
+}
+
+HttpReply Route(MasterService& master, const std::string& path,
+                const std::map<std::string, std::string>& params) {
+  if (path == "/metrics") {
+    return Reply(200, "text/plain; version=0.0.4", master.MetricsText());
+  }
+  if (path == "/metrics/summary") return Summary(master);
+  if (path == "/health") {
+    Json j;
+    j["status"] = "ok";
+    j["role"] = "leader";
+    j["ha_state"] = "serving";
+    j["service_ready"] = true;
+    return JsonReply(200, j);
+  }
+  if (path == "/role") return Reply(200, "text/plain; charset=utf-8", "leader");
+  if (path == "/ha_status") return Reply(200, "text/plain; charset=utf-8", "serving");
+  if (path == "/get_all_keys") {
+    size_t total = 0;
+    auto keys = master.ListKeys(kMaxListed, kMaxListedBytes, &total);
+    return Listing(keys, total);
+  }
+  if (path == "/get_all_segments") {
+    size_t total = 0;
+    std::vector<std::string> names;
+    size_t bytes = 0;
+    for (auto& s : master.ListSegments(kMaxListed, &total)) {
+      if (bytes + s.name.size() > kMaxListedBytes) break;
+      bytes += s.name.size();
+      names.push_back(std::move(s.name));
+    }
+    return Listing(names, total);
+  }
+  if (path == "/query_segment") return QuerySegment(master, params);
+  if (path == "/query_key") return QueryKey(master, params);
+  if (path == "/batch_query_keys") return BatchQueryKeys(master, params);
+  return Reply(404, "text/plain", "unknown path " + path + "; this master serves " +
+                                      std::string(kEndpoints) + "\n");
+}
+
+}  // namespace
+
+HttpReply MasterHttp::Serve(const std::string& target) {
+  const size_t q = target.find('?');
+  const std::string path = target.substr(0, q);
+  std::map<std::string, std::string> params;
+  if (q != std::string::npos && !ParseQuery(target.substr(q + 1), &params)) {
+    return Reply(400, "text/plain", "bad percent-encoding in the query\n");
+  }
+  if (!WalksATable(path)) return Route(*master_, path, params);
+  const auto start = now_();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (start < heavy_after_) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(heavy_after_ - start).count();
+      HttpReply r = Reply(503, "text/plain",
+                          "the master is busy with listings; retry in " +
+                              std::to_string(ms + 1) + " ms\n");
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+  }
+  HttpReply r = Route(*master_, path, params);
+  const auto took = now_() - start;
+  if (took >= std::chrono::milliseconds(1)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    heavy_after_ = std::max(heavy_after_, start + 5 * took);  // walks take <= 1/5 of the time
+  }
+  return r;
+}
+
+}  // namespace store
+}  // namespace mooncake

@@ -1,0 +1,69 @@
+// The master's HTTP endpoints (served on --metrics_port by MetricsServer): the read-only ones
+// of upstream's master, in upstream's formats. None changes state: /query_key and
+// /batch_query_keys grant no lease (upstream's do) and count as no access.
+//
+//   GET /metrics            Prometheus text (MasterService::MetricsText)
+//   GET /metrics/summary    one line: role, state, storage, keys, clients, segments
+//   GET /health             {"status":"ok","role":"leader","ha_state":"serving","service_ready":true}
+//   GET /role, /ha_status   "leader", "serving" (this master has no HA: it always serves)
+//   GET /get_all_keys       keys of complete objects, one per line
+//   GET /get_all_segments   names of the mounted segments, one per line (mount order)
+//   GET /query_segment?segment=NAME
+//                           "NAME\nUsed(bytes): U\nCapacity(bytes) : C\n" (summed over the
+//                           segments mounted under NAME); 404 when none is
+//   GET /query_key?key=K    {"success":true,"data":[{"size_","buffer_address_","protocol_",
+//                           "transport_endpoint_"}...]} per complete replica; 404
+//                           {"success":false,"error_code":-704,"error_message":"OBJECT_NOT_FOUND"}
+//   GET /batch_query_keys?keys=K1,K2,...
+//                           {"success":true,"data":{"K1":{"ok":true,"values":[...]},
+//                           "K2":{"ok":false,"error":"OBJECT_NOT_FOUND"}}}
+// Query values are percent-decoded ('+' is a space); keys= is split at ',' after decoding,
+// as upstream. "protocol_" is "tcp": the master does not know which transport a reader will
+// use (the engine picks tcp or the same-host path per peer).
+//
+// Bounds: a listing holds at most kMaxListed entries and kMaxListedBytes bytes; a cut listing
+// says so in the headers X-Mooncake-Truncated: true and X-Mooncake-Total-Count: <all>.
+// The endpoints that walk a table under the master's lock (all but /metrics, /health, /role,
+// /ha_status, /query_key) take at most a fifth of the time: after one that took d >= 1 ms,
+// such requests are answered 503 (Retry-After: 1) for 4 d, so that a client polling big
+// listings cannot starve the RPCs.
+// A bad query (no key, a key over kMaxKeyBytes, over kMaxBatchItems keys, bad percent-
+// encoding) is 400 with a message; other paths 404 with the list of endpoints.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "store/master/master_service.h"
+#include "store/master/metrics_server.h"
+
+namespace mooncake {
+namespace store {
+
+constexpr size_t kMaxListed = 100000;
+constexpr size_t kMaxListedBytes = 16 << 20;
+
+class MasterHttp {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using NowFn = std::function<Clock::time_point()>;
+
+  // `master` must outlive this.
+  explicit MasterHttp(MasterService* master, NowFn now = &Clock::now)
+      : master_(master), now_(std::move(now)) {}
+
+  // The reply to GET `target` (path and query as sent). Thread-safe.
+  HttpReply Serve(const std::string& target);
+
+ private:
+  MasterService* const master_;
+  const NowFn now_;
+  std::mutex mu_;
+  Clock::time_point heavy_after_{};  // GUARDED_BY(mu_): table walks wait until then
+};
+
+}  // namespace store
+}  // namespace mooncake

@@ -1,0 +1,296 @@
+// The master's HTTP endpoints (master_http.h) over a MasterService on a fake clock: upstream's
+// formats, no state changed by a query, bounded listings, 400 for bad queries.
+#include "store/master/master_http.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "store/common/limits.h"
+#include "store/master/master_service_test_fixture.h"
+
+namespace mooncake {
+namespace store {
+namespace {
+
+using namespace testing_support;  // NOLINT
+using nlohmann::json;
+
+class MasterHttpTest : public MasterServiceTest {
+ protected:
+  HttpReply Serve(const std::string& target) { return MasterHttp(master_.get()).Serve(target); }
+  json Json(const std::string& target, int status) {
+    HttpReply r = Serve(target);
+    EXPECT_EQ(r.status, status) << target << ": " << r.body;
+    EXPECT_EQ(r.content_type, "application/json; charset=utf-8") << target;
+    return json::parse(r.body, nullptr, false);
+  }
+  static std::vector<std::string> Lines(const std::string& body) {
+    std::vector<std::string> out;
+    std::istringstream in(body);
+    std::string line;
+    while (std::getline(in, line)) out.push_back(line);
+    return out;
+  }
+  static std::string Header(const HttpReply& r, const std::string& name) {
+    for (const auto& h : r.headers) {
+      if (h.first == name) return h.second;
+    }
+    return "";
+  }
+};
+
+TEST_F(MasterHttpTest, QueryKeyListsTheReplicasAndGrantsNoLease) {
+  ASSERT_EQ(Mount("c1", "seg-a", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Mount("c2", "seg-b", 0x20000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "k", 1000, Config(2)), kOk);
+  json j = Json("/query_key?key=k", 200);
+  ASSERT_TRUE(j.is_object()) << j;
+  EXPECT_EQ(j["success"], true);
+  ASSERT_EQ(j["data"].size(), 2u) << j;
+  std::set<std::string> endpoints;
+  for (const auto& d : j["data"]) {
+    EXPECT_EQ(d["size_"], 1000);
+    EXPECT_EQ(d["protocol_"], "tcp");
+    const uint64_t addr = d["buffer_address_"];
+    const std::string seg = d["transport_endpoint_"];
+    const uint64_t base = seg == "seg-a" ? 0x10000000 : 0x20000000;
+    EXPECT_GE(addr, base);
+    EXPECT_LE(addr + 1000, base + MiB);
+    endpoints.insert(seg);
+  }
+  EXPECT_EQ(endpoints, (std::set<std::string>{"seg-a", "seg-b"}));
+  // The same as the replicas a reader gets.
+  auto got = Get("k");
+  ASSERT_EQ(got.replicas_size(), 2);
+  std::set<uint64_t> addrs;
+  for (const auto& d : j["data"]) addrs.insert(d["buffer_address_"].get<uint64_t>());
+  for (const auto& r : got.replicas()) EXPECT_EQ(addrs.count(r.buffer().addr()), 1u);
+
+  // A query takes no lease: a plain remove right after it succeeds (after a Get it would not).
+  ASSERT_EQ(Put("c1", "q", 10), kOk);
+  const std::string before = master_->MetricsText();
+  (void)Json("/query_key?key=q", 200);
+  (void)Json("/batch_query_keys?keys=q", 200);
+  EXPECT_EQ(master_->MetricsText(), before);  // not counted as a get either
+  EXPECT_EQ(Remove("q"), kOk);
+}
+
+TEST_F(MasterHttpTest, QueryKeyErrors) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  json j = Json("/query_key?key=missing", 404);
+  EXPECT_EQ(j["success"], false);
+  EXPECT_EQ(j["error_code"], C(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(j["error_message"], "OBJECT_NOT_FOUND");
+  // Still being written: not found, as for readers.
+  ASSERT_EQ(PutStart("c1", "inflight", 10).code(), kOk);
+  EXPECT_EQ(Json("/query_key?key=inflight", 404)["error_code"], C(ErrorCode::OBJECT_NOT_FOUND));
+  // Bad queries: 400 with a message.
+  for (const std::string& bad :
+       {std::string("/query_key"), std::string("/query_key?key="), std::string("/query_key?k=x"),
+        "/query_key?key=" + std::string(kMaxKeyBytes + 1, 'x')}) {
+    json e = Json(bad, 400);
+    EXPECT_EQ(e["success"], false) << bad;
+    EXPECT_FALSE(e["error_message"].get<std::string>().empty()) << bad;
+  }
+  HttpReply r = Serve("/query_key?key=%zz");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("percent-encoding"), std::string::npos);
+  EXPECT_EQ(Serve("/query_key?key=abc%4").status, 400);
+}
+
+TEST_F(MasterHttpTest, KeysArePercentDecoded) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "a b/c&d=e,f", 10), kOk);
+  EXPECT_EQ(Json("/query_key?key=a%20b%2Fc%26d%3De%2Cf", 200)["data"].size(), 1u);
+  EXPECT_EQ(Json("/query_key?key=a+b/c%26d%3De,f", 200)["data"].size(), 1u);
+  EXPECT_EQ(Json("/query_key?other=1&key=a+b%2Fc%26d%3De%2cf", 200)["data"].size(), 1u);
+}
+
+TEST_F(MasterHttpTest, BatchQueryKeys) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "k1", 10), kOk);
+  ASSERT_EQ(Put("c1", "k2", 20), kOk);
+  json j = Json("/batch_query_keys?keys=k1,missing,k2,k1", 200);
+  EXPECT_EQ(j["success"], true);
+  ASSERT_EQ(j["data"].size(), 3u) << j;
+  EXPECT_EQ(j["data"]["k1"]["ok"], true);
+  EXPECT_EQ(j["data"]["k1"]["values"][0]["size_"], 10);
+  EXPECT_EQ(j["data"]["k2"]["values"][0]["size_"], 20);
+  EXPECT_EQ(j["data"]["k2"]["values"][0]["transport_endpoint_"], "seg");
+  EXPECT_EQ(j["data"]["missing"]["ok"], false);
+  EXPECT_EQ(j["data"]["missing"]["error"], "OBJECT_NOT_FOUND");
+  EXPECT_FALSE(j["data"]["missing"].contains("values"));
+  // Split at ',' after decoding, as upstream: %2C separates keys too.
+  EXPECT_EQ(Json("/batch_query_keys?keys=k1%2Ck2", 200)["data"].size(), 2u);
+  // An empty element is a bad key, reported per key.
+  EXPECT_EQ(Json("/batch_query_keys?keys=k1,", 200)["data"][""]["error"], "INVALID_KEY");
+  // No keys, too many keys: 400 {"success":false,"error":...}.
+  for (const std::string& bad : {std::string("/batch_query_keys"),
+                                 std::string("/batch_query_keys?keys=")}) {
+    json e = Json(bad, 400);
+    EXPECT_EQ(e["success"], false);
+    EXPECT_NE(e["error"].get<std::string>().find("No keys provided"), std::string::npos);
+  }
+  std::string many = "/batch_query_keys?keys=k";
+  for (size_t i = 0; i < kMaxBatchItems; ++i) many += ",k";
+  EXPECT_NE(Json(many, 400)["error"].get<std::string>().find("keys in one request"),
+            std::string::npos);
+}
+
+// Found by fuzz_master_http: the reply's JSON object was searched linearly per key, so a
+// batch of kMaxBatchItems long distinct keys took seconds (4096^2 / 2 comparisons of 4 KiB).
+TEST_F(MasterHttpTest, ABatchOfManyLongKeysIsAnsweredQuicklyInRequestOrder) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  const std::string prefix(kMaxKeyBytes - 6, 'p');
+  auto key = [&](size_t i) {
+    char n[8];
+    std::snprintf(n, sizeof(n), "%06zu", i);
+    return prefix + n;
+  };
+  ASSERT_EQ(Put("c1", key(7), 10), kOk);
+  auto batch = [&](size_t n) {  // n keys, key(0) twice (first and last)
+    std::string t = "/batch_query_keys?keys=" + key(0);
+    for (size_t i = 1; i < n; ++i) t += "," + key(i + 1 < n ? i : 0);
+    return t;
+  };
+  // Linear, not quadratic, in the number of keys: 8 times the keys take about 8 times as
+  // long (a quadratic reply builder took 64 times, over 5 s for the full batch). A ratio, not
+  // a time, so that a slow or sanitized build does not fail it; best of 3 against noise.
+  auto best = [&](const std::string& t) {
+    auto b = std::chrono::steady_clock::duration::max();
+    for (int i = 0; i < 3; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      HttpReply reply = Serve(t);
+      b = std::min(b, std::chrono::steady_clock::now() - start);
+      EXPECT_EQ(reply.status, 200);
+    }
+    return b;
+  };
+  const std::string target = batch(kMaxBatchItems);
+  const auto small = best(batch(kMaxBatchItems / 8));
+  const auto large = best(target);
+  EXPECT_LT(large, small * 24 + std::chrono::milliseconds(50));
+  HttpReply r = Serve(target);
+  ASSERT_EQ(r.status, 200);
+  json j = json::parse(r.body);  // (not ordered_json: its parse would be quadratic too)
+  ASSERT_EQ(j["data"].size(), kMaxBatchItems - 1);  // key(0) once
+  EXPECT_LT(r.body.find(key(0)), r.body.find(key(1)));  // in request order
+  EXPECT_LT(r.body.find(key(1)), r.body.find(key(2)));
+  EXPECT_EQ(j["data"][key(7)]["ok"], true);
+  EXPECT_EQ(j["data"][key(9)]["ok"], false);
+}
+
+TEST_F(MasterHttpTest, GetAllKeysListsCompleteObjects) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "k1", 10), kOk);
+  ASSERT_EQ(Put("c1", "k2", 10), kOk);
+  ASSERT_EQ(PutStart("c1", "inflight", 10).code(), kOk);
+  HttpReply r = Serve("/get_all_keys");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/plain; version=0.0.4");
+  auto lines = Lines(r.body);
+  EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()),
+            (std::set<std::string>{"k1", "k2"}));
+  EXPECT_EQ(lines.size(), 2u);
+  EXPECT_EQ(Header(r, "X-Mooncake-Total-Count"), "2");
+  EXPECT_EQ(Header(r, "X-Mooncake-Truncated"), "");
+}
+
+TEST_F(MasterHttpTest, GetAllKeysIsCutAtTheByteBound) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, 64 * MiB), kOk);
+  // kMaxListedBytes of 4 KiB keys, plus some: the listing stops at the bound and says so.
+  const size_t n = kMaxListedBytes / kMaxKeyBytes + 10;
+  for (size_t i = 0; i < n; ++i) {
+    std::string key = std::to_string(i);
+    key.resize(kMaxKeyBytes, 'x');
+    ASSERT_EQ(Put("c1", key, 64), kOk) << i;
+  }
+  HttpReply r = Serve("/get_all_keys");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_LE(r.body.size(), kMaxListedBytes + kMaxListedBytes / kMaxKeyBytes);  // keys + '\n's
+  EXPECT_EQ(Lines(r.body).size(), kMaxListedBytes / kMaxKeyBytes);
+  EXPECT_EQ(Header(r, "X-Mooncake-Total-Count"), std::to_string(n));
+  EXPECT_EQ(Header(r, "X-Mooncake-Truncated"), "true");
+  size_t total = 0;
+  EXPECT_EQ(master_->ListKeys(3, kMaxListedBytes, &total).size(), 3u);
+  EXPECT_EQ(total, n);
+}
+
+TEST_F(MasterHttpTest, SegmentsHealthSummaryAndUnknownPaths) {
+  EXPECT_EQ(Serve("/get_all_segments").body, "");
+  ASSERT_EQ(Mount("c1", "seg-a", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Mount("c2", "seg-b", 0x20000000, 2 * MiB), kOk);
+  HttpReply segs = Serve("/get_all_segments");
+  EXPECT_EQ(segs.status, 200);
+  EXPECT_EQ(segs.body, "seg-a\nseg-b\n");
+  EXPECT_EQ(Header(segs, "X-Mooncake-Total-Count"), "2");
+  ASSERT_EQ(Put("c1", "k", 1000, Config(1, {"seg-b"})), kOk);
+  HttpReply q = Serve("/query_segment?segment=seg-b");
+  EXPECT_EQ(q.status, 200);
+  EXPECT_NE(q.body.find("seg-b\nUsed(bytes): "), std::string::npos) << q.body;
+  EXPECT_NE(q.body.find("Capacity(bytes) : " + std::to_string(2 * MiB) + "\n"), std::string::npos);
+  EXPECT_EQ(Serve("/query_segment?segment=nope").status, 404);
+  EXPECT_EQ(Serve("/query_segment").status, 400);
+
+  json h = Json("/health", 200);
+  EXPECT_EQ(h["status"], "ok");
+  EXPECT_EQ(h["role"], "leader");
+  EXPECT_EQ(h["service_ready"], true);
+  EXPECT_EQ(Serve("/role").body, "leader");
+  EXPECT_EQ(Serve("/ha_status").body, "serving");
+
+  HttpReply m = Serve("/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("master_key_count 1\n"), std::string::npos);
+  HttpReply s = Serve("/metrics/summary");
+  EXPECT_EQ(s.status, 200);
+  EXPECT_NE(s.body.find("role=leader, state=serving, service_ready=true, master={Mem Storage: "),
+            std::string::npos)
+      << s.body;
+  EXPECT_NE(s.body.find(" / 3.00 MB"), std::string::npos) << s.body;
+  EXPECT_NE(s.body.find("Keys: 1 (soft-pinned: 0) | Clients: 2 | Segments: 2}"),
+            std::string::npos)
+      << s.body;
+
+  HttpReply u = Serve("/nope?x=1");
+  EXPECT_EQ(u.status, 404);
+  EXPECT_NE(u.body.find("/get_all_segments"), std::string::npos);
+}
+
+// A walk that took d >= 1 ms holds the next ones off for 4 d (503 + Retry-After), then they
+// are served again; cheap endpoints are never held off.
+TEST_F(MasterHttpTest, TableWalksTakeAtMostAFifthOfTheTime) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "k", 10), kOk);
+  auto t = MasterHttp::Clock::time_point() + std::chrono::hours(1);
+  int calls = 0;
+  // Each reading of the clock moves it 2 ms on: every handler "takes" 2 ms.
+  MasterHttp http(master_.get(), [&] {
+    ++calls;
+    return t += milliseconds(2);
+  });
+  EXPECT_EQ(http.Serve("/get_all_keys").status, 200);  // took 2 ms: the next wait until +10 ms
+  HttpReply busy = http.Serve("/get_all_keys");        // at +4 ms
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_EQ(Header(busy, "Retry-After"), "1");
+  EXPECT_NE(busy.body.find("retry in"), std::string::npos);
+  EXPECT_EQ(http.Serve("/metrics/summary").status, 503);  // +6 ms
+  EXPECT_EQ(http.Serve("/query_key?key=k").status, 200);   // cheap: not held off
+  EXPECT_EQ(http.Serve("/metrics").status, 200);
+  EXPECT_EQ(http.Serve("/health").status, 200);
+  t += milliseconds(10);
+  EXPECT_EQ(http.Serve("/get_all_segments").status, 200);
+  EXPECT_GT(calls, 0);
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake

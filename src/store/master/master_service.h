@@ -1,0 +1,296 @@
+// MasterService: the Store master's state and rules, without the RPC layer (master_rpc.cc
+// serves it over the Store's RPC wire, rpc_wire.h; tests drive it directly with a fake clock).
+//
+// It holds placement and metadata only:
+// - segments: memory ranges clients contribute (MountSegment), each with an OffsetAllocator;
+// - objects: key -> size and replicas, each replica one contiguous range on a different
+//   segment where there are enough segments;
+// - clients: the last heartbeat (Ping) of each client that mounted a segment.
+//
+// Rules:
+// - Put is PutStart (replicas allocated, PROCESSING, invisible to readers) -> the client
+//   writes -> PutEnd (COMPLETE, visible) or PutRevoke (freed). A PutStart older than
+//   put_start_discard_timeout without PutEnd is discarded by Tick().
+// - Upsert (PutStartRequest.upsert) of an existing key writes the new value into new space
+//   while readers keep seeing the old one; its PutEnd makes the new value the object and frees
+//   the old space as a removal does (after the old value's leases). One put or upsert of a key
+//   at a time: another gets OBJECT_REPLICA_BUSY.
+// - GetReplicaList grants a lease of default_kv_lease_ttl: until it expires the object cannot
+//   be removed (OBJECT_HAS_LEASE) or evicted, and its space is not reused: a forced removal
+//   (or any other) of a leased object hides it at once but frees its space only once the
+//   lease has lapsed (the graveyard, emptied by Tick and PutStart).
+// - A segment mounted again (MountSegmentRequest.remount, or a segment name unmounted less
+//   than one lease TTL ago) takes no new objects for one lease TTL, so that no reader holding
+//   an address in it from before (a lease of a previous master, or of the dropped segment)
+//   can see new bytes there.
+// - Requests are bounded (store/limits.h): keys, names, batch sizes, replica counts, regex
+//   patterns; RemoveByRegex / RemoveAll hold the lock for about kRemoveChunk keys at a time.
+// - Eviction, approximately LRU by last access, when an allocation fails or the allocated share
+//   passes eviction_high_watermark_ratio: frees complete, unleased, unpinned objects until
+//   usage is eviction_ratio below the watermark (and the allocation fits); soft-pinned objects
+//   go only when nothing else is left, hard-pinned and in-flight ones never.
+// - A client silent for client_ttl (Tick) loses its segments; replicas on them are dropped and
+//   objects left without replicas are removed. An unmount (or expiry) never frees a put's or
+//   upsert's space on the *other* segments while its writer may still write it: the put in
+//   flight keeps its other replicas (its PutEnd makes the object complete on those); only
+//   the writer's PutEnd / PutRevoke or its discard (put_start_discard_timeout) free them, and
+//   a segment mounted again under the dropped one's name takes no new objects until those
+//   writers' puts would have been discarded (else one lease TTL).
+// - Work under the lock is bounded per call: an unmount walks the object table in chunks
+//   (kRemoveChunk keys a hold, the segment "draining" meanwhile: no placement there, its
+//   replicas not handed out), as RemoveAll does; remove_by_regex matches outside the lock;
+//   placement looks at the segments from a rotating cursor until it has its replicas.
+// - Per-client caps: kMaxSegmentsPerClient mounted segments (kMaxSegments in all), puts in
+//   flight up to max_client_inflight_ratio of the capacity.
+//
+// Thread safety: every method may be called from any thread (one mutex).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "master.pb.h"
+#include "mooncake/store/error_code.h"
+#include "store/master/master_records.h"
+#include "store/common/offset_allocator.h"
+#include "store/master/object_table.h"
+
+namespace mooncake {
+namespace store {
+
+struct MasterConfig {
+  uint64_t default_kv_lease_ttl_ms = 10000;
+  uint64_t default_kv_soft_pin_ttl_ms = 30 * 60 * 1000;
+  uint64_t client_ttl_s = 10;
+  double eviction_ratio = 0.05;
+  double eviction_high_watermark_ratio = 0.9;
+  uint64_t put_start_discard_timeout_s = 30;
+  // One client's puts and upserts in flight (started, not ended) may hold at most this share
+  // of the mounted capacity (replica bytes); PutStart items past it get NO_AVAILABLE_HANDLE.
+  // A client with nothing in flight may always start one object. Clients name themselves, so
+  // this bounds a buggy or greedy client, not one that takes many ids.
+  double max_client_inflight_ratio = 0.5;
+};
+
+// Counters and gauges for /metrics.
+struct MasterCounters {
+  uint64_t put_start = 0, put_start_fail = 0, put_end = 0, put_revoke = 0;
+  uint64_t get_replica_list = 0, get_miss = 0, exist_key = 0, remove = 0;
+  uint64_t evicted_objects = 0, evicted_bytes = 0, eviction_runs = 0;
+  uint64_t expired_clients = 0, discarded_puts = 0, mounts = 0, unmounts = 0;
+  uint64_t deferred_frees = 0, refused_requests = 0;
+};
+
+class MasterService {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using NowFn = std::function<Clock::time_point()>;
+
+  explicit MasterService(MasterConfig config, NowFn now = &Clock::now);
+  ~MasterService();
+
+  rpc::MountSegmentResponse MountSegment(const rpc::MountSegmentRequest& req);
+  rpc::UnmountSegmentResponse UnmountSegment(const rpc::UnmountSegmentRequest& req);
+  rpc::PingResponse Ping(const rpc::PingRequest& req);
+  rpc::PutStartResponse PutStart(const rpc::PutStartRequest& req);
+  // The same into *out, which may live on an arena (the RPC layer's: no malloc per result).
+  void PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartResponse* out);
+  rpc::CodesResponse PutEnd(const rpc::KeysRequest& req);
+  rpc::CodesResponse PutRevoke(const rpc::KeysRequest& req);
+  rpc::GetReplicaListResponse GetReplicaList(const rpc::KeysRequest& req);
+  void GetReplicaListInto(const rpc::KeysRequest& req, rpc::GetReplicaListResponse* out);
+  rpc::ExistResponse ExistKey(const rpc::KeysRequest& req);
+  rpc::CodesResponse Remove(const rpc::KeysRequest& req);
+  rpc::CountResponse RemoveByRegex(const rpc::RemoveByRegexRequest& req);
+  rpc::CountResponse RemoveAll(const rpc::KeysRequest& req);
+  rpc::ReplicaClearResponse ReplicaClear(const rpc::ReplicaClearRequest& req);
+  rpc::StatsResponse GetStats();
+
+  // Housekeeping, called about once a second: expires silent clients, discards stale puts,
+  // evicts above the high watermark.
+  void Tick();
+
+  // The Prometheus text exposition of the counters and gauges.
+  std::string MetricsText();
+
+  // Read-only views for the master's HTTP endpoints (master_query.cc, master_http.h): none
+  // grants a lease, counts as an access, or changes any state.
+  struct ReplicaView {
+    std::string segment_name;
+    uint64_t addr = 0;
+    uint64_t size = 0;
+  };
+  // OK with the complete object's replicas; INVALID_KEY; OBJECT_NOT_FOUND (absent, or still
+  // being written).
+  ErrorCode QueryKey(const std::string& key, std::vector<ReplicaView>* replicas) const;
+  // Keys of complete objects, in no particular order, until `max_keys` keys or `max_bytes`
+  // bytes of keys; *total: how many complete objects there are.
+  std::vector<std::string> ListKeys(size_t max_keys, size_t max_bytes, size_t* total) const;
+  struct SegmentView {
+    std::string name;
+    std::string client_id;
+    uint64_t base = 0;
+    uint64_t size = 0;
+    uint64_t allocated = 0;
+  };
+  // Mounted segments in mount order, at most `max_segments`; *total: how many are mounted.
+  std::vector<SegmentView> ListSegments(size_t max_segments, size_t* total) const;
+  struct Summary {
+    uint64_t capacity = 0, allocated = 0, keys = 0, soft_pinned_keys = 0;
+    uint64_t segments = 0, clients = 0;
+  };
+  Summary GetSummary() const;
+
+  const MasterConfig& config() const { return config_; }
+  // Objects one eviction pass takes beyond what the allocation at hand needs: above the high
+  // watermark the master evicts toward the low one in passes of this many objects, one per
+  // PutStart or Tick, so that no call holds the lock for millions of objects.
+  static constexpr size_t kEvictChunk = 4096;
+
+ private:
+  struct Segment;
+  struct Object;
+  struct Client;
+  // Space of an object removed while leased: freed once free_at has passed.
+  struct Grave {
+    uint64_t segment_id;
+    OffsetAllocation space;
+    uint64_t size;
+    Clock::time_point free_at;
+  };
+
+  // Before a batch handler's loop: the hash of each of its n keys (key_at(i)) into
+  // hashes_, for objects_.find(key, hashes_[i]); for batches of several keys also the
+  // table's cache misses issued together (slots, then records, then key bytes and list
+  // neighbours: object_table.h), so that the loop finds them in cache.
+  template <class KeyAt>
+  void PrefetchLocked(size_t n, KeyAt&& key_at);
+  bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
+                   Object* obj, Clock::time_point now);
+  // Open addressing in shards, records that never move (object_table.h).
+  using ObjectMap = ObjectTable<Object>;
+  using ObjectEntry = ObjectMap::Entry;  // std::pair<const std::string, Object>
+  // Frees the object's replicas and forgets it; returns the next iterator.
+  ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it, Clock::time_point now);
+  // Puts an entry of objects_ at the back of the list its state calls for (in flight, least
+  // recently used, soft-pinned least recently used), or in none (hard-pinned); after a
+  // change of state or an access.
+  void ListLocked(ObjectEntry* e);
+  void UnlistLocked(ObjectEntry* e);
+  // PutStart of one item with req.upsert(): OK (result filled), or why not.
+  void UpsertStartLocked(const rpc::PutStartRequest& req, const rpc::PutStartItem& item,
+                         const ClientName& owner, Clock::time_point now,
+                         rpc::PutStartResult* result);
+  // PutEnd / PutRevoke of an upsert in flight: true when `key` was one of `client`'s.
+  bool UpsertEndLocked(const std::string& key, const std::string& client, bool commit,
+                       Clock::time_point now);
+  // Builds the record of a new object (not placed yet) of `owner` (req's client).
+  Object NewObjectLocked(const rpc::PutStartRequest& req, uint64_t size, const ClientName& owner,
+                         Clock::time_point now);
+  // Places `obj` (evicting if needed); false after filling `result` with the failure.
+  bool PlaceOrFailLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
+                         Object* obj, rpc::PutStartResult* result, Clock::time_point now);
+  // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
+  ErrorCode FindInFlightLocked(const std::string& key, uint64_t hash, const std::string& client,
+                               ObjectMap::iterator* it);
+  // Frees the replicas' space, or (while the object is leased) moves it to the graveyard.
+  void FreeObjectLocked(const Object& obj, Clock::time_point now);
+  void ReapGraveyardLocked(Clock::time_point now);
+  uint64_t GraveyardBytesLocked() const;
+  // Removes the complete objects whose key matches (and that are not leased, unless `force`).
+  // `done_client` (or ""): a client with no read in flight, whose own leases need not delay
+  // the freeing.
+  rpc::CountResponse RemoveWhere(bool force, const std::string& done_client,
+                                 const std::function<bool(const std::string&)>& match);
+  // Ends the object's lease now when `client` holds it alone (latest grant theirs, every
+  // other client's lapsed), so that its space is freed at once.
+  void EndOwnLeaseLocked(Object* obj, const std::string& client, Clock::time_point now);
+  // Evicts toward `needed` more bytes keeping usage at (watermark - ratio): at least `needed`
+  // bytes where anything is evictable, but beyond that at most kEvictChunk objects, the rest
+  // left to the next calls (evicting_); returns bytes freed.
+  uint64_t EvictLocked(uint64_t needed, Clock::time_point now);
+  // Above the high watermark, or still evicting toward the low one: evicts the next chunk.
+  void EvictIfFullLocked(Clock::time_point now);
+  // Unmount, in two steps so that the lock is not held for the whole table walk:
+  // BeginUnmountLocked marks the segment draining (no placement, no replica handed out),
+  // forgets it in its client and its name's reuse time, and drops its replicas from the puts
+  // and upserts in flight now (they keep the others); FinishUnmount (without the lock) walks
+  // the complete objects in chunks, dropping replicas on draining segments (an object left
+  // with none is removed), then erases the segments.
+  void BeginUnmountLocked(uint64_t segment_id, Clock::time_point now);
+  // Tick's work under the lock; the segments of expired clients into *dropped.
+  void TickLocked(std::vector<uint64_t>* dropped);
+  void FinishUnmount(const std::vector<uint64_t>& segment_ids);
+  // Drops e's replicas on draining segments; true when none is left.
+  bool DropDrainingLocked(Object* obj);
+  bool OnDrainingLocked(const Object& obj) const;
+  // The client's bytes in flight (InFlightBytes of its puts and upserts).
+  void ReserveLocked(const ClientName& owner, uint64_t bytes);
+  void ReleaseLocked(const ClientName& owner, uint64_t bytes);
+  static uint64_t InFlightBytes(const Object& obj);
+  // Erases an upsert in flight, freeing its space (and its writer's reservation).
+  std::unordered_map<std::string, Object>::iterator EraseUpsertLocked(
+      std::unordered_map<std::string, Object>::iterator it, Clock::time_point now);
+  static bool Leased(const Object& obj, Clock::time_point now);
+  void FillReplicasLocked(const Object& obj, bool complete_only,
+                          google::protobuf::RepeatedPtrField<rpc::Replica>* out) const;
+  uint64_t CapacityLocked() const;
+  uint64_t AllocatedLocked() const;
+
+  const MasterConfig config_;
+  const NowFn now_;
+  mutable std::mutex mu_;
+  uint64_t next_segment_id_ = 1;
+  uint64_t view_version_ = 1;
+  size_t placement_cursor_ = 0;
+  std::vector<std::pair<uint64_t, Segment*>> place_order_;  // PlaceLocked's scratch
+  // The segments that take objects (mounted, not draining), in mount order: placement walks
+  // it from a rotating cursor.
+  std::vector<std::pair<uint64_t, Segment*>> placeable_;
+  std::unordered_set<uint64_t> draining_;  // ids of segments being unmounted
+  std::vector<uint64_t> hashes_;               // PrefetchLocked's
+  std::vector<const ObjectEntry*> prefetched_;  // PrefetchLocked's scratch
+  std::map<uint64_t, std::unique_ptr<Segment>> segments_;
+  std::unordered_map<std::string, Client> clients_;
+  // Replica bytes of each writer's puts and upserts in flight (absent: none).
+  std::unordered_map<std::string, uint64_t> inflight_bytes_;
+  // The client ids that objects name (their writer, their latest lease holder): declared
+  // before the tables whose records refer to it, so it outlives them.
+  ClientNames client_names_;
+  ObjectMap objects_;
+  // Upserts in flight of keys whose current value (in objects_) stays visible until their
+  // PutEnd replaces it (master_upsert.cc).
+  std::unordered_map<std::string, Object> upserts_;
+  // Entries of objects_ still being written, in PutStart order; complete ones that eviction
+  // may take, least recently used first (plain, then soft-pinned): see ListLocked.
+  RecordList<ObjectEntry> in_flight_{1}, lru_{2}, pinned_lru_{3};
+  // The shortest soft pin TTL of any object so far: no soft pin has lapsed whose object was
+  // accessed more recently than that (bounds EvictLocked's walk of pinned_lru_).
+  Clock::duration min_soft_pin_ttl_ = Clock::duration::max();
+  bool evicting_ = false;  // an eviction toward the low watermark is under way
+  // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
+  // unmounted since are dropped when they come up (segment ids are never reused).
+  struct FreesLater {
+    bool operator()(const Grave& a, const Grave& b) const { return a.free_at > b.free_at; }
+  };
+  std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_;
+  uint64_t graveyard_bytes_ = 0;
+  // Segment names unmounted lately -> until when a segment mounted under that name again
+  // takes no new objects (the unmount time plus one lease TTL).
+  std::unordered_map<std::string, Clock::time_point> dropped_names_;
+  MasterCounters counters_;
+  std::mt19937_64 lease_ids_;  // seeded from std::random_device
+};
+
+}  // namespace store
+}  // namespace mooncake

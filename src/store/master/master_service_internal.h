@@ -1,0 +1,100 @@
+// MasterService's private records (segments, objects, clients), shared by master_service.cc
+// and master_remove.cc.
+#pragma once
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store/master/master_records.h"
+#include "store/master/master_service.h"
+
+namespace mooncake {
+namespace store {
+
+struct MasterService::Segment {
+  Segment(std::string n, uint64_t b, uint64_t s, std::string c)
+      : name(std::move(n)), base(b), size(s), client_id(std::move(c)), alloc(s) {}
+  std::string name;
+  uint64_t base;
+  uint64_t size;
+  std::string client_id;
+  OffsetAllocator alloc;
+  // Nothing new is placed here before this (a remount: see MasterService).
+  MasterService::Clock::time_point alloc_after{};
+  // Being unmounted (BeginUnmountLocked .. FinishUnmount): nothing new is placed here, its
+  // replicas are no longer handed out, and the table walk drops them.
+  bool draining = false;
+};
+
+// One object: 120 bytes (ClientName and Replicas in master_records.h keep it off the heap
+// but for its key), so that a table node with its key string is 168 bytes.
+struct MasterService::Object {
+  using Placement = store::Placement;
+  // Its place in one of the master's RecordLists (master_records.h): in flight, least
+  // recently used, soft-pinned least recently used, or none (hard-pinned, or not in objects_:
+  // an upsert in flight, a record being built). Records are only moved while in none.
+  ObjectEntry* prev = nullptr;
+  ObjectEntry* next = nullptr;
+  uint64_t size = 0;
+  Replicas replicas;
+  ClientName owner;
+  // !complete: when PutStart placed it (a put older than put_start_discard_timeout is
+  // discarded); complete: its PutEnd (ReplicaClear treats a fresh write as leased).
+  Clock::time_point stamp;
+  Clock::time_point last_access;
+  Clock::time_point lease_until;
+  uint64_t lease_id = 0;     // the latest grant
+  ClientName lease_client;   // ... and who got it
+  Clock::time_point foreign_until;  // the latest lease end of grants to other clients
+  std::chrono::milliseconds soft_pin_ttl{0};  // how long after the last access the pin holds
+  bool complete = false;
+  bool soft_pin = false;
+  bool hard_pin = false;
+  bool keep_soft_pin = false;  // an upsert in flight: take the replaced value's soft pin
+  uint8_t list = 0;            // the RecordList holding it (its id), 0 for none
+};
+
+struct MasterService::Client {
+  Clock::time_point last_ping;
+  std::set<uint64_t> segments;
+};
+
+// Bytes a client holds in puts and upserts it has started and not ended (replica bytes),
+// against MasterConfig::max_client_inflight_ratio.
+inline uint64_t MasterService::InFlightBytes(const Object& obj) {
+  return obj.size * obj.replicas.size();
+}
+
+inline bool MasterService::Leased(const Object& obj, Clock::time_point now) {
+  return obj.lease_until > now;
+}
+
+inline int32_t Code(ErrorCode c) { return ToInt(c); }
+
+template <class KeyAt>
+void MasterService::PrefetchLocked(size_t n, KeyAt&& key_at) {
+  hashes_.resize(n);
+  // Below this a batch has too few misses to overlap for the passes to pay.
+  constexpr size_t kPrefetchMin = 4;
+  if (n < kPrefetchMin) {
+    for (size_t i = 0; i < n; ++i) hashes_[i] = ObjectMap::Hash(key_at(i));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    hashes_[i] = ObjectMap::Hash(key_at(i));
+    objects_.PrefetchSlot(hashes_[i]);
+  }
+  prefetched_.resize(n);
+  for (size_t i = 0; i < n; ++i) prefetched_[i] = objects_.PrefetchNode(hashes_[i]);
+  for (const ObjectEntry* e : prefetched_) {
+    if (e == nullptr) continue;
+    ObjectMap::PrefetchKey(e);
+    if (e->second.prev != nullptr) __builtin_prefetch(&e->second.prev->second);
+    if (e->second.next != nullptr) __builtin_prefetch(&e->second.next->second);
+  }
+}
+
+}  // namespace store
+}  // namespace mooncake

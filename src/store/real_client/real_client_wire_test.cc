@@ -1,0 +1,52 @@
+// real_client_wire.h: EncodeConfig / DecodeConfig round trips, and what they do with bytes
+// that are not UTF-8 (found by fuzz_real_client_wire: EncodeConfig threw).
+#include "store/real_client/real_client_wire.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace mooncake {
+namespace store {
+namespace {
+
+RealClientConfig Sample() {
+  RealClientConfig c;
+  c.master_server_address = "127.0.0.1:50051";
+  c.metadata_server = "http://127.0.0.1:8080/metadata";
+  c.protocol = "tcp";
+  c.host = "h\"\\\x01\xc3\xa9";
+  c.segment_name = c.host + ":1";
+  return c;
+}
+
+TEST(RealClientWire, EncodeDecodeRoundTripsEscapesAndUtf8) {
+  const std::string line = EncodeConfig(Sample());
+  ASSERT_EQ(line.find('\n'), line.size() - 1);
+  auto c = DecodeConfig(line.substr(0, line.size() - 1));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->host, Sample().host);
+  EXPECT_EQ(c->segment_name, Sample().segment_name);
+}
+
+TEST(RealClientWire, EncodeReplacesBytesThatAreNotUtf8InsteadOfThrowing) {
+  RealClientConfig c = Sample();
+  c.device_names = "mlx5_\xff";
+  std::string line;
+  ASSERT_NO_THROW(line = EncodeConfig(c));
+  auto back = DecodeConfig(line.substr(0, line.size() - 1));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->device_names, "mlx5_\xef\xbf\xbd");  // U+FFFD
+  EXPECT_EQ(back->host, c.host);
+}
+
+TEST(RealClientWire, DecodeRefusesWhatIsNotAConfig) {
+  EXPECT_FALSE(DecodeConfig("").ok());
+  EXPECT_FALSE(DecodeConfig("[]").ok());
+  EXPECT_FALSE(DecodeConfig("{\"master_server_address\":1}").ok());
+  EXPECT_FALSE(DecodeConfig(std::string(kMaxConfigBytes + 1, ' ')).ok());
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake
