@@ -4,6 +4,8 @@
 // refused, and the HTTP endpoints on --metrics_port served to a legitimate client beside
 // hundreds of idle connections and hostile requests.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -190,6 +192,33 @@ TEST(MasterUpstreamFlags, MetadataServerOnlyWhenEnabled) {
   ASSERT_TRUE(on.WaitReady(seconds(20))) << on.Log();
   EXPECT_EQ(StatusOf(HttpRequest(meta, "GET", "/metadata?key=x")), 404);
   StopMaster(on);
+}
+
+TEST(MasterUpstreamFlags, EmbeddedMetadataServerTakesTheClustersSecret) {
+  const int meta = FreePort();
+  ::setenv("MC_AUTH_SECRET", "cluster-secret", 1);  // inherited by the master's process
+  MasterProcess m({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(FreePort()),
+                   "--metrics_port=" + std::to_string(FreePort()),
+                   "--enable_http_metadata_server", "--http_metadata_server_host=127.0.0.1",
+                   "--http_metadata_server_port=" + std::to_string(meta)});
+  ::unsetenv("MC_AUTH_SECRET");
+  ASSERT_TRUE(m.WaitReady(seconds(20))) << m.Log();
+  // A write without the secret's proof is refused, saying why; reads stay open.
+  const std::string put = HttpRequest(meta, "PUT", "/metadata?key=mooncake/ram/x", "{}");
+  EXPECT_EQ(StatusOf(put), 403) << put;
+  EXPECT_NE(BodyOf(put).find("MC_AUTH_SECRET"), std::string::npos) << put;
+  EXPECT_EQ(StatusOf(HttpRequest(meta, "DELETE", "/metadata?key=mooncake/ram/x")), 403);
+  EXPECT_EQ(StatusOf(HttpRequest(meta, "GET", "/metadata?key=mooncake/ram/x")), 404);
+  EXPECT_NE(m.Log().find("need MC_AUTH_SECRET's proof"), std::string::npos) << m.Log();
+  StopMaster(m);
+  // Without the secret: open, as upstream's.
+  MasterProcess open({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(FreePort()),
+                      "--metrics_port=" + std::to_string(FreePort()),
+                      "--enable_http_metadata_server", "--http_metadata_server_host=127.0.0.1",
+                      "--http_metadata_server_port=" + std::to_string(meta)});
+  ASSERT_TRUE(open.WaitReady(seconds(20))) << open.Log();
+  EXPECT_EQ(StatusOf(HttpRequest(meta, "PUT", "/metadata?key=mooncake/ram/x", "{}")), 200);
+  StopMaster(open);
 }
 
 TEST(MasterUpstreamFlags, MetadataPortInUseIsRefusedWithAClearMessage) {
