@@ -127,20 +127,7 @@ std::string Request(const std::string& method, const std::string& key, const std
 
 // Sends raw request bytes on a connection of their own: the status (-1: no reply), *body.
 int Send(uint16_t port, const std::string& req, std::string* body = nullptr) {
-  auto fd = ConnectTcp("127.0.0.1", port, 2000);
-  if (!fd.ok()) return -1;
-  if (!WriteFull(fd->get(), req.data(), req.size(), 5000).ok()) return -1;
-  std::string reply;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::recv(fd->get(), buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    reply.append(buf, static_cast<size_t>(n));
-  }
-  if (reply.size() < 12) return -1;
-  size_t head_end = reply.find("\r\n\r\n");
-  if (body) *body = head_end == std::string::npos ? "" : reply.substr(head_end + 4);
-  return std::stoi(reply.substr(9, 3));
+  return SendHttp(port, req, body);
 }
 
 std::string Get(uint16_t port, const std::string& key, int* status = nullptr) {

@@ -132,26 +132,7 @@ class Slowloris {
 // One request on its own connection from 127.0.0.1, given up after 3 s; the status or -1.
 int TimedHttp(uint16_t port, const std::string& method, const std::string& key,
               const std::string& payload, std::string* body) {
-  auto fd = ConnectTcp("127.0.0.1", port, 3000);
-  if (!fd.ok()) return -1;
-  timeval tv{3, 0};
-  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  std::string req = method + " /metadata?key=" + key +
-                    " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n";
-  if (method == "PUT") req += "Content-Length: " + std::to_string(payload.size()) + "\r\n";
-  req += "\r\n" + payload;
-  if (!WriteFull(fd->get(), req.data(), req.size(), 3000).ok()) return -1;
-  std::string reply;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::recv(fd->get(), buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    reply.append(buf, static_cast<size_t>(n));
-  }
-  if (reply.size() < 12) return -1;
-  size_t head_end = reply.find("\r\n\r\n");
-  if (body) *body = head_end == std::string::npos ? "" : reply.substr(head_end + 4);
-  return std::stoi(reply.substr(9, 3));
+  return Http(port, method, key, "", payload, body, 3000);
 }
 
 // `start`: what each attacking connection sends before its 'a's.
