@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "http_util.h"
+#include "relay_util.h"
 #include "metadata/handshake.h"
 #include "mooncake/transfer_engine.h"
 #include "transport/tcp/tcp_wire.h"
@@ -45,28 +46,6 @@ EngineOptions WithSecret() {
   o.handshake_io_timeout_ms = 2000;
   o.slice_timeout_ms = 2000;
   return o;
-}
-
-// Forwards an MCAUTHv2 exchange from `server` to `client` (server speaks first).
-bool RelayAuth(int client, int server) {
-  char challenge[40];
-  if (!ReadFull(server, challenge, 40, 3000).ok()) return false;
-  if (!WriteFull(client, challenge, 40, 3000).ok()) return false;
-  char head[42];
-  if (!ReadFull(client, head, 42, 3000).ok()) return false;
-  size_t n = static_cast<uint8_t>(head[40]) | (static_cast<size_t>(static_cast<uint8_t>(head[41])) << 8);
-  std::string rest(n + 32, '\0');
-  if (!ReadFull(client, rest.data(), rest.size(), 3000).ok()) return false;
-  if (!WriteFull(server, head, 42, 3000).ok() ||
-      !WriteFull(server, rest.data(), rest.size(), 3000).ok()) {
-    return false;
-  }
-  char verdict = 1;
-  if (!ReadFull(server, &verdict, 1, 3000).ok()) return false;
-  (void)WriteFull(client, &verdict, 1, 3000);
-  if (verdict != 0) return false;
-  char mac[32];
-  return ReadFull(server, mac, 32, 3000).ok() && WriteFull(client, mac, 32, 3000).ok();
 }
 
 // M's data side: one victim connection, relayed to S's data port.
