@@ -142,8 +142,9 @@ void Build() {
     ++w->handler_calls;
     return w->served->Serve(target);
   });
-  const std::string err = w->server->Start("127.0.0.1", 0);
-  if (!err.empty()) fuzz::Fail("MetricsServer::Start: %s", err.c_str());
+  const mooncake::Status started = w->server->Start("127.0.0.1", 0);
+  const std::string err = started.ok() ? "" : started.message();
+  if (!started.ok()) fuzz::Fail("MetricsServer::Start: %s", err.c_str());
 }
 
 const Object* Find(const std::string& key) {

@@ -58,7 +58,7 @@ void Setup() {
   g_server = new RpcServer(o, [](uint16_t method, const char* data, size_t n, std::string* out) {
     return ServeMasterRpc(g_master, method, data, n, out);
   });
-  if (!g_server->Start("127.0.0.1", 0).empty()) fuzz::Fail("cannot start the RPC server");
+  if (!g_server->Start("127.0.0.1", 0).ok()) fuzz::Fail("cannot start the RPC server");
 }
 
 int Connect(int port) {

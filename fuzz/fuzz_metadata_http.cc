@@ -203,8 +203,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   o.max_body_bytes = kMaxBody;
   o.max_total_bytes = kMaxTotal;
   static MetadataHttpServer server(o);
-  const std::string err = server.Start("127.0.0.1", 0);
-  if (!err.empty()) fuzz::Fail("MetadataHttpServer::Start: %s", err.c_str());
+  const mooncake::Status started = server.Start("127.0.0.1", 0);
+  const std::string err = started.ok() ? "" : started.message();
+  if (!started.ok()) fuzz::Fail("MetadataHttpServer::Start: %s", err.c_str());
   g_server = &server;
   return 0;
 }

@@ -229,8 +229,9 @@ void ServerSide(fuzz::Reader& in) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   FLAGS_minloglevel = 3;
   static RealClientServer server(ServerConfig());
-  const std::string err = server.Start("127.0.0.1", 0);
-  if (!err.empty()) fuzz::Fail("RealClientServer::Start: %s", err.c_str());
+  const mooncake::Status started = server.Start("127.0.0.1", 0);
+  const std::string err = started.ok() ? "" : started.message();
+  if (!started.ok()) fuzz::Fail("RealClientServer::Start: %s", err.c_str());
   g_server = &server;
   return 0;
 }

@@ -165,8 +165,9 @@ int main(int argc, char** argv) {
   options.guard = flags.guard;
   options.log_requests = flags.debug;
   mooncake::http::MetadataHttpServer server(options);
-  const std::string error = server.Start(flags.host, flags.port);
-  if (!error.empty()) {
+  const mooncake::Status started = server.Start(flags.host, flags.port);
+  if (!started.ok()) {
+    const std::string& error = started.message();
     std::fprintf(stderr, "mooncake_http_metadata_server: %s%s\n", error.c_str(),
                  error.find("in use") != std::string::npos
                      ? " (another server holds the port; choose another with --port)"

@@ -351,8 +351,8 @@ MetadataHttpServer::MetadataHttpServer(MetadataServerOptions options)
 
 MetadataHttpServer::~MetadataHttpServer() { Stop(); }
 
-std::string MetadataHttpServer::Start(const std::string& host, int port) {
-  if (port_ != 0) return "already started";
+Status MetadataHttpServer::Start(const std::string& host, int port) {
+  if (port_ != 0) return Status::FailedPrecondition("already started");
   errno = 0;
   int bound = port;
   if (port == 0) {
@@ -364,7 +364,7 @@ std::string MetadataHttpServer::Start(const std::string& host, int port) {
     const int err = errno;
     std::string why = err != 0 ? std::strerror(err) : "cannot bind";
     if (err == EADDRINUSE) why += " (the port is in use)";
-    return "cannot listen on " + host + ":" + std::to_string(port) + ": " + why;
+    return Status::Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
   }
   port_ = bound;
   impl_->listen_done.store(false);
@@ -372,7 +372,7 @@ std::string MetadataHttpServer::Start(const std::string& host, int port) {
     impl_->server.listen_after_bind();
     impl_->listen_done.store(true);
   });
-  return "";
+  return Status::OK();
 }
 
 void MetadataHttpServer::Stop() {

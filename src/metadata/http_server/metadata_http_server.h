@@ -48,6 +48,7 @@
 #include <string>
 
 #include "metadata/http_server/guarded_server.h"
+#include "mooncake/status.h"
 
 namespace mooncake::http {
 
@@ -71,8 +72,8 @@ class MetadataHttpServer {
   MetadataHttpServer& operator=(const MetadataHttpServer&) = delete;
 
   // Binds host:port (port 0: one the kernel chooses) and serves on a thread of its own.
-  // "" on success, else why not (a port in use says "in use").
-  std::string Start(const std::string& host, int port);
+  // An error says why not (a port in use: Unavailable, saying "in use").
+  Status Start(const std::string& host, int port);
   // Stops accepting and ends every connection; returns within about 100 ms plus the time
   // of the handlers running. Idempotent.
   void Stop();

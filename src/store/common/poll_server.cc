@@ -16,7 +16,7 @@
 namespace mooncake {
 namespace store {
 
-std::string PollServer::Start(const std::string& host, int port) {
+Status PollServer::Start(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -25,7 +25,7 @@ std::string PollServer::Start(const std::string& host, int port) {
   const std::string service = std::to_string(port);
   const bool any = host.empty() || (options_.any_is_ipv4 && host == "0.0.0.0");
   int rc = ::getaddrinfo(any ? nullptr : host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) return "cannot resolve " + host + ": " + ::gai_strerror(rc);
+  if (rc != 0) return Status::InvalidArgument("cannot resolve " + host + ": " + ::gai_strerror(rc));
   std::string error = "no address for " + host;
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     if (any && options_.any_is_ipv4 && a->ai_family != AF_INET) continue;
@@ -41,7 +41,7 @@ std::string PollServer::Start(const std::string& host, int port) {
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  if (listen_fd_ < 0) return error;
+  if (listen_fd_ < 0) return Status::Unavailable(error);
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -51,10 +51,10 @@ std::string PollServer::Start(const std::string& host, int port) {
   if (::pipe2(wake_fd_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_fd_);
     listen_fd_ = -1;
-    return std::string("pipe: ") + std::strerror(errno);
+    return Status::Internal(std::string("pipe: ") + std::strerror(errno));
   }
   thread_ = std::thread([this] { Loop(); });
-  return "";
+  return Status::OK();
 }
 
 void PollServer::Stop() {

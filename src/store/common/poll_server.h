@@ -22,6 +22,8 @@
 #include <string>
 #include <thread>
 
+#include "mooncake/status.h"
+
 namespace mooncake {
 namespace store {
 
@@ -71,8 +73,9 @@ class PollServer {
   PollServer(const PollServer&) = delete;
   PollServer& operator=(const PollServer&) = delete;
 
-  // Binds host:port (port 0: any free one) and starts the loop. "" on success, else why not.
-  std::string Start(const std::string& host, int port);
+  // Binds host:port (port 0: any free one) and starts the loop; an error says why not (an
+  // address in use: Unavailable, "address in use").
+  Status Start(const std::string& host, int port);
   // Closes every connection (OnClose for each) and joins the loop. Idempotent.
   void Stop();
   int port() const { return port_; }

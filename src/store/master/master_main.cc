@@ -127,10 +127,10 @@ int main(int argc, char** argv) {
     // As mooncake_http_metadata_server: with the cluster's secret, writes must prove it.
     if (const char* secret = std::getenv("MC_AUTH_SECRET")) mds.auth_secret = secret;
     metadata = std::make_unique<mooncake::http::MetadataHttpServer>(mds);
-    const std::string error =
+    const mooncake::Status started =
         metadata->Start(FLAGS_http_metadata_server_host, FLAGS_http_metadata_server_port);
-    if (!error.empty()) {
-      return Fail("cannot serve HTTP metadata: " + error +
+    if (!started.ok()) {
+      return Fail("cannot serve HTTP metadata: " + started.message() +
                   " (choose another port with --http_metadata_server_port, or stop the "
                   "server holding it)");
     }
@@ -149,9 +149,9 @@ int main(int argc, char** argv) {
       rpc_options, [&master](uint16_t method, const char* data, size_t n, std::string* out) {
         return mooncake::store::ServeMasterRpc(&master, method, data, n, out);
       });
-  const std::string rpc_error = server.Start(FLAGS_rpc_address, rpc_port);
-  if (!rpc_error.empty()) {
-    return Fail("cannot listen on " + address + ": " + rpc_error +
+  const mooncake::Status rpc_started = server.Start(FLAGS_rpc_address, rpc_port);
+  if (!rpc_started.ok()) {
+    return Fail("cannot listen on " + address + ": " + rpc_started.message() +
                 " (port in use? choose another with --rpc_port)");
   }
 
@@ -162,10 +162,10 @@ int main(int argc, char** argv) {
     metrics = std::make_unique<mooncake::store::MetricsServer>(
         [&http](const std::string& target) { return http.Serve(target); });
     const std::string host = FLAGS_metrics_host.empty() ? FLAGS_rpc_address : FLAGS_metrics_host;
-    const std::string error = metrics->Start(host, FLAGS_metrics_port);
-    if (!error.empty()) {
+    const mooncake::Status started = metrics->Start(host, FLAGS_metrics_port);
+    if (!started.ok()) {
       return Fail("cannot serve metrics on port " + std::to_string(FLAGS_metrics_port) + ": " +
-                  error + " (in use? choose another with --metrics_port, or "
+                  started.message() + " (in use? choose another with --metrics_port, or "
                   "--enable_metric_reporting=false)");
     }
   }

@@ -76,7 +76,7 @@ class RpcTest : public ::testing::Test {
   void Start(RpcServer::Options o = {}) {
     if (!o.slow) o.slow = [](uint16_t m) { return m == uint16_t(MasterMethod::kRemoveAll); };
     server_ = std::make_unique<RpcServer>(o, &Handle);
-    ASSERT_EQ(server_->Start("127.0.0.1", port_), "");
+    ASSERT_TRUE(server_->Start("127.0.0.1", port_).ok());
     port_ = server_->port();
     client_ = std::make_unique<RpcClient>("127.0.0.1:" + std::to_string(port_));
   }
@@ -195,14 +195,14 @@ TEST_F(RpcTest, AServerRestartedOnThePortIsFoundByTheNextCall) {
   Status s = Ping("known", &known);
   EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s.ToString();
   server_ = std::make_unique<RpcServer>(RpcServer::Options{}, &Handle);
-  ASSERT_EQ(server_->Start("127.0.0.1", port_), "");
+  ASSERT_TRUE(server_->Start("127.0.0.1", port_).ok());
   ASSERT_TRUE(Ping("known", &known).ok());  // no backoff
   EXPECT_TRUE(known);
   // Restarted between two calls: the pooled connection is dead, the call is sent again on a
   // new one and succeeds.
   server_->Stop();
   server_ = std::make_unique<RpcServer>(RpcServer::Options{}, &Handle);
-  ASSERT_EQ(server_->Start("127.0.0.1", port_), "");
+  ASSERT_TRUE(server_->Start("127.0.0.1", port_).ok());
   Status again = Ping("known", &known);
   EXPECT_TRUE(again.ok()) << again.ToString();
 }
@@ -809,7 +809,7 @@ TEST_F(RpcTest, HugeBatchesOfEmptyKeysDoNotDelayAPing) {
       o, [&master](uint16_t m, const char* d, size_t n, std::string* out) {
         return ServeMasterRpc(&master, m, d, n, out);
       });
-  ASSERT_EQ(server_->Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
   port_ = server_->port();
   RpcClient c("127.0.0.1:" + std::to_string(port_));
   const std::string frame =

@@ -55,7 +55,7 @@ class MetricsServer : private PollServer::Handler {
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // Binds host:port (port 0: any free one) and starts serving. "" on success, else why not.
-  std::string Start(const std::string& host, int port) { return poll_.Start(host, port); }
+  Status Start(const std::string& host, int port) { return poll_.Start(host, port); }
   void Stop() { poll_.Stop(); }
   int port() const { return poll_.port(); }
   // Connections closed for missing a deadline, or to make room past kMaxConnections.

@@ -27,7 +27,7 @@ using testing_master::Exchange;
 
 TEST(MetricsServer, ServesBesideMoreIdleConnectionsThanItKeeps) {
   MetricsServer server([] { return std::string("metric_a 1\n"); });
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   std::vector<int> idle;
   for (size_t i = 0; i < MetricsServer::kMaxConnections + 200; ++i) {
     int fd = ConnectLoopback(server.port());
@@ -45,7 +45,7 @@ TEST(MetricsServer, ServesBesideMoreIdleConnectionsThanItKeeps) {
 
 TEST(MetricsServer, ASlowRequestIsCutAtTheDeadline) {
   MetricsServer server([] { return std::string("m 1\n"); });
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   int fd = ConnectLoopback(server.port());
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::send(fd, "GET /met", 8, MSG_NOSIGNAL), 8);
@@ -60,7 +60,7 @@ TEST(MetricsServer, ASlowRequestIsCutAtTheDeadline) {
 
 TEST(MetricsServer, ForeignOversizedAndMalformedRequestsGetAnAnswer) {
   MetricsServer server([] { return std::string("m 1\n"); });
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   EXPECT_NE(Exchange(server.port(), "GET /other HTTP/1.1\r\n\r\n").find(" 404 "), std::string::npos);
   EXPECT_NE(Exchange(server.port(), "POST /metrics HTTP/1.1\r\n\r\n").find(" 405 "),
             std::string::npos);
@@ -83,7 +83,7 @@ TEST(MetricsServer, AHandlerSeesTheTargetAndAHeadGetsNoBody) {
     r.headers.emplace_back("X-Extra", "1");
     return r;
   });
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   const std::string get = Exchange(server.port(), "GET /a/b?c=%20d HTTP/1.1\r\n\r\n");
   EXPECT_NE(get.find("HTTP/1.1 200 OK"), std::string::npos) << get;
   EXPECT_NE(get.find("X-Extra: 1\r\n"), std::string::npos) << get;
@@ -102,7 +102,7 @@ TEST(MetricsServer, AHandlerThatThrowsGets500AndTheServerGoesOn) {
     if (target == "/throw") throw std::runtime_error("boom");
     return HttpReply{};
   });
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   const std::string r = Exchange(server.port(), "GET /throw HTTP/1.1\r\n\r\n");
   EXPECT_NE(r.find(" 500 "), std::string::npos) << r;
   EXPECT_NE(r.find("boom"), std::string::npos) << r;
@@ -119,7 +119,7 @@ TEST(MetricsServer, RepliesNobodyReadsAreBounded) {
     r.body = target == "/big" ? big : "small";
     return r;
   });
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   std::vector<int> stalled;
   const size_t n = MetricsServer::kMaxPendingReplyBytes / big.size();
   for (size_t i = 0; i < n; ++i) {
@@ -149,10 +149,11 @@ TEST(MetricsServer, RepliesNobodyReadsAreBounded) {
 
 TEST(MetricsServer, APortInUseIsRefused) {
   MetricsServer first([] { return std::string(); });
-  ASSERT_EQ(first.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(first.Start("127.0.0.1", 0).ok());
   MetricsServer second([] { return std::string(); });
-  const std::string error = second.Start("127.0.0.1", first.port());
-  EXPECT_NE(error.find("in use"), std::string::npos) << error;
+  const Status started = second.Start("127.0.0.1", first.port());
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.message().find("in use"), std::string::npos) << started.ToString();
 }
 
 }  // namespace

@@ -132,9 +132,10 @@ int main(int argc, char* argv[]) {
   config.segment_name = segment;
   mooncake::store::RealClientServer server(config);
   auto bind = mooncake::ParseHostPort(FLAGS_host);
-  const std::string error = server.Start(bind.ok() ? bind->host : FLAGS_host, FLAGS_port);
-  if (!error.empty()) {
-    return Fail("cannot serve dummy clients on port " + std::to_string(FLAGS_port) + ": " + error +
+  const mooncake::Status started = server.Start(bind.ok() ? bind->host : FLAGS_host, FLAGS_port);
+  if (!started.ok()) {
+    return Fail("cannot serve dummy clients on port " + std::to_string(FLAGS_port) + ": " +
+                started.message() +
                 " (in use? choose another with --port)");
   }
   LOG(INFO) << "Real client service on " << FLAGS_host << ":" << server.port() << ": segment "

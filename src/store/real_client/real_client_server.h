@@ -29,7 +29,7 @@ class RealClientServer : private PollServer::Handler {
 
   // Binds host:port (port 0: any free one; host "" or "0.0.0.0": every IPv4 address) and
   // starts serving. "" on success, else why not.
-  std::string Start(const std::string& host, int port) { return poll_.Start(host, port); }
+  Status Start(const std::string& host, int port) { return poll_.Start(host, port); }
   void Stop() { poll_.Stop(); }
   int port() const { return poll_.port(); }
   size_t dummies() const { return dummies_.load(); }  // connections past the hello

@@ -101,7 +101,7 @@ TEST(RealClientWire, DecodeRefusesMalformedLines) {
 
 TEST(RealClientServer, HelloGetsTheConfigThenHeartbeats) {
   RealClientServer server(Sample());
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   int fd = Connect(server.port());
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::send(fd, kDummyHello, sizeof(kDummyHello) - 1, MSG_NOSIGNAL),
@@ -129,7 +129,7 @@ TEST(RealClientServer, HelloGetsTheConfigThenHeartbeats) {
 
 TEST(RealClientServer, ClosesWrongOversizedAndSilentConnections) {
   RealClientServer server(Sample());
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   int wrong = Connect(server.port());
   int big = Connect(server.port());
   int silent = Connect(server.port());
@@ -162,7 +162,7 @@ TEST(RealClientServer, AnswersADummyBesideMoreIdleConnectionsThanItKeeps) {
   }
   if (lim.rlim_cur < 2 * want + 64) GTEST_SKIP() << "RLIMIT_NOFILE too low: " << lim.rlim_cur;
   RealClientServer server(Sample());
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   std::vector<int> idle;
   for (size_t i = 0; i < want; ++i) {
     int fd = Connect(server.port());
@@ -182,9 +182,9 @@ TEST(RealClientServer, AnswersADummyBesideMoreIdleConnectionsThanItKeeps) {
 
 TEST(RealClientServer, RefusesAPortInUse) {
   RealClientServer a(Sample());
-  ASSERT_EQ(a.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(a.Start("127.0.0.1", 0).ok());
   RealClientServer b(Sample());
-  EXPECT_NE(b.Start("127.0.0.1", a.port()), "");
+  EXPECT_FALSE(b.Start("127.0.0.1", a.port()).ok());
 }
 
 }  // namespace

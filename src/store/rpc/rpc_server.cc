@@ -55,9 +55,9 @@ RpcServer::RpcServer(Options options, Handler handler)
 
 RpcServer::~RpcServer() { Stop(); }
 
-std::string RpcServer::Start(const std::string& host, int port) {
-  if (started_) return "already started";
-  if (options_.threads < 1) return "threads must be >= 1";
+Status RpcServer::Start(const std::string& host, int port) {
+  if (started_) return Status::FailedPrecondition("already started");
+  if (options_.threads < 1) return Status::InvalidArgument("threads must be >= 1");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -66,7 +66,7 @@ std::string RpcServer::Start(const std::string& host, int port) {
   addrinfo* res = nullptr;
   const std::string service = std::to_string(port);
   int rc = getaddrinfo(h.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) return "cannot resolve '" + host + "': " + gai_strerror(rc);
+  if (rc != 0) return Status::InvalidArgument("cannot resolve '" + host + "': " + gai_strerror(rc));
   std::string error = "no address for '" + host + "'";
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -85,7 +85,7 @@ std::string RpcServer::Start(const std::string& host, int port) {
     break;
   }
   freeaddrinfo(res);
-  if (listen_fd_ < 0) return error;
+  if (listen_fd_ < 0) return Status::Unavailable(error);
   spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
@@ -107,7 +107,7 @@ std::string RpcServer::Start(const std::string& host, int port) {
       loops_.clear();
       close(listen_fd_);
       listen_fd_ = -1;
-      return error;
+      return Status::Internal(error);
     }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLEXCLUSIVE;
@@ -127,7 +127,7 @@ std::string RpcServer::Start(const std::string& host, int port) {
     l->thread = std::thread([this, p] { RunLoop(p); });
   }
   started_ = true;
-  return "";
+  return Status::OK();
 }
 
 void RpcServer::Stop() {

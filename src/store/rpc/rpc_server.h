@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "mooncake/status.h"
 #include "store/rpc/rpc_wire.h"
 
 namespace mooncake {
@@ -74,8 +75,9 @@ class RpcServer {
   RpcServer& operator=(const RpcServer&) = delete;
 
   // Binds host:port (port 0: any free one; host "0.0.0.0" or "" every IPv4 address, "::"
-  // every address) and starts the loops. "" on success, else why not.
-  std::string Start(const std::string& host, int port);
+  // every address) and starts the loops; an error says why not (a port in use: Unavailable,
+  // "address in use").
+  Status Start(const std::string& host, int port);
   // Closes every connection and joins the threads. Idempotent.
   void Stop();
   int port() const { return port_; }

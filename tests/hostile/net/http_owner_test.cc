@@ -300,7 +300,7 @@ TEST(HostileHttpOwner, NonceMemoryIsBoundedAndForgetsNothingReplayable) {
   o.auth_secret = kSecret;
   o.auth_max_nonces = 4;
   http::MetadataHttpServer server(o);
-  ASSERT_EQ(server.Start("127.0.0.1", 0), "");
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   const uint16_t port = static_cast<uint16_t>(server.port());
   std::vector<std::string> recorded;
   std::string why;
