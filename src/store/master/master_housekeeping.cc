@@ -38,14 +38,11 @@ void MasterService::TickLocked(std::vector<uint64_t>* dropped) {
     }
     LOG(WARNING) << "client " << it->first << " sent no heartbeat for " << config_.client_ttl_s
                  << " s: unmounting its " << it->second.segments.size() << " segment(s)";
-    const std::set<uint64_t> segs = it->second.segments;
-    for (uint64_t id : segs) {
-      BeginUnmountLocked(id, now);
-      dropped->push_back(id);
-    }
+    dropped->insert(dropped->end(), it->second.segments.begin(), it->second.segments.end());
     it = clients_.erase(it);
     ++counters_.expired_clients;
   }
+  BeginUnmountLocked(*dropped, now);  // one walk of the puts in flight for all of them
   const auto discard = std::chrono::seconds(config_.put_start_discard_timeout_s);
   // Only puts in flight are looked at: a tick costs nothing per stored object.
   for (ObjectEntry* e = in_flight_.front(); e != nullptr;) {

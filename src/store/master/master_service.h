@@ -222,12 +222,12 @@ class MasterService {
   // Above the high watermark, or still evicting toward the low one: evicts the next chunk.
   void EvictIfFullLocked(Clock::time_point now);
   // Unmount, in two steps so that the lock is not held for the whole table walk:
-  // BeginUnmountLocked marks the segment draining (no placement, no replica handed out),
-  // forgets it in its client and its name's reuse time, and drops its replicas from the puts
-  // and upserts in flight now (they keep the others); FinishUnmount (without the lock) walks
+  // BeginUnmountLocked marks the segments draining (no placement, no replica handed out),
+  // forgets them in their clients, sets their names' reuse times, and drops their replicas
+  // from the puts and upserts in flight now, in one walk (they keep the others); FinishUnmount (without the lock) walks
   // the complete objects in chunks, dropping replicas on draining segments (an object left
   // with none is removed), then erases the segments.
-  void BeginUnmountLocked(uint64_t segment_id, Clock::time_point now);
+  void BeginUnmountLocked(const std::vector<uint64_t>& segment_ids, Clock::time_point now);
   // Tick's work under the lock; the segments of expired clients into *dropped.
   void TickLocked(std::vector<uint64_t>* dropped);
   void FinishUnmount(const std::vector<uint64_t>& segment_ids);

@@ -13,52 +13,62 @@
 namespace mooncake {
 namespace store {
 
-void MasterService::BeginUnmountLocked(uint64_t segment_id, Clock::time_point now) {
-  auto it = segments_.find(segment_id);
-  if (it == segments_.end() || it->second->draining) return;
-  Segment& seg = *it->second;
-  seg.draining = true;
-  draining_.insert(segment_id);
-  placeable_.erase(std::find_if(placeable_.begin(), placeable_.end(),
-                                [&](const auto& p) { return p.first == segment_id; }));
-  auto client = clients_.find(seg.client_id);
-  if (client != clients_.end()) client->second.segments.erase(segment_id);
+void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
+                                       Clock::time_point now) {
+  std::vector<Segment*> going;
+  for (uint64_t id : segment_ids) {
+    auto it = segments_.find(id);
+    if (it == segments_.end() || it->second->draining) continue;
+    Segment& seg = *it->second;
+    seg.draining = true;
+    draining_.insert(id);
+    auto client = clients_.find(seg.client_id);
+    if (client != clients_.end()) client->second.segments.erase(id);
+    going.push_back(&seg);
+  }
+  if (going.empty()) return;
+  placeable_.erase(std::remove_if(placeable_.begin(), placeable_.end(),
+                                  [](const auto& p) { return p.second->draining; }),
+                   placeable_.end());
   ++view_version_;
-  bool writers = false;  // a put or upsert in flight had a replica here
-  // Puts and upserts in flight lose their replicas here and keep the others, whose space
-  // stays theirs until the writer ends, revokes or is discarded: a writer may be writing
-  // there now. (Bounded: the writers' reservations, max_client_inflight_ratio.)
+  // Puts and upserts in flight lose their replicas on draining segments and keep the others,
+  // whose space stays theirs until the writer ends, revokes or is discarded: a writer may be
+  // writing there now. One walk for all the segments (bounded: the writers' reservations,
+  // max_client_inflight_ratio).
+  std::unordered_set<uint64_t> written;  // draining segments a put or upsert in flight was on
+  auto drop = [&](Object* obj) {
+    for (const auto& p : obj->replicas) {
+      if (draining_.count(p.segment_id)) written.insert(p.segment_id);
+    }
+    const uint64_t before = InFlightBytes(*obj);
+    const bool none_left = DropDrainingLocked(obj);
+    ReleaseLocked(obj->owner, before - InFlightBytes(*obj));
+    return none_left;
+  };
   for (ObjectEntry* e = in_flight_.front(); e != nullptr;) {
     ObjectEntry* put = e;
     e = in_flight_.next(e);
-    if (!OnDrainingLocked(put->second)) continue;
-    writers = true;
-    const uint64_t before = InFlightBytes(put->second);
-    const bool none_left = DropDrainingLocked(&put->second);
-    ReleaseLocked(put->second.owner, before - InFlightBytes(put->second));
-    if (none_left) EraseObjectLocked(objects_.find(put->first), now);
+    if (OnDrainingLocked(put->second) && drop(&put->second)) {
+      EraseObjectLocked(objects_.find(put->first), now);
+    }
   }
   for (auto up = upserts_.begin(); up != upserts_.end();) {
-    if (!OnDrainingLocked(up->second)) {
-      ++up;
-      continue;
-    }
-    writers = true;
-    const uint64_t before = InFlightBytes(up->second);
-    const bool none_left = DropDrainingLocked(&up->second);
-    ReleaseLocked(up->second.owner, before - InFlightBytes(up->second));
-    up = none_left ? EraseUpsertLocked(up, now) : std::next(up);
+    up = OnDrainingLocked(up->second) && drop(&up->second) ? EraseUpsertLocked(up, now)
+                                                            : std::next(up);
   }
-  // Readers may hold addresses in this segment for one more lease TTL, and writers whose put
-  // had a replica here may write there until their put is discarded: a segment mounted again
-  // under this name (the same memory, perhaps) takes no new objects before then.
-  auto wait = std::chrono::duration_cast<Clock::duration>(
+  // Readers may hold addresses in these segments for one more lease TTL, and writers whose
+  // put had a replica there may write there until their put is discarded: a segment mounted
+  // again under one of these names (the same memory, perhaps) takes no new objects before then.
+  const auto lease = std::chrono::duration_cast<Clock::duration>(
       std::chrono::milliseconds(config_.default_kv_lease_ttl_ms));
-  if (writers) {
-    wait = std::max<Clock::duration>(wait,
-                                     std::chrono::seconds(config_.put_start_discard_timeout_s));
+  const auto discard = std::max<Clock::duration>(
+      lease, std::chrono::seconds(config_.put_start_discard_timeout_s));
+  for (uint64_t id : segment_ids) {
+    auto it = segments_.find(id);
+    if (it == segments_.end()) continue;
+    auto& until = dropped_names_[it->second->name];
+    until = std::max(until, now + (written.count(id) ? discard : lease));
   }
-  dropped_names_[seg.name] = now + wait;
 }
 
 bool MasterService::OnDrainingLocked(const Object& obj) const {
@@ -113,15 +123,24 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
     }
     hit.clear();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (uint64_t id : segment_ids) {
-    auto it = segments_.find(id);
-    if (it == segments_.end()) continue;
-    LOG(INFO) << "unmounted segment " << it->second->name << " of client "
-              << it->second->client_id;
-    draining_.erase(id);
-    segments_.erase(it);
-    ++counters_.unmounts;
+  std::vector<std::string> gone;  // logged after the lock: a line per segment is slow
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t id : segment_ids) {
+      auto it = segments_.find(id);
+      if (it == segments_.end()) continue;
+      gone.push_back(it->second->name + " of client " + it->second->client_id);
+      draining_.erase(id);
+      segments_.erase(it);
+      ++counters_.unmounts;
+    }
+  }
+  constexpr size_t kNamed = 8;  // a client's expiry may drop many: the first few by name
+  for (size_t i = 0; i < gone.size() && i < kNamed; ++i) {
+    LOG(INFO) << "unmounted segment " << gone[i];
+  }
+  if (gone.size() > kNamed) {
+    LOG(INFO) << "unmounted " << gone.size() - kNamed << " more segments";
   }
 }
 
@@ -150,7 +169,7 @@ rpc::UnmountSegmentResponse MasterService::UnmountSegment(const rpc::UnmountSegm
       if (!going) resp.set_message("no segment " + req.segment_name() + " is mounted at that base");
       return resp;
     }
-    BeginUnmountLocked(id, now_());
+    BeginUnmountLocked({id}, now_());
   }
   FinishUnmount({id});
   resp.set_code(Code(ErrorCode::OK));
