@@ -1,5 +1,7 @@
-// StoreClient::Impl, shared by store_client.cc (setup, heartbeat, teardown, the calls that are
-// one master RPC) and store_client_data.cc (moving objects: put, get, staging).
+// StoreClient::Impl, shared by the client's files: store_client.cc (setup, heartbeat,
+// teardown, the calls that are one master RPC), store_client_data.cc (puts, the copies,
+// staging), store_client_get.cc (gets), store_client_ranges.cc (ranged reads, get sessions,
+// replica clear) and store_client_put_session.cc (put sessions).
 #pragma once
 
 #include <glog/logging.h>
