@@ -81,18 +81,6 @@ RpcClient::Conn RpcClient::Take() {
   return Conn{};
 }
 
-bool RpcClient::MayResend(MasterMethod method) {
-  switch (method) {
-    case MasterMethod::kPing:
-    case MasterMethod::kGetReplicaList:  // a second lease, which lapses unused
-    case MasterMethod::kExistKey:
-    case MasterMethod::kGetStats:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void RpcClient::Give(Conn c) {
   std::lock_guard<std::mutex> lock(mu_);
   if (idle_.size() >= max_idle_) {
@@ -328,7 +316,8 @@ Status RpcClient::Finish(PendingCall* p, google::protobuf::MessageLite* response
   // it), or the method changes nothing (MayResend). A PutStart, Remove, ... whose bytes
   // all went out is not resent: a master that read it and then went away may have done it.
   // Any other failure is the call's.
-  if (!s.ok() && p->reused_ && closed_before_reply && (p->closed_ || MayResend(p->method_))) {
+  if (!s.ok() && p->reused_ && closed_before_reply &&
+      (p->closed_ || store::MayResend(p->method_))) {
     if (c->fd >= 0) close(c->fd);
     *c = Conn{};
     s = Connect(c, p->deadline_);

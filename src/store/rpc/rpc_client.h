@@ -97,7 +97,6 @@ class RpcClient {
                  bool* closed_before_reply);
   Status TimedOut(MasterMethod method) const;  // "did not answer within the RPC timeout"
   Conn Take();  // a pooled connection still open, or one with fd -1
-  static bool MayResend(MasterMethod method);  // whether a second arrival changes nothing
   void Give(Conn c);
 
   const std::string address_;

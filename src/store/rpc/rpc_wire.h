@@ -25,22 +25,35 @@ namespace store {
 constexpr size_t kFrameHeaderBytes = 16;
 constexpr char kFrameMagic[4] = {'M', 'C', 'R', '1'};
 
+// Every RPC of the master, once: X(Name, number, Request, Response, resend), the messages
+// those of proto/master.proto (namespace rpc). `resend`: a second arrival changes nothing,
+// so a call whose pooled connection the master had closed may be sent again (rpc_client.h).
+// The enum, the names, RpcClient's resend rule and the client's typed stub
+// (store/client/master_stub.h) are made from it; the master's dispatch (master_rpc.cc)
+// switches over the enum, so a method added here and not served there fails its build.
+#define MC_MASTER_METHODS(X)                                                          \
+  X(Ping, 1, PingRequest, PingResponse, true)                                         \
+  X(MountSegment, 2, MountSegmentRequest, MountSegmentResponse, false)                \
+  X(UnmountSegment, 3, UnmountSegmentRequest, UnmountSegmentResponse, false)          \
+  X(PutStart, 4, PutStartRequest, PutStartResponse, false)                            \
+  X(PutEnd, 5, KeysRequest, CodesResponse, false)                                     \
+  X(PutRevoke, 6, KeysRequest, CodesResponse, false)                                  \
+  X(GetReplicaList, 7, KeysRequest, GetReplicaListResponse, true) /* a lease lapses */ \
+  X(ExistKey, 8, KeysRequest, ExistResponse, true)                                    \
+  X(Remove, 9, KeysRequest, CodesResponse, false)                                     \
+  X(RemoveByRegex, 10, RemoveByRegexRequest, CountResponse, false)                    \
+  X(RemoveAll, 11, KeysRequest, CountResponse, false)                                 \
+  X(ReplicaClear, 12, ReplicaClearRequest, ReplicaClearResponse, false)               \
+  X(GetStats, 13, StatsRequest, StatsResponse, true)
+
 enum class MasterMethod : uint16_t {
-  kPing = 1,
-  kMountSegment = 2,
-  kUnmountSegment = 3,
-  kPutStart = 4,
-  kPutEnd = 5,
-  kPutRevoke = 6,
-  kGetReplicaList = 7,
-  kExistKey = 8,
-  kRemove = 9,
-  kRemoveByRegex = 10,
-  kRemoveAll = 11,
-  kReplicaClear = 12,
-  kGetStats = 13,
+#define MC_X(Name, number, Req, Resp, resend) k##Name = number,
+  MC_MASTER_METHODS(MC_X)
+#undef MC_X
 };
-constexpr uint16_t kMaxMethod = 13;
+#define MC_X(Name, number, Req, Resp, resend) +1
+constexpr uint16_t kMaxMethod = 0 MC_MASTER_METHODS(MC_X);  // numbered 1..kMaxMethod
+#undef MC_X
 
 enum class RpcStatus : uint16_t {
   kOk = 0,
@@ -112,11 +125,26 @@ inline std::string DescribeForeignBytes(const char* p, size_t n) {
 
 // The method's name, for log lines and messages ("?" for none).
 inline const char* MethodName(uint16_t method) {
-  static const char* const kNames[] = {
-      "?",      "Ping",           "MountSegment", "UnmountSegment", "PutStart",
-      "PutEnd", "PutRevoke",      "GetReplicaList", "ExistKey",     "Remove",
-      "RemoveByRegex", "RemoveAll", "ReplicaClear", "GetStats"};
-  return method <= kMaxMethod ? kNames[method] : "?";
+  switch (static_cast<MasterMethod>(method)) {
+#define MC_X(Name, number, Req, Resp, resend) \
+  case MasterMethod::k##Name:                 \
+    return #Name;
+    MC_MASTER_METHODS(MC_X)
+#undef MC_X
+  }
+  return "?";
+}
+
+// Whether a second arrival of `method` changes nothing (MC_MASTER_METHODS' `resend`).
+inline bool MayResend(MasterMethod method) {
+  switch (method) {
+#define MC_X(Name, number, Req, Resp, resend) \
+  case MasterMethod::k##Name:                 \
+    return resend;
+    MC_MASTER_METHODS(MC_X)
+#undef MC_X
+  }
+  return false;
 }
 
 }  // namespace store
