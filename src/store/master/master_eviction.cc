@@ -42,7 +42,7 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   uint64_t freed = 0;
   size_t victims = 0;
   auto done = [&] { return freed >= to_free || (victims >= kEvictChunk && freed >= needed); };
-  auto evict = [&](ObjectEntry* e) {
+  auto evict = [&](ObjectEntry* e) MC_REQUIRES(mu_) {
     freed += e->second.size * e->second.replicas.size();
     ++victims;
     ++counters_.evicted_objects;
@@ -59,7 +59,7 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   auto next_plain = [&] {
     while (plain != nullptr && Leased(plain->second, now)) plain = lru_.next(plain);
   };
-  auto next_lapsed = [&] {
+  auto next_lapsed = [&]() MC_REQUIRES(mu_) {
     while (soft != nullptr && now - soft->second.last_access >= min_soft_pin_ttl_ &&
            (pinned(soft) || Leased(soft->second, now))) {
       soft = pinned_lru_.next(soft);

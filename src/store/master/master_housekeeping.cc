@@ -12,7 +12,7 @@ namespace store {
 
 rpc::StatsResponse MasterService::GetStats() {
   rpc::StatsResponse resp;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   resp.set_capacity(CapacityLocked());
   resp.set_allocated(AllocatedLocked());
   resp.set_keys(objects_.size());
@@ -24,12 +24,12 @@ rpc::StatsResponse MasterService::GetStats() {
 
 void MasterService::Tick() {
   std::vector<uint64_t> dropped;  // segments of expired clients: walked after the lock
-  TickLocked(&dropped);
+  HousekeepUnderLock(&dropped);
   FinishUnmount(dropped);
 }
 
-void MasterService::TickLocked(std::vector<uint64_t>* dropped) {
-  std::lock_guard<std::mutex> lock(mu_);
+void MasterService::HousekeepUnderLock(std::vector<uint64_t>* dropped) {
+  MutexLock lock(&mu_);
   const auto now = now_();
   for (auto it = clients_.begin(); it != clients_.end();) {
     if (it->second.last_ping + std::chrono::seconds(config_.client_ttl_s) > now) {
@@ -72,7 +72,7 @@ void MasterService::TickLocked(std::vector<uint64_t>* dropped) {
 }
 
 std::string MasterService::MetricsText() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::ostringstream out;
   auto gauge = [&](const char* name, const char* help, uint64_t v) {
     out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"

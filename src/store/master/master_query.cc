@@ -12,7 +12,7 @@ ErrorCode MasterService::QueryKey(const std::string& key,
                                   std::vector<ReplicaView>* replicas) const {
   replicas->clear();
   if (key.empty() || key.size() > kMaxKeyBytes) return ErrorCode::INVALID_KEY;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (it == objects_.end() || !it->second.complete) return ErrorCode::OBJECT_NOT_FOUND;
   for (const auto& p : it->second.replicas) {
@@ -29,7 +29,7 @@ std::vector<std::string> MasterService::ListKeys(size_t max_keys, size_t max_byt
   std::vector<std::string> keys;
   size_t bytes = 0;
   *total = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Complete objects are all objects but the ones in flight.
   *total = objects_.size() - std::min(objects_.size(), in_flight_.size());
   for (const auto& [key, obj] : objects_) {
@@ -44,7 +44,7 @@ std::vector<std::string> MasterService::ListKeys(size_t max_keys, size_t max_byt
 std::vector<MasterService::SegmentView> MasterService::ListSegments(size_t max_segments,
                                                                     size_t* total) const {
   std::vector<SegmentView> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   *total = placeable_.size();
   for (const auto& [id, seg] : placeable_) {  // in mount order
     if (out.size() >= max_segments) break;
@@ -56,7 +56,7 @@ std::vector<MasterService::SegmentView> MasterService::ListSegments(size_t max_s
 
 MasterService::Summary MasterService::GetSummary() const {
   Summary s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s.capacity = CapacityLocked();
   s.allocated = AllocatedLocked();
   s.keys = objects_.size();

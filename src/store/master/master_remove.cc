@@ -54,11 +54,11 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
   if (!batch.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(batch);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.refused_requests;
     return resp;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto now = now_();
   PrefetchLocked(req.keys_size(), [&](size_t i) -> const std::string& {
     return req.keys(static_cast<int>(i));
@@ -147,7 +147,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
   std::vector<std::string> candidates, victims;
   for (bool done = false; !done;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const auto now = now_();
       done = objects_.Scan(&cursor, 2 * kRemoveChunk, [&](const ObjectEntry& e) {
         if (e.second.complete && (force || !Leased(e.second, now))) {
@@ -160,7 +160,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
     }
     candidates.clear();
     if (victims.empty()) continue;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const auto now = now_();
     for (const std::string& key : victims) {
       auto it = objects_.find(key);
@@ -185,7 +185,7 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
   if (problem.empty() && !req.segment_name().empty()) {
     problem = NameProblem("segment name", req.segment_name());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);

@@ -49,7 +49,7 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
       return resp;
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [id, seg] : segments_) {
     if (seg->draining) continue;  // going: a mount of the same range is a new segment
     const bool overlap = req.base() < seg->base + seg->size && seg->base < req.base() + req.size();
@@ -114,7 +114,7 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
 
 rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
   rpc::PingResponse resp;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = clients_.find(req.client_id());
   resp.set_code(Code(ErrorCode::OK));
   resp.set_view_version(view_version_);
@@ -140,13 +140,13 @@ bool MasterService::PlaceLocked(const std::string& key, uint64_t size,
                                 Clock::time_point now) {
   const size_t want = std::max<uint32_t>(1, config.replica_num());
   // One replica per segment name (a client's segments count as one place).
-  auto name_used = [&](const std::string& name) {
+  auto name_used = [&](const std::string& name) MC_REQUIRES(mu_) {
     for (const auto& p : obj->replicas) {
       if (segments_.at(p.segment_id)->name == name) return true;
     }
     return false;
   };
-  auto try_place = [&](uint64_t id, Segment* seg) {
+  auto try_place = [&](uint64_t id, Segment* seg) MC_REQUIRES(mu_) {
     if (seg->alloc_after > now || (!obj->replicas.empty() && name_used(seg->name))) return;
     auto space = seg->alloc.Allocate(size);
     if (!space) return;
@@ -226,7 +226,7 @@ rpc::PutStartResponse MasterService::PutStart(const rpc::PutStartRequest& req) {
 void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartResponse* out) {
   rpc::PutStartResponse& resp = *out;
   const std::string problem = PutStartProblem(req);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);
@@ -383,7 +383,7 @@ ErrorCode MasterService::FindInFlightLocked(const std::string& key, uint64_t has
 rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
   rpc::CodesResponse resp;
   const std::string problem = KeysProblem("PutEnd", req);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);
@@ -422,7 +422,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
 rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
   rpc::CodesResponse resp;
   const std::string problem = KeysProblem("PutRevoke", req);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);
@@ -458,7 +458,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
                                        rpc::GetReplicaListResponse* out) {
   rpc::GetReplicaListResponse& resp = *out;
   const std::string problem = KeysProblem("GetReplicaList", req);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);
@@ -487,7 +487,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     }
     Object& obj = it->second;
     if (!draining_.empty() && std::all_of(obj.replicas.begin(), obj.replicas.end(),
-                                          [&](const auto& p) {
+                                          [&](const auto& p) MC_REQUIRES(mu_) {
                                             return draining_.count(p.segment_id) > 0;
                                           })) {
       ++counters_.get_miss;  // every replica is on a segment being unmounted: gone
@@ -517,7 +517,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
 rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
   rpc::ExistResponse resp;
   const std::string problem = KeysProblem("ExistKey", req);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);

@@ -51,7 +51,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <queue>
 #include <random>
 #include <string>
@@ -59,6 +58,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "master.pb.h"
 #include "mooncake/store/error_code.h"
 #include "store/master/master_records.h"
@@ -174,39 +174,39 @@ class MasterService {
   // table's cache misses issued together (slots, then records, then key bytes and list
   // neighbours: object_table.h), so that the loop finds them in cache.
   template <class KeyAt>
-  void PrefetchLocked(size_t n, KeyAt&& key_at);
+  void PrefetchLocked(size_t n, KeyAt&& key_at) MC_REQUIRES(mu_);
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
-                   Object* obj, Clock::time_point now);
+                   Object* obj, Clock::time_point now) MC_REQUIRES(mu_);
   // Open addressing in shards, records that never move (object_table.h).
   using ObjectMap = ObjectTable<Object>;
   using ObjectEntry = ObjectMap::Entry;  // std::pair<const std::string, Object>
   // Frees the object's replicas and forgets it; returns the next iterator.
-  ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it, Clock::time_point now);
+  ObjectMap::iterator EraseObjectLocked(ObjectMap::iterator it, Clock::time_point now) MC_REQUIRES(mu_);
   // Puts an entry of objects_ at the back of the list its state calls for (in flight, least
   // recently used, soft-pinned least recently used), or in none (hard-pinned); after a
   // change of state or an access.
-  void ListLocked(ObjectEntry* e);
-  void UnlistLocked(ObjectEntry* e);
+  void ListLocked(ObjectEntry* e) MC_REQUIRES(mu_);
+  void UnlistLocked(ObjectEntry* e) MC_REQUIRES(mu_);
   // PutStart of one item with req.upsert(): OK (result filled), or why not.
   void UpsertStartLocked(const rpc::PutStartRequest& req, const rpc::PutStartItem& item,
                          const ClientName& owner, Clock::time_point now,
-                         rpc::PutStartResult* result);
+                         rpc::PutStartResult* result) MC_REQUIRES(mu_);
   // PutEnd / PutRevoke of an upsert in flight: true when `key` was one of `client`'s.
   bool UpsertEndLocked(const std::string& key, const std::string& client, bool commit,
-                       Clock::time_point now);
+                       Clock::time_point now) MC_REQUIRES(mu_);
   // Builds the record of a new object (not placed yet) of `owner` (req's client).
   Object NewObjectLocked(const rpc::PutStartRequest& req, uint64_t size, const ClientName& owner,
-                         Clock::time_point now);
+                         Clock::time_point now) MC_REQUIRES(mu_);
   // Places `obj` (evicting if needed); false after filling `result` with the failure.
   bool PlaceOrFailLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
-                         Object* obj, rpc::PutStartResult* result, Clock::time_point now);
+                         Object* obj, rpc::PutStartResult* result, Clock::time_point now) MC_REQUIRES(mu_);
   // The object `client` is putting under `key` (OK), or why PutEnd / PutRevoke cannot apply.
   ErrorCode FindInFlightLocked(const std::string& key, uint64_t hash, const std::string& client,
-                               ObjectMap::iterator* it);
+                               ObjectMap::iterator* it) MC_REQUIRES(mu_);
   // Frees the replicas' space, or (while the object is leased) moves it to the graveyard.
-  void FreeObjectLocked(const Object& obj, Clock::time_point now);
-  void ReapGraveyardLocked(Clock::time_point now);
-  uint64_t GraveyardBytesLocked() const;
+  void FreeObjectLocked(const Object& obj, Clock::time_point now) MC_REQUIRES(mu_);
+  void ReapGraveyardLocked(Clock::time_point now) MC_REQUIRES(mu_);
+  uint64_t GraveyardBytesLocked() const MC_REQUIRES(mu_);
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
   // `done_client` (or ""): a client with no read in flight, whose own leases need not delay
   // the freeing.
@@ -214,82 +214,86 @@ class MasterService {
                                  const std::function<bool(const std::string&)>& match);
   // Ends the object's lease now when `client` holds it alone (latest grant theirs, every
   // other client's lapsed), so that its space is freed at once.
-  void EndOwnLeaseLocked(Object* obj, const std::string& client, Clock::time_point now);
+  void EndOwnLeaseLocked(Object* obj, const std::string& client, Clock::time_point now) MC_REQUIRES(mu_);
   // Evicts toward `needed` more bytes keeping usage at (watermark - ratio): at least `needed`
   // bytes where anything is evictable, but beyond that at most kEvictChunk objects, the rest
   // left to the next calls (evicting_); returns bytes freed.
-  uint64_t EvictLocked(uint64_t needed, Clock::time_point now);
+  uint64_t EvictLocked(uint64_t needed, Clock::time_point now) MC_REQUIRES(mu_);
   // Above the high watermark, or still evicting toward the low one: evicts the next chunk.
-  void EvictIfFullLocked(Clock::time_point now);
+  void EvictIfFullLocked(Clock::time_point now) MC_REQUIRES(mu_);
   // Unmount, in two steps so that the lock is not held for the whole table walk:
   // BeginUnmountLocked marks the segments draining (no placement, no replica handed out),
   // forgets them in their clients, sets their names' reuse times, and drops their replicas
   // from the puts and upserts in flight now, in one walk (they keep the others); FinishUnmount (without the lock) walks
   // the complete objects in chunks, dropping replicas on draining segments (an object left
   // with none is removed), then erases the segments.
-  void BeginUnmountLocked(const std::vector<uint64_t>& segment_ids, Clock::time_point now);
-  // Tick's work under the lock; the segments of expired clients into *dropped.
-  void TickLocked(std::vector<uint64_t>* dropped);
+  void BeginUnmountLocked(const std::vector<uint64_t>& segment_ids, Clock::time_point now) MC_REQUIRES(mu_);
+  // Tick's work, which takes the lock; the segments of expired clients into *dropped.
+  void HousekeepUnderLock(std::vector<uint64_t>* dropped) MC_EXCLUDES(mu_);
   void FinishUnmount(const std::vector<uint64_t>& segment_ids);
   // Drops e's replicas on draining segments; true when none is left.
-  bool DropDrainingLocked(Object* obj);
-  bool OnDrainingLocked(const Object& obj) const;
+  bool DropDrainingLocked(Object* obj) MC_REQUIRES(mu_);
+  bool OnDrainingLocked(const Object& obj) const MC_REQUIRES(mu_);
   // The client's bytes in flight (InFlightBytes of its puts and upserts).
-  void ReserveLocked(const ClientName& owner, uint64_t bytes);
-  void ReleaseLocked(const ClientName& owner, uint64_t bytes);
+  void ReserveLocked(const ClientName& owner, uint64_t bytes) MC_REQUIRES(mu_);
+  void ReleaseLocked(const ClientName& owner, uint64_t bytes) MC_REQUIRES(mu_);
   static uint64_t InFlightBytes(const Object& obj);
   // Erases an upsert in flight, freeing its space (and its writer's reservation).
   std::unordered_map<std::string, Object>::iterator EraseUpsertLocked(
-      std::unordered_map<std::string, Object>::iterator it, Clock::time_point now);
+      std::unordered_map<std::string, Object>::iterator it, Clock::time_point now) MC_REQUIRES(mu_);
   static bool Leased(const Object& obj, Clock::time_point now);
   void FillReplicasLocked(const Object& obj, bool complete_only,
-                          google::protobuf::RepeatedPtrField<rpc::Replica>* out) const;
-  uint64_t CapacityLocked() const;
-  uint64_t AllocatedLocked() const;
+                          google::protobuf::RepeatedPtrField<rpc::Replica>* out) const MC_REQUIRES(mu_);
+  uint64_t CapacityLocked() const MC_REQUIRES(mu_);
+  uint64_t AllocatedLocked() const MC_REQUIRES(mu_);
 
   const MasterConfig config_;
   const NowFn now_;
-  mutable std::mutex mu_;
-  uint64_t next_segment_id_ = 1;
-  uint64_t view_version_ = 1;
-  size_t placement_cursor_ = 0;
-  std::vector<std::pair<uint64_t, Segment*>> place_order_;  // PlaceLocked's scratch
+  mutable Mutex mu_;  // every member below
+  uint64_t next_segment_id_ MC_GUARDED_BY(mu_) = 1;
+  uint64_t view_version_ MC_GUARDED_BY(mu_) = 1;
+  size_t placement_cursor_ MC_GUARDED_BY(mu_) = 0;
+  // PlaceLocked's scratch.
+  std::vector<std::pair<uint64_t, Segment*>> place_order_ MC_GUARDED_BY(mu_);
   // The segments that take objects (mounted, not draining), in mount order: placement walks
   // it from a rotating cursor.
-  std::vector<std::pair<uint64_t, Segment*>> placeable_;
-  std::unordered_set<uint64_t> draining_;  // ids of segments being unmounted
-  std::vector<uint64_t> hashes_;               // PrefetchLocked's
-  std::vector<const ObjectEntry*> prefetched_;  // PrefetchLocked's scratch
-  std::map<uint64_t, std::unique_ptr<Segment>> segments_;
-  std::unordered_map<std::string, Client> clients_;
+  std::vector<std::pair<uint64_t, Segment*>> placeable_ MC_GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> draining_ MC_GUARDED_BY(mu_);  // ids of segments being unmounted
+  std::vector<uint64_t> hashes_ MC_GUARDED_BY(mu_);               // PrefetchLocked's
+  std::vector<const ObjectEntry*> prefetched_ MC_GUARDED_BY(mu_);  // PrefetchLocked's scratch
+  std::map<uint64_t, std::unique_ptr<Segment>> segments_ MC_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Client> clients_ MC_GUARDED_BY(mu_);
   // Replica bytes of each writer's puts and upserts in flight (absent: none).
-  std::unordered_map<std::string, uint64_t> inflight_bytes_;
+  std::unordered_map<std::string, uint64_t> inflight_bytes_ MC_GUARDED_BY(mu_);
   // The client ids that objects name (their writer, their latest lease holder): declared
   // before the tables whose records refer to it, so it outlives them.
-  ClientNames client_names_;
-  ObjectMap objects_;
+  ClientNames client_names_ MC_GUARDED_BY(mu_);
+  ObjectMap objects_ MC_GUARDED_BY(mu_);
   // Upserts in flight of keys whose current value (in objects_) stays visible until their
   // PutEnd replaces it (master_upsert.cc).
-  std::unordered_map<std::string, Object> upserts_;
+  std::unordered_map<std::string, Object> upserts_ MC_GUARDED_BY(mu_);
   // Entries of objects_ still being written, in PutStart order; complete ones that eviction
   // may take, least recently used first (plain, then soft-pinned): see ListLocked.
-  RecordList<ObjectEntry> in_flight_{1}, lru_{2}, pinned_lru_{3};
+  RecordList<ObjectEntry> in_flight_ MC_GUARDED_BY(mu_){1};
+  RecordList<ObjectEntry> lru_ MC_GUARDED_BY(mu_){2};
+  RecordList<ObjectEntry> pinned_lru_ MC_GUARDED_BY(mu_){3};
   // The shortest soft pin TTL of any object so far: no soft pin has lapsed whose object was
   // accessed more recently than that (bounds EvictLocked's walk of pinned_lru_).
-  Clock::duration min_soft_pin_ttl_ = Clock::duration::max();
-  bool evicting_ = false;  // an eviction toward the low watermark is under way
+  Clock::duration min_soft_pin_ttl_ MC_GUARDED_BY(mu_) = Clock::duration::max();
+  // An eviction toward the low watermark is under way.
+  bool evicting_ MC_GUARDED_BY(mu_) = false;
   // Soonest free_at on top: a reap costs only the graves it frees. Graves of a segment
   // unmounted since are dropped when they come up (segment ids are never reused).
   struct FreesLater {
     bool operator()(const Grave& a, const Grave& b) const { return a.free_at > b.free_at; }
   };
-  std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_;
-  uint64_t graveyard_bytes_ = 0;
+  std::priority_queue<Grave, std::vector<Grave>, FreesLater> graveyard_ MC_GUARDED_BY(mu_);
+  uint64_t graveyard_bytes_ MC_GUARDED_BY(mu_) = 0;
   // Segment names unmounted lately -> until when a segment mounted under that name again
   // takes no new objects (the unmount time plus one lease TTL).
-  std::unordered_map<std::string, Clock::time_point> dropped_names_;
-  MasterCounters counters_;
-  std::mt19937_64 lease_ids_;  // seeded from std::random_device
+  std::unordered_map<std::string, Clock::time_point> dropped_names_ MC_GUARDED_BY(mu_);
+  MasterCounters counters_ MC_GUARDED_BY(mu_);
+  std::mt19937_64 lease_ids_ MC_GUARDED_BY(mu_);  // seeded from std::random_device
 };
 
 }  // namespace store

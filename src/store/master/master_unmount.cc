@@ -36,7 +36,7 @@ void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
   // writing there now. One walk for all the segments (bounded: the writers' reservations,
   // max_client_inflight_ratio).
   std::unordered_set<uint64_t> written;  // draining segments a put or upsert in flight was on
-  auto drop = [&](Object* obj) {
+  auto drop = [&](Object* obj) MC_REQUIRES(mu_) {
     for (const auto& p : obj->replicas) {
       if (draining_.count(p.segment_id)) written.insert(p.segment_id);
     }
@@ -82,7 +82,9 @@ bool MasterService::OnDrainingLocked(const Object& obj) const {
 bool MasterService::DropDrainingLocked(Object* obj) {
   auto& reps = obj->replicas;
   reps.erase(std::remove_if(reps.begin(), reps.end(),
-                            [&](const auto& p) { return draining_.count(p.segment_id) > 0; }),
+                            [&](const auto& p) MC_REQUIRES(mu_) {
+                              return draining_.count(p.segment_id) > 0;
+                            }),
              reps.end());
   return reps.empty();
 }
@@ -91,7 +93,7 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
   if (segment_ids.empty()) return;
   bool walk = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (uint64_t id : segment_ids) {
       auto it = segments_.find(id);
       // Nothing allocated there: no object has a replica on it (the walk is skipped).
@@ -104,9 +106,10 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
   ObjectMap::Cursor cursor;
   std::vector<std::string> hit;
   for (bool done = !walk; !done;) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const auto now = now_();
     done = objects_.Scan(&cursor, 2 * kRemoveChunk, [&](const ObjectEntry& e) {
+      mu_.AssertHeld();  // Scan calls it here
       if (OnDrainingLocked(e.second)) hit.push_back(e.first);
     });
     for (const std::string& key : hit) {
@@ -125,7 +128,7 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
   }
   std::vector<std::string> gone;  // logged after the lock: a line per segment is slow
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (uint64_t id : segment_ids) {
       auto it = segments_.find(id);
       if (it == segments_.end()) continue;
@@ -148,7 +151,7 @@ rpc::UnmountSegmentResponse MasterService::UnmountSegment(const rpc::UnmountSegm
   rpc::UnmountSegmentResponse resp;
   uint64_t id = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     bool going = false;
     for (const auto& [sid, seg] : segments_) {
       if (seg->name != req.segment_name() || seg->base != req.base()) continue;
