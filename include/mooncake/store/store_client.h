@@ -28,6 +28,8 @@ class TransferEngine;
 
 namespace store {
 
+class MasterStub;
+
 struct ReplicateConfig {
   size_t replica_num = 1;
   bool with_soft_pin = false;
@@ -50,6 +52,9 @@ struct StoreClientOptions {
   std::string master_server_addr = "127.0.0.1:50051";
   // A running engine to share (the Python `engine=` argument); null: the client makes its own.
   std::shared_ptr<TransferEngine> engine;
+  // The master to call in place of master_server_addr's (tests: an in-process master,
+  // src/store/testing/in_process_master.h); null: the RPC client of master_server_addr.
+  std::shared_ptr<MasterStub> master;
   std::chrono::milliseconds rpc_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds transfer_timeout{30000};  // plus 1 ms per MiB moved

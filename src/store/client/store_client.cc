@@ -1,9 +1,7 @@
 // StoreClient: setup (master ping, engine, segment and local buffer, mount), the heartbeat,
-// teardown, and the calls that are one master RPC. Moving objects: store_client_data.cc.
-#include <sys/mman.h>
-
-#include <cerrno>
-#include <cstring>
+// teardown, and the calls that are one master RPC. Moving objects: store_client_put.cc,
+// store_client_get.cc.
+#include <cstdio>
 #include <random>
 
 #include "store/client/store_client_impl.h"
@@ -12,8 +10,8 @@ namespace mooncake {
 namespace store {
 
 namespace {
+
 constexpr uint64_t kMinLocalBuffer = 4096;
-}  // namespace
 
 std::string RandomClientId() {
   std::random_device rd;
@@ -23,6 +21,10 @@ std::string RandomClientId() {
                 static_cast<unsigned long long>(gen()));
   return buf;
 }
+
+}  // namespace
+
+StoreClient::Impl::Impl(StoreClientOptions o) : opt(std::move(o)), client_id(RandomClientId()) {}
 
 int StoreClient::Impl::Start(std::string* message) {
   auto fail = [&](ErrorCode c, const std::string& m) {
@@ -40,19 +42,40 @@ int StoreClient::Impl::Start(std::string* message) {
                     " bytes (it stages puts and gets of unregistered memory)");
   }
   // A call connects (again, after a master restart) when it has no connection: no backoff.
-  master = std::make_unique<RpcClient>(opt.master_server_addr);
+  master = opt.master ? opt.master : MakeRpcMasterStub(opt.master_server_addr, opt.rpc_timeout);
   {
     rpc::PingRequest req;
     req.set_client_id(client_id);
     rpc::PingResponse resp;
-    if (Call("store setup (ping)", MasterMethod::kPing, req, &resp) != 0) {
-      return fail(ErrorCode::RPC_FAIL, "the master at " + opt.master_server_addr +
+    if (Checked("store setup (ping)", master->Ping(req, &resp)) != 0) {
+      return fail(ErrorCode::RPC_FAIL, "the master at " + master->address() +
                                            " does not answer: is mooncake_master running there?");
     }
   }
+  int rc = StartEngine(message);
+  if (rc == 0) rc = StartMemory(message);
+  if (rc != 0) {
+    LOG(ERROR) << "store setup: " << *message;
+    return rc;
+  }
+  if (segment != nullptr) {
+    rc = Mount();
+    if (rc != 0) return fail(static_cast<ErrorCode>(rc), "mounting the segment failed");
+  }
+  heartbeat_ = std::make_unique<Heartbeat>(opt.heartbeat_interval, [this] { Beat(); });
+  heartbeat_->Start();
+  LOG(INFO) << "store client " << client_id << " ready: segment " << seg_name << " ("
+            << opt.global_segment_size << " bytes), local buffer " << opt.local_buffer_size
+            << " bytes, master " << master->address();
+  return 0;
+}
+
+// The engine: the caller's, or our own.
+int StoreClient::Impl::StartEngine(std::string* message) {
   if (opt.engine) {
     if (!opt.engine->initialized()) {
-      return fail(ErrorCode::INVALID_PARAMS, "the engine passed in is not initialized");
+      *message = "the engine passed in is not initialized";
+      return ToInt(ErrorCode::INVALID_PARAMS);
     }
     engine = opt.engine;
   } else {
@@ -64,51 +87,39 @@ int StoreClient::Impl::Start(std::string* message) {
     Status s = InitClientEngine(opt.metadata_server, opt.local_hostname, any ? "" : opt.protocol,
                                 EngineOptions::FromEnvironment(), &engine, &port_hold);
     if (!s.ok()) {
-      return fail(ErrorCode::INTERNAL_ERROR, "transfer engine init failed: " + s.ToString());
+      *message = "transfer engine init failed: " + s.ToString();
+      return ToInt(ErrorCode::INTERNAL_ERROR);
     }
   }
   seg_name = engine->GetLocalSegmentName();
-  // The staging buffer holds values being put or got: only this process uses it, so it is
-  // registered without remote access (not in the segment's descriptor; a peer's request for
-  // a range in it is refused), as upstream does.
-  // local_buffer_size 0 (zero-copy users): no staging; unregistered memory is refused.
-  void* buf = opt.local_buffer_size == 0
-                  ? nullptr
-                  : ::mmap(nullptr, opt.local_buffer_size, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (buf == MAP_FAILED) {
-    return fail(ErrorCode::INTERNAL_ERROR, "cannot allocate the local buffer of " +
-                                               std::to_string(opt.local_buffer_size) +
-                                               " bytes: " + std::strerror(errno));
-  }
-  if (buf != nullptr) {
-    Status reg = engine->RegisterLocalMemory(buf, opt.local_buffer_size, "cpu:0",
-                                             /*remote_accessible=*/false);
-    if (!reg.ok()) {
-      ::munmap(buf, opt.local_buffer_size);
-      return fail(ErrorCode::INTERNAL_ERROR,
-                  "cannot register the local buffer: " + reg.ToString());
+  segments = std::make_unique<OpenedSegments>(engine.get());
+  return 0;
+}
+
+// The local buffer (staging; none with local_buffer_size 0: zero-copy users, unregistered
+// memory is refused), the global segment, and the copier over them.
+int StoreClient::Impl::StartMemory(std::string* message) {
+  if (opt.local_buffer_size != 0) {
+    auto st = Staging::Create(engine.get(), opt.local_buffer_size);
+    if (!st.ok()) {
+      *message = st.status().message();
+      return ToInt(ErrorCode::INTERNAL_ERROR);
     }
-    local_buf = buf;
-    staging = std::make_unique<AddressedAllocator>(opt.local_buffer_size, 64);
-    registered[reinterpret_cast<uintptr_t>(local_buf)] = opt.local_buffer_size;
+    staging = std::move(*st);
+    registrations.Add(staging->base(), staging->size());
   }
   if (opt.global_segment_size > 0) {
     auto seg = engine->AllocateSharedMemory(opt.global_segment_size);
     if (!seg.ok()) {
-      return fail(ErrorCode::INTERNAL_ERROR, "cannot allocate the global segment of " +
-                                                 std::to_string(opt.global_segment_size) +
-                                                 " bytes: " + seg.status().ToString());
+      *message = "cannot allocate the global segment of " +
+                 std::to_string(opt.global_segment_size) + " bytes: " + seg.status().ToString();
+      return ToInt(ErrorCode::INTERNAL_ERROR);
     }
     segment = *seg;
-    registered[reinterpret_cast<uintptr_t>(segment)] = opt.global_segment_size;
-    int rc = Mount();
-    if (rc != 0) return fail(static_cast<ErrorCode>(rc), "mounting the segment failed");
+    registrations.Add(segment, opt.global_segment_size);
   }
-  heartbeat = std::thread([this] { HeartbeatLoop(); });
-  LOG(INFO) << "store client " << client_id << " ready: segment " << seg_name << " ("
-            << opt.global_segment_size << " bytes), local buffer " << opt.local_buffer_size
-            << " bytes, master " << opt.master_server_addr;
+  copier = std::make_unique<Copier>(engine.get(), seg_name, &registrations, staging.get(),
+                                    segments.get(), opt.transfer_timeout);
   return 0;
 }
 
@@ -118,54 +129,40 @@ int StoreClient::Impl::Mount() {
   req.set_segment_name(seg_name);
   req.set_base(reinterpret_cast<uint64_t>(segment));
   req.set_size(opt.global_segment_size);
-  req.set_remount(mounted_once);
+  req.set_remount(mounted_once_);
   rpc::MountSegmentResponse resp;
-  int rc = Call("MountSegment", MasterMethod::kMountSegment, req, &resp);
+  int rc = Checked("MountSegment", master->MountSegment(req, &resp));
   if (rc != 0) return rc;
-  if (resp.code() == 0) mounted_once = true;
+  if (resp.code() == 0) mounted_once_ = true;
   if (resp.code() != 0) {
     LOG(ERROR) << "MountSegment: " << ErrorCodeName(resp.code()) << ": " << resp.message();
   }
   return resp.code();
 }
 
-void StoreClient::Impl::HeartbeatLoop() {
-  bool lost = false;
-  std::unique_lock<std::mutex> lock(hb_mu);
-  while (!stopping) {
-    hb_cv.wait_for(lock, opt.heartbeat_interval, [this] { return stopping; });
-    if (stopping) break;
-    lock.unlock();
-    rpc::PingRequest req;
-    req.set_client_id(client_id);
-    rpc::PingResponse resp;
-    Status s = master->Call(MasterMethod::kPing, req, &resp, opt.rpc_timeout);
-    if (!s.ok()) {
-      if (!lost) LOG(WARNING) << "store heartbeat: master unreachable: " << s.message();
-      lost = true;
-    } else {
-      if (lost) LOG(INFO) << "store heartbeat: master reachable again";
-      lost = false;
-      if (!resp.client_known() && segment != nullptr) {
-        LOG(WARNING) << "store heartbeat: the master no longer knows this client (restarted, or "
-                        "the heartbeat was late past client_ttl): remounting the segment; "
-                        "objects stored in it before are gone";
-        (void)Mount();
-      }
-    }
-    lock.lock();
+void StoreClient::Impl::Beat() {
+  rpc::PingRequest req;
+  req.set_client_id(client_id);
+  rpc::PingResponse resp;
+  Status s = master->Ping(req, &resp);
+  if (!s.ok()) {
+    if (!master_lost_) LOG(WARNING) << "store heartbeat: master unreachable: " << s.message();
+    master_lost_ = true;
+    return;
+  }
+  if (master_lost_) LOG(INFO) << "store heartbeat: master reachable again";
+  master_lost_ = false;
+  if (!resp.client_known() && segment != nullptr) {
+    LOG(WARNING) << "store heartbeat: the master no longer knows this client (restarted, or "
+                    "the heartbeat was late past client_ttl): remounting the segment; "
+                    "objects stored in it before are gone";
+    (void)Mount();
   }
 }
 
 int StoreClient::Impl::Close() {
-  {
-    std::lock_guard<std::mutex> lock(hb_mu);
-    if (closed) return 0;
-    closed = true;
-    stopping = true;
-  }
-  hb_cv.notify_all();
-  if (heartbeat.joinable()) heartbeat.join();
+  if (closed.exchange(true)) return 0;
+  if (heartbeat_) heartbeat_->Stop();
   int rc = 0;
   if (segment != nullptr && master) {
     rpc::UnmountSegmentRequest req;
@@ -173,91 +170,23 @@ int StoreClient::Impl::Close() {
     req.set_segment_name(seg_name);
     req.set_base(reinterpret_cast<uint64_t>(segment));
     rpc::UnmountSegmentResponse resp;
-    rc = Call("UnmountSegment", MasterMethod::kUnmountSegment, req, &resp);
+    rc = Checked("UnmountSegment", master->UnmountSegment(req, &resp));
     if (rc == 0 && resp.code() != 0 && resp.code() != ToInt(ErrorCode::SEGMENT_NOT_FOUND)) {
       rc = resp.code();
     }
   }
   if (engine) {
-    {
-      std::lock_guard<std::mutex> lock(open_mu);
-      for (const auto& [name, id] : opened) (void)engine->CloseSegment(id);
-      opened.clear();
-    }
+    if (segments) segments->CloseAll();
     if (segment != nullptr) (void)engine->FreeSharedMemory(segment);
-    {
-      std::lock_guard<std::mutex> lock(reg_mu);
-      for (void* p : shared_bufs) (void)engine->FreeSharedMemory(p);
-      shared_bufs.clear();
-      nested.clear();
-    }
-    if (local_buf != nullptr) {
-      Status s = engine->UnregisterLocalMemory(local_buf);
-      // Still in use by a transfer that did not end: leak it rather than free it under one.
-      if (s.ok()) ::munmap(local_buf, opt.local_buffer_size);
-      else LOG(WARNING) << "store close: the local buffer stays allocated: " << s.ToString();
-    }
-    {
-      std::lock_guard<std::mutex> lock(reg_mu);
-      // Buffers the caller registered through us stay the caller's to unregister on a shared
-      // engine; on our own engine they go with it.
-      registered.clear();
-    }
+    // Buffers the caller registered through us stay the caller's to unregister on a shared
+    // engine; on our own engine they go with it. Pools go with us either way.
+    for (void* p : registrations.Clear()) (void)engine->FreeSharedMemory(p);
+    if (staging) staging->Release();
   }
-  segment = local_buf = nullptr;
+  segment = nullptr;
   engine.reset();
   port_hold.reset();
   return rc;
-}
-
-bool StoreClient::Impl::IsRegistered(const void* p, size_t n) {
-  uint64_t lo, len;
-  return RegisteredRange(p, n, &lo, &len);
-}
-
-bool StoreClient::Impl::RegisteredRange(const void* p, size_t n, uint64_t* lo, uint64_t* len) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(reg_mu);
-  auto it = registered.upper_bound(a);
-  if (it == registered.begin()) return false;
-  --it;
-  if (a < it->first || a + n > it->first + it->second) return false;
-  *lo = it->first;
-  *len = it->second;
-  return true;
-}
-
-Result<SegmentID> StoreClient::Impl::Open(const std::string& name) {
-  {
-    std::lock_guard<std::mutex> lock(open_mu);
-    auto it = opened.find(name);
-    if (it != opened.end()) return it->second;
-  }
-  MC_ASSIGN_OR_RETURN(SegmentID id, engine->OpenSegment(name));
-  std::lock_guard<std::mutex> lock(open_mu);
-  auto [it, inserted] = opened.emplace(name, id);
-  if (!inserted) (void)engine->CloseSegment(id);
-  return it->second;
-}
-
-void* StoreClient::Impl::AllocStaging(size_t size, bool wait) {
-  std::unique_lock<std::mutex> lock(staging_mu);
-  const auto deadline = std::chrono::steady_clock::now() + opt.transfer_timeout;
-  while (true) {
-    if (!staging) return nullptr;
-    auto off = staging->Allocate(size);
-    if (off) return static_cast<char*>(local_buf) + *off;
-    if (!wait) return nullptr;
-    if (staging_cv.wait_until(lock, deadline) == std::cv_status::timeout) return nullptr;
-  }
-}
-
-void StoreClient::Impl::FreeStaging(void* p) {
-  {
-    std::lock_guard<std::mutex> lock(staging_mu);
-    if (staging) staging->Free(static_cast<char*>(p) - static_cast<char*>(local_buf));
-  }
-  staging_cv.notify_all();
 }
 
 // ---- StoreClient ----
@@ -282,17 +211,17 @@ std::unique_ptr<StoreClient> StoreClient::Create(StoreClientOptions options, int
 int StoreClient::Close() { return impl_->Close(); }
 std::string StoreClient::segment_name() const { return impl_->seg_name; }
 TransferEngine* StoreClient::engine() const { return impl_->engine.get(); }
-Span StoreClient::local_buffer() const { return {impl_->local_buf, impl_->opt.local_buffer_size}; }
+Span StoreClient::local_buffer() const {
+  if (!impl_->staging) return {nullptr, 0};
+  return {impl_->staging->base(), impl_->staging->size()};
+}
 
 int StoreClient::HealthCheck() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->hb_mu);
-    if (!impl_->master || impl_->closed) return ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
-  }
+  if (!impl_->master || impl_->closed) return ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
   rpc::PingRequest req;
   req.set_client_id(impl_->client_id);
   rpc::PingResponse resp;
-  return impl_->Call("health_check", MasterMethod::kPing, req, &resp);
+  return Impl::Checked("health_check", impl_->master->Ping(req, &resp));
 }
 
 int StoreClient::Put(const std::string& key, const std::vector<Span>& parts,
@@ -335,33 +264,43 @@ std::vector<int64_t> StoreClient::BatchGetWith(const std::vector<std::string>& k
   return impl_->GetMany(keys, parts_for);
 }
 
-std::vector<int64_t> StoreClient::BatchGetSize(const std::vector<std::string>& keys) {
-  if (keys.size() > kMaxBatchItems) {
-    std::vector<int64_t> out;
-    for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
-      auto part = BatchGetSize({keys.begin() + at,
-                                keys.begin() + std::min(keys.size(), at + kMaxBatchItems)});
-      out.insert(out.end(), part.begin(), part.end());
-    }
-    return out;
-  }
-  std::vector<int64_t> out(keys.size(), ToInt(ErrorCode::RPC_FAIL));
-  if (keys.empty()) return out;
-  rpc::KeysRequest req;
-  req.set_client_id(impl_->client_id);
-  for (const auto& k : keys) req.add_keys(k);
-  rpc::ExistResponse resp;
-  if (impl_->Call("ExistKey", MasterMethod::kExistKey, req, &resp) != 0) return out;
-  if (resp.code() != 0) {
-    LOG(WARNING) << "get_size: the master refused the request: " << resp.message();
-    return std::vector<int64_t>(keys.size(), resp.code());
-  }
-  if (resp.results_size() != static_cast<int>(keys.size())) return out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const auto& r = resp.results(static_cast<int>(i));
-    out[i] = r.code() == 0 ? static_cast<int64_t>(r.size()) : r.code();
+namespace {
+
+// Calls `call` on slices of at most kMaxBatchItems keys and joins the results.
+template <class T, class F>
+std::vector<T> InBatches(const std::vector<std::string>& keys, F call) {
+  if (keys.size() <= kMaxBatchItems) return call(keys);
+  std::vector<T> out;
+  for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
+    auto part = call(std::vector<std::string>(
+        keys.begin() + at, keys.begin() + std::min(keys.size(), at + kMaxBatchItems)));
+    out.insert(out.end(), part.begin(), part.end());
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> StoreClient::BatchGetSize(const std::vector<std::string>& keys) {
+  return InBatches<int64_t>(keys, [this](const std::vector<std::string>& keys) {
+    std::vector<int64_t> out(keys.size(), ToInt(ErrorCode::RPC_FAIL));
+    if (keys.empty()) return out;
+    rpc::KeysRequest req;
+    req.set_client_id(impl_->client_id);
+    for (const auto& k : keys) req.add_keys(k);
+    rpc::ExistResponse resp;
+    if (Impl::Checked("ExistKey", impl_->master->ExistKey(req, &resp)) != 0) return out;
+    if (resp.code() != 0) {
+      LOG(WARNING) << "get_size: the master refused the request: " << resp.message();
+      return std::vector<int64_t>(keys.size(), resp.code());
+    }
+    if (resp.results_size() != static_cast<int>(keys.size())) return out;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto& r = resp.results(static_cast<int>(i));
+      out[i] = r.code() == 0 ? static_cast<int64_t>(r.size()) : r.code();
+    }
+    return out;
+  });
 }
 
 int64_t StoreClient::GetSize(const std::string& key) { return BatchGetSize({key})[0]; }
@@ -375,37 +314,44 @@ std::vector<int> StoreClient::BatchIsExist(const std::vector<std::string>& keys)
 }
 
 std::vector<int> StoreClient::BatchRemove(const std::vector<std::string>& keys, bool force) {
-  if (keys.size() > kMaxBatchItems) {
-    std::vector<int> out;
-    for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
-      auto part = BatchRemove(
-          {keys.begin() + at, keys.begin() + std::min(keys.size(), at + kMaxBatchItems)}, force);
-      out.insert(out.end(), part.begin(), part.end());
+  return InBatches<int>(keys, [this, force](const std::vector<std::string>& keys) {
+    std::vector<int> out(keys.size(), ToInt(ErrorCode::RPC_FAIL));
+    if (keys.empty()) return out;
+    rpc::KeysRequest req;
+    req.set_client_id(impl_->client_id);
+    req.set_force(force);
+    for (const auto& k : keys) req.add_keys(k);
+    if (force) {
+      for (uint64_t id : impl_->reads.TakeIdle(keys)) req.add_read_lease_ids(id);
     }
+    rpc::CodesResponse resp;
+    if (Impl::Checked("Remove", impl_->master->Remove(req, &resp)) != 0) return out;
+    if (resp.code() != 0) {
+      LOG(WARNING) << "remove: the master refused the request: " << resp.message();
+      return std::vector<int>(keys.size(), resp.code());
+    }
+    if (resp.codes_size() != static_cast<int>(keys.size())) return out;
+    for (size_t i = 0; i < keys.size(); ++i) out[i] = resp.codes(static_cast<int>(i));
     return out;
-  }
-  std::vector<int> out(keys.size(), ToInt(ErrorCode::RPC_FAIL));
-  if (keys.empty()) return out;
-  rpc::KeysRequest req;
-  req.set_client_id(impl_->client_id);
-  req.set_force(force);
-  for (const auto& k : keys) req.add_keys(k);
-  if (force) {
-    std::lock_guard<std::mutex> lock(impl_->reads_mu);
-    for (const auto& k : keys) req.add_read_lease_ids(impl_->reads.TakeIdle(Impl::KeyHash(k)));
-  }
-  rpc::CodesResponse resp;
-  if (impl_->Call("Remove", MasterMethod::kRemove, req, &resp) != 0) return out;
-  if (resp.code() != 0) {
-    LOG(WARNING) << "remove: the master refused the request: " << resp.message();
-    return std::vector<int>(keys.size(), resp.code());
-  }
-  if (resp.codes_size() != static_cast<int>(keys.size())) return out;
-  for (size_t i = 0; i < keys.size(); ++i) out[i] = resp.codes(static_cast<int>(i));
-  return out;
+  });
 }
 
 int StoreClient::Remove(const std::string& key, bool force) { return BatchRemove({key}, force)[0]; }
+
+namespace {
+
+// A RemoveAll / RemoveByRegex: with force, no read of ours begins until the master has
+// answered, so that when none is in flight it may free what only we had leased at once.
+template <class Req, class Send>
+int64_t RemoveMany(ReadTracker* reads, Req* req, bool force, Send send) {
+  if (!force) return send();
+  return reads->WhileNoneBegins([&](bool idle) {
+    req->set_own_reads_done(idle);
+    return send();
+  });
+}
+
+}  // namespace
 
 int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
   rpc::RemoveByRegexRequest req;
@@ -413,18 +359,9 @@ int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
   req.set_force(force);
   req.set_regex(regex);
   rpc::CountResponse resp;
-  int rc;
-  {
-    // With force: no read of ours starts until the reply (reads_mu held), so that when none
-    // is in flight the master may free what only we had leased at once.
-    std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);
-    if (force) {
-      lock.lock();
-      req.set_own_reads_done(impl_->active_reads == 0);
-      if (impl_->active_reads == 0) impl_->reads.ForgetAll();
-    }
-    rc = impl_->Call("RemoveByRegex", MasterMethod::kRemoveByRegex, req, &resp);
-  }
+  int64_t rc = RemoveMany(&impl_->reads, &req, force, [&]() -> int64_t {
+    return Impl::Checked("RemoveByRegex", impl_->master->RemoveByRegex(req, &resp));
+  });
   if (rc != 0) return rc;
   if (resp.code() != 0) {
     LOG(WARNING) << "remove_by_regex: " << resp.message();
@@ -438,16 +375,9 @@ int64_t StoreClient::RemoveAll(bool force) {
   req.set_client_id(impl_->client_id);
   req.set_force(force);
   rpc::CountResponse resp;
-  int rc;
-  {
-    std::unique_lock<std::mutex> lock(impl_->reads_mu, std::defer_lock);  // as RemoveByRegex
-    if (force) {
-      lock.lock();
-      req.set_own_reads_done(impl_->active_reads == 0);
-      if (impl_->active_reads == 0) impl_->reads.ForgetAll();
-    }
-    rc = impl_->Call("RemoveAll", MasterMethod::kRemoveAll, req, &resp);
-  }
+  int64_t rc = RemoveMany(&impl_->reads, &req, force, [&]() -> int64_t {
+    return Impl::Checked("RemoveAll", impl_->master->RemoveAll(req, &resp));
+  });
   if (rc != 0) return rc;
   return resp.code() != 0 ? resp.code() : resp.count();
 }
@@ -457,46 +387,30 @@ int StoreClient::RegisterBuffer(void* ptr, size_t size, bool remote_accessible) 
     LOG(WARNING) << "register_buffer: null address or zero size";
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
-  {
-    // Upstream's dummies register ranges of their memory pool (alloc_from_mem_pool), which
-    // is registered as a whole already: nothing to do but remember it.
-    std::lock_guard<std::mutex> lock(impl_->reg_mu);
-    const auto a = reinterpret_cast<uintptr_t>(ptr);
-    if (impl_->InSharedBuf(a, size)) {
-      auto& n = impl_->nested[a];
-      n.size = std::max(n.size, size);
-      ++n.count;
-      return 0;
-    }
-  }
+  // Upstream's dummies register ranges of their memory pool (alloc_from_mem_pool), which is
+  // registered as a whole already: nothing to do but remember it.
+  if (impl_->registrations.AddInPool(ptr, size)) return 0;
   Status s = impl_->engine->RegisterLocalMemory(ptr, size, "cpu:0", remote_accessible);
   if (!s.ok()) {
     LOG(WARNING) << "register_buffer: " << s.ToString();
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
-  std::lock_guard<std::mutex> lock(impl_->reg_mu);
-  impl_->registered[reinterpret_cast<uintptr_t>(ptr)] = size;
+  impl_->registrations.Add(ptr, size);
   return 0;
 }
 
 int StoreClient::UnregisterBuffer(void* ptr) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->reg_mu);
-    auto n = impl_->nested.find(reinterpret_cast<uintptr_t>(ptr));
-    if (n != impl_->nested.end()) {
-      if (--n->second.count == 0) impl_->nested.erase(n);
+  switch (impl_->registrations.Remove(ptr)) {
+    case Registrations::Removed::kInPool:
       return 0;
-    }
-    for (void* p : impl_->shared_bufs) {
-      if (p == ptr) {
-        LOG(WARNING) << "unregister_buffer: that is the memory pool; it goes with close()";
-        return ToInt(ErrorCode::INVALID_PARAMS);
-      }
-    }
-    if (impl_->registered.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) {
+    case Registrations::Removed::kPool:
+      LOG(WARNING) << "unregister_buffer: that is the memory pool; it goes with close()";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    case Registrations::Removed::kNotRegistered:
       LOG(WARNING) << "unregister_buffer: address was not registered with register_buffer";
       return ToInt(ErrorCode::INVALID_PARAMS);
-    }
+    case Registrations::Removed::kRemoved:
+      break;
   }
   Status s = impl_->engine->UnregisterLocalMemory(ptr);
   if (!s.ok()) {
@@ -504,17 +418,6 @@ int StoreClient::UnregisterBuffer(void* ptr) {
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
   return 0;
-}
-
-bool StoreClient::Impl::InSharedBuf(uintptr_t a, size_t n) {
-  for (void* p : shared_bufs) {
-    auto it = registered.find(reinterpret_cast<uintptr_t>(p));
-    if (it != registered.end() && a >= it->first && n <= it->second &&
-        a - it->first <= it->second - n) {
-      return true;
-    }
-  }
-  return false;
 }
 
 void* StoreClient::AllocateSharedBuffer(size_t size) {
@@ -527,11 +430,11 @@ void* StoreClient::AllocateSharedBuffer(size_t size) {
     LOG(WARNING) << "allocate shared buffer of " << size << " bytes: " << mem.status().ToString();
     return nullptr;
   }
-  std::lock_guard<std::mutex> lock(impl_->reg_mu);
-  impl_->registered[reinterpret_cast<uintptr_t>(*mem)] = size;
-  impl_->shared_bufs.push_back(*mem);
+  impl_->registrations.AddPool(*mem, size);
   return *mem;
 }
+
+uint64_t StoreClient::RegisteredRoom(const void* p) { return impl_->registrations.Room(p); }
 
 }  // namespace store
 }  // namespace mooncake

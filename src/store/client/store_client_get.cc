@@ -1,6 +1,8 @@
 // Getting objects: GetMany's rounds (each round's GetReplicaList sent before the previous
 // round's objects are read, where copies are same-host memcpy), the leases that bound a
 // read, and the fallback to the next replica.
+#include <google/protobuf/arena.h>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -19,7 +21,7 @@ std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& 
   // network transport, two transfer waits would cost more than the overlap gains.
   constexpr size_t kPipelineKeys = 64;
   std::vector<std::pair<size_t, size_t>> rounds;  // [at, end)
-  const bool pipeline = keys.size() >= kPipelineKeys && copies_inline.load(std::memory_order_relaxed);
+  const bool pipeline = keys.size() >= kPipelineKeys && copier->copies_inline();
   const size_t per_round =
       pipeline ? std::min(kMaxBatchItems, (keys.size() + 1) / 2) : kMaxBatchItems;
   for (size_t at = 0; at < keys.size(); at += per_round) {
@@ -72,48 +74,51 @@ std::vector<int64_t> StoreClient::Impl::GetMany(const std::vector<std::string>& 
   return out;
 }
 
-// One round's reads, registered (see ReadMark) from BeginGet until the state goes, and its
+std::chrono::steady_clock::time_point LeaseDeadline(std::chrono::steady_clock::time_point sent,
+                                                    uint64_t ttl_ms) {
+  if (ttl_ms == 0) return std::chrono::steady_clock::time_point::max();
+  const auto lease = std::chrono::milliseconds(ttl_ms);
+  return sent + lease - std::min<std::chrono::milliseconds>(lease / 10,
+                                                            std::chrono::milliseconds(500));
+}
+
+// One round's reads, marked (ReadTracker) from BeginGet until the state goes, and its
 // GetReplicaList, sent by BeginGet and answered in FinishGet.
 struct StoreClient::Impl::GetRoundState {
-  explicit GetRoundState(Impl* s, const std::vector<std::string>& k)
-      : self(s), keys(k), marks(k.size()), hashes(k.size()), lease_ids(k.size(), 0),
+  GetRoundState(ReadTracker* r, const std::vector<std::string>& k)
+      : reads(r), keys(k), hashes(k.size()), lease_ids(k.size(), 0),
         arena(ArenaOptionsFor(k.size())) {}
   ~GetRoundState() {
-    if (!registered) return;
-    std::lock_guard<std::mutex> lock(self->reads_mu);
-    --self->active_reads;
-    for (size_t i = 0; i < marks.size(); ++i) self->reads.End(marks[i], hashes[i], lease_ids[i]);
+    if (marked) reads->End(marks, hashes, lease_ids);
   }
-  Impl* const self;
+  ReadTracker* const reads;
   const std::vector<std::string>& keys;
-  std::vector<ReadMark*> marks;
+  std::vector<ReadTracker::Mark*> marks;
   std::vector<uint64_t> hashes;
   std::vector<uint64_t> lease_ids;
-  bool registered = false;
-  google::protobuf::Arena arena;
-  rpc::KeysRequest* req = nullptr;
+  bool marked = false;
+  google::protobuf::Arena arena;  // before `reply`: the request lives on it
   std::chrono::steady_clock::time_point sent;
-  std::optional<RpcClient::PendingCall> call;
+  std::optional<MasterStub::Reply<rpc::GetReplicaListResponse>> reply;
+  // Per key: its read's deadline, and its replicas in the order tried (ours first, a
+  // memcpy; then the master's): choices[choice_at[i] ..], choice_n[i] of them.
+  std::vector<std::chrono::steady_clock::time_point> deadline;
+  std::vector<const rpc::Replica*> choices;
+  std::vector<uint32_t> choice_at, choice_n;
 };
 
 std::unique_ptr<StoreClient::Impl::GetRoundState> StoreClient::Impl::BeginGet(
     const std::vector<std::string>& keys) {
-  auto st = std::make_unique<GetRoundState>(this, keys);
+  auto st = std::make_unique<GetRoundState>(&reads, keys);
   if (keys.empty()) return st;
-  for (size_t i = 0; i < keys.size(); ++i) st->hashes[i] = KeyHash(keys[i]);
-  {
-    std::lock_guard<std::mutex> lock(reads_mu);
-    ++active_reads;
-    for (size_t i = 0; i < keys.size(); ++i) st->marks[i] = reads.Begin(st->hashes[i]);
-  }
-  st->registered = true;
-  st->req = google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&st->arena);
-  st->req->set_client_id(client_id);
-  for (const auto& k : keys) st->req->add_keys(k);
-  // The lease starts when the master answers, later than this: a read that ends before
-  // sent + lease (less a margin for clock rates) read bytes the master had not reused.
-  st->sent = std::chrono::steady_clock::now();
-  st->call.emplace(master->Start(MasterMethod::kGetReplicaList, *st->req, opt.rpc_timeout));
+  for (size_t i = 0; i < keys.size(); ++i) st->hashes[i] = ReadTracker::Hash(keys[i]);
+  reads.Begin(st->hashes, &st->marks);
+  st->marked = true;
+  auto& req = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&st->arena);
+  req.set_client_id(client_id);
+  for (const auto& k : keys) req.add_keys(k);
+  st->sent = std::chrono::steady_clock::now();  // the lease starts later (LeaseDeadline)
+  st->reply.emplace(master->StartGetReplicaList(req));
   return st;
 }
 
@@ -131,44 +136,32 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
   std::vector<int64_t> out(keys.size(), 0);
   lapsed->assign(keys.size(), 0);
   if (keys.empty()) return out;
-  std::vector<uint64_t>& lease_ids = st->lease_ids;
-  const auto sent = st->sent;
-  std::vector<std::vector<Span>> parts(keys.size());
   auto& resp = *google::protobuf::Arena::CreateMessage<rpc::GetReplicaListResponse>(&st->arena);
-  int rc = 0;
-  {
-    Status s = master->Finish(&*st->call, &resp, own_calls);
-    if (!s.ok()) {
-      LOG(ERROR) << "GetReplicaList: " << s.message();
-      rc = ToInt(ErrorCode::RPC_FAIL);
-    }
+  Status s = st->reply->Finish(&resp, own_calls);
+  if (!s.ok()) {
+    LOG(ERROR) << "GetReplicaList: " << s.message();
+    std::fill(out.begin(), out.end(), ToInt(ErrorCode::RPC_FAIL));
+    return out;
   }
-  if (rc == 0 && resp.code() != 0) {
+  if (resp.code() != 0) {
     LOG(WARNING) << "get: the master refused the request: " << resp.message();
     std::fill(out.begin(), out.end(), resp.code());
     return out;
   }
-  if (rc != 0 || resp.results_size() != static_cast<int>(keys.size())) {
+  if (resp.results_size() != static_cast<int>(keys.size())) {
     std::fill(out.begin(), out.end(), ToInt(ErrorCode::RPC_FAIL));
     return out;
   }
-  std::vector<std::chrono::steady_clock::time_point> deadline(
-      keys.size(), std::chrono::steady_clock::time_point::max());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    lease_ids[i] = resp.results(static_cast<int>(i)).lease_id();
-    const uint64_t ttl = resp.results(static_cast<int>(i)).lease_ttl_ms();
-    if (ttl == 0) continue;  // no lease known: nothing to bound by
-    const auto lease = std::chrono::milliseconds(ttl);
-    deadline[i] = sent + lease - std::min<std::chrono::milliseconds>(lease / 10,
-                                                                     std::chrono::milliseconds(500));
-  }
-  // Replica order per key: ours first (a memcpy), then the master's order; key i's are
-  // choices[choice_at[i] ..] (choice_n[i] of them).
-  std::vector<const rpc::Replica*> choices;
-  choices.reserve(keys.size());
-  std::vector<uint32_t> choice_at(keys.size(), 0), choice_n(keys.size(), 0);
+  // Per key: its lease, where its bytes go, and the replicas to try.
+  std::vector<std::vector<Span>> parts(keys.size());
+  st->deadline.resize(keys.size());
+  st->choices.reserve(keys.size());
+  st->choice_at.assign(keys.size(), 0);
+  st->choice_n.assign(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& r = resp.results(static_cast<int>(i));
+    st->lease_ids[i] = r.lease_id();
+    st->deadline[i] = LeaseDeadline(st->sent, r.lease_ttl_ms());
     if (r.code() != 0) {
       out[i] = r.code();
       continue;
@@ -185,21 +178,28 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
       continue;
     }
     out[i] = static_cast<int64_t>(r.size());
-    choice_at[i] = static_cast<uint32_t>(choices.size());
+    st->choice_at[i] = static_cast<uint32_t>(st->choices.size());
     for (const auto& rep : r.replicas()) {
-      if (rep.buffer().segment_name() == seg_name) choices.push_back(&rep);
+      if (rep.buffer().segment_name() == seg_name) st->choices.push_back(&rep);
     }
     for (const auto& rep : r.replicas()) {
-      if (rep.buffer().segment_name() != seg_name) choices.push_back(&rep);
+      if (rep.buffer().segment_name() != seg_name) st->choices.push_back(&rep);
     }
-    choice_n[i] = static_cast<uint32_t>(choices.size()) - choice_at[i];
-    if (choice_n[i] == 0) out[i] = ToInt(ErrorCode::INVALID_REPLICA);
+    st->choice_n[i] = static_cast<uint32_t>(st->choices.size()) - st->choice_at[i];
+    if (st->choice_n[i] == 0) out[i] = ToInt(ErrorCode::INVALID_REPLICA);
   }
-  // Try replica 0 of every key in one round; keys that failed try their next replica.
+  ReadReplicas(st, parts, &out, lapsed);
+  return out;
+}
+
+void StoreClient::Impl::ReadReplicas(GetRoundState* st, const std::vector<std::vector<Span>>& parts,
+                                     std::vector<int64_t>* out, std::vector<char>* lapsed) {
+  const std::vector<std::string>& keys = st->keys;
+  // Replica 0 of every key in one round; keys that failed try their next replica.
   std::vector<size_t> attempt(keys.size(), 0);
   std::vector<size_t> pending;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (out[i] > 0) pending.push_back(i);
+    if ((*out)[i] > 0) pending.push_back(i);
   }
   std::vector<Job> jobs;
   std::vector<Span> clipped;
@@ -207,7 +207,7 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
     jobs.clear();
     std::vector<char> failed(keys.size(), 0);
     for (size_t i : pending) {
-      const rpc::Replica* rep = choices[choice_at[i] + attempt[i]];
+      const rpc::Replica* rep = st->choices[st->choice_at[i] + attempt[i]];
       // Only the object's bytes: clip the parts to its size.
       size_t left = rep->buffer().size();
       clipped.clear();
@@ -219,26 +219,25 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
       AddJobs(TransferRequest::READ, clipped, &rep->buffer().segment_name(),
               rep->buffer().addr(), i, &jobs);
     }
-    RunJobs(jobs, &failed);
+    copier->Run(jobs, &failed);
     const auto done = std::chrono::steady_clock::now();
     std::vector<size_t> retry;
     for (size_t i : pending) {
-      if (done > deadline[i]) {
+      if (done > st->deadline[i]) {
         (*lapsed)[i] = 1;  // failed or not: no other replica may be read under this lease
-        out[i] = ToInt(ErrorCode::LEASE_EXPIRED);
+        (*out)[i] = ToInt(ErrorCode::LEASE_EXPIRED);
         continue;
       }
       if (!failed[i]) continue;
-      if (++attempt[i] < choice_n[i]) {
+      if (++attempt[i] < st->choice_n[i]) {
         LOG(WARNING) << "get " << keys[i] << ": replica failed, trying the next one";
         retry.push_back(i);
       } else {
-        out[i] = ToInt(ErrorCode::TRANSFER_FAIL);
+        (*out)[i] = ToInt(ErrorCode::TRANSFER_FAIL);
       }
     }
     pending.swap(retry);
   }
-  return out;
 }
 
 }  // namespace store

@@ -19,34 +19,24 @@ std::vector<int> StoreClient::PutSessionStart(const std::vector<std::string>& ke
                  << kMaxBatchItems << " keys";
     return out;
   }
-  std::vector<size_t> idx;
+  const std::vector<size_t> idx = m.put_sessions.Absent(keys);
+  if (idx.empty()) return out;
   rpc::PutStartRequest req;
   req.set_client_id(m.client_id);
   *req.mutable_config() = ConfigToProto(config);
-  {
-    std::lock_guard<std::mutex> lock(m.session_mu);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (m.put_sessions.count(keys[i])) {
-        LOG(WARNING) << "batch_put_session_start " << keys[i] << ": a put session of the key is "
-                     << "open (end or revoke it first)";
-        continue;
-      }
-      auto* item = req.add_items();
-      item->set_key(keys[i]);
-      item->set_size(sizes[i]);
-      idx.push_back(i);
-    }
+  for (size_t i : idx) {
+    auto* item = req.add_items();
+    item->set_key(keys[i]);
+    item->set_size(sizes[i]);
   }
-  if (idx.empty()) return out;
   rpc::PutStartResponse resp;
-  int rc = m.Call("PutStart", MasterMethod::kPutStart, req, &resp);
+  int rc = Impl::Checked("PutStart", m.master->PutStart(req, &resp));
   if (rc == 0 && resp.code() != 0) {
     LOG(WARNING) << "batch_put_session_start: the master refused the request: " << resp.message();
     rc = resp.code();
   } else if (rc == 0 && resp.results_size() != static_cast<int>(idx.size())) {
     rc = ToInt(ErrorCode::RPC_FAIL);
   }
-  std::lock_guard<std::mutex> lock(m.session_mu);
   for (size_t j = 0; j < idx.size(); ++j) {
     const size_t i = idx[j];
     if (rc != 0) {
@@ -56,9 +46,7 @@ std::vector<int> StoreClient::PutSessionStart(const std::vector<std::string>& ke
     const auto& r = resp.results(static_cast<int>(j));
     out[i] = r.code();
     if (r.code() != 0) continue;
-    Impl::PutSession& ps = m.put_sessions[keys[i]];
-    ps.size = sizes[i];
-    ps.replicas.assign(r.replicas().begin(), r.replicas().end());
+    m.put_sessions.Open(keys[i], sizes[i], {r.replicas().begin(), r.replicas().end()});
   }
   return out;
 }
@@ -67,20 +55,9 @@ std::vector<int64_t> StoreClient::PutSessionRanges(const std::vector<std::string
                                                    const std::vector<RangeRead>& ranges) {
   Impl& m = *impl_;
   std::vector<int64_t> out(keys.size(), 0);
-  std::vector<Impl::PutSession*> ps(keys.size(), nullptr);
-  {
-    std::lock_guard<std::mutex> lock(m.session_mu);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      auto it = m.put_sessions.find(keys[i]);
-      if (it == m.put_sessions.end()) {
-        LOG(WARNING) << "batch_put_from_multi_buffer_ranges: " << keys[i]
-                     << " has no put session (call batch_put_session_start first)";
-        out[i] = ToInt(ErrorCode::INVALID_PARAMS);
-        continue;
-      }
-      ps[i] = &it->second;  // stable: end / revoke wait for `writing` to drop
-      ++ps[i]->writing;
-    }
+  const std::vector<PutSessions::Session*> ps = m.put_sessions.BeginWrites(keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (ps[i] == nullptr) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
   }
   for (const auto& rr : ranges) {
     if (rr.key >= keys.size() || out[rr.key] < 0) continue;
@@ -104,17 +81,11 @@ std::vector<int64_t> StoreClient::PutSessionRanges(const std::vector<std::string
     out[rr.key] += static_cast<int64_t>(rr.dst.size);
   }
   std::vector<char> failed(keys.size(), 0);
-  m.RunJobs(jobs, &failed);
+  m.copier->Run(jobs, &failed);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (failed[i] && out[i] >= 0) out[i] = ToInt(ErrorCode::TRANSFER_FAIL);
   }
-  {
-    std::lock_guard<std::mutex> lock(m.session_mu);
-    for (auto* p : ps) {
-      if (p) --p->writing;
-    }
-  }
-  m.put_session_cv.notify_all();
+  m.put_sessions.EndWrites(ps);
   return out;
 }
 
@@ -128,25 +99,15 @@ std::vector<int> FinishPutSessions(StoreClient::Impl& m, const std::vector<std::
   rpc::KeysRequest req;
   req.set_client_id(m.client_id);
   std::vector<size_t> idx;
-  {
-    std::unique_lock<std::mutex> lock(m.session_mu);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      auto it = m.put_sessions.find(keys[i]);
-      if (it == m.put_sessions.end()) continue;
-      // Writes in flight end within the transfer timeout (the engine bounds them).
-      m.put_session_cv.wait(lock, [&] {
-        auto again = m.put_sessions.find(keys[i]);
-        return again == m.put_sessions.end() || again->second.writing == 0;
-      });
-      if (m.put_sessions.erase(keys[i]) == 0) continue;
-      req.add_keys(keys[i]);
-      idx.push_back(i);
-    }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!m.put_sessions.Close(keys[i])) continue;
+    req.add_keys(keys[i]);
+    idx.push_back(i);
   }
   if (idx.empty()) return out;
   rpc::CodesResponse resp;
-  int rc = commit ? m.Call("PutEnd", MasterMethod::kPutEnd, req, &resp)
-                  : m.Call("PutRevoke", MasterMethod::kPutRevoke, req, &resp);
+  int rc = commit ? StoreClient::Impl::Checked("PutEnd", m.master->PutEnd(req, &resp))
+                  : StoreClient::Impl::Checked("PutRevoke", m.master->PutRevoke(req, &resp));
   if (rc == 0 && resp.code() != 0) rc = resp.code();
   if (rc == 0 && resp.codes_size() != static_cast<int>(idx.size())) rc = ToInt(ErrorCode::RPC_FAIL);
   for (size_t j = 0; j < idx.size(); ++j) out[idx[j]] = rc != 0 ? rc : resp.codes(static_cast<int>(j));

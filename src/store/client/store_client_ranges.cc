@@ -11,20 +11,10 @@ namespace store {
 
 namespace {
 using Steady = std::chrono::steady_clock;
-
-// REQUIRES: session_mu and reads_mu held. `lease_id`: the session's lease when its reads
-// completed (a forced remove may then free at once), else 0.
-void EndSessionLocked(StoreClient::Impl& m,
-                      std::unordered_map<std::string, StoreClient::Impl::Session>::iterator it,
-                      uint64_t lease_id = 0) {
-  m.reads.End(it->second.mark, it->second.hash, lease_id);
-  --m.active_reads;
-  m.sessions.erase(it);
-}
 }  // namespace
 
-std::vector<StoreClient::Impl::KeyPlan> StoreClient::Impl::Plan(const std::vector<std::string>& keys,
-                                                                std::vector<uint64_t>* lease_ids) {
+std::vector<KeyPlan> StoreClient::Impl::Plan(const std::vector<std::string>& keys,
+                                             std::vector<uint64_t>* lease_ids) {
   std::vector<KeyPlan> plans(keys.size());
   lease_ids->assign(keys.size(), 0);
   if (keys.empty()) return plans;
@@ -38,7 +28,7 @@ std::vector<StoreClient::Impl::KeyPlan> StoreClient::Impl::Plan(const std::vecto
   for (const auto& k : keys) req.add_keys(k);
   rpc::GetReplicaListResponse resp;
   const auto sent = Steady::now();
-  int rc = Call("GetReplicaList", MasterMethod::kGetReplicaList, req, &resp);
+  int rc = Checked("GetReplicaList", master->GetReplicaList(req, &resp));
   if (rc == 0 && resp.code() != 0) {
     LOG(WARNING) << "ranged get: the master refused the request: " << resp.message();
     rc = resp.code();
@@ -57,15 +47,11 @@ std::vector<StoreClient::Impl::KeyPlan> StoreClient::Impl::Plan(const std::vecto
       continue;
     }
     plans[i].size = r.size();
-    plans[i].deadline = Steady::time_point::max();
-    if (r.lease_ttl_ms() > 0) {
-      const auto lease = std::chrono::milliseconds(r.lease_ttl_ms());
-      plans[i].deadline =
-          sent + lease - std::min<std::chrono::milliseconds>(lease / 10, std::chrono::milliseconds(500));
-    }
+    plans[i].deadline = LeaseDeadline(sent, r.lease_ttl_ms());
     for (const auto& rep : r.replicas()) {
-      if (rep.buffer().segment_name() == seg_name) plans[i].replicas.insert(plans[i].replicas.begin(), rep);
-      else plans[i].replicas.push_back(rep);
+      auto& reps = plans[i].replicas;
+      if (rep.buffer().segment_name() == seg_name) reps.insert(reps.begin(), rep);
+      else reps.push_back(rep);
     }
     if (plans[i].replicas.empty()) plans[i].code = ToInt(ErrorCode::INVALID_REPLICA);
   }
@@ -112,7 +98,7 @@ std::vector<int64_t> StoreClient::Impl::ReadRanges(const std::vector<std::string
       jobs.push_back({TransferRequest::READ, static_cast<char*>(rr.dst.ptr), rr.dst.size,
                       &rep.buffer().segment_name(), rep.buffer().addr() + rr.offset, r});
     }
-    RunJobs(jobs, &failed);
+    copier->Run(jobs, &failed);
     const auto done = Steady::now();
     std::vector<size_t> retry;
     for (size_t r : pending) {
@@ -145,74 +131,36 @@ std::vector<int64_t> StoreClient::GetRanges(const std::vector<std::string>& keys
     rr.key = it->second;
   }
   Impl& m = *impl_;
-  std::vector<Impl::ReadMark*> marks(uniq.size());
-  {
-    std::lock_guard<std::mutex> lock(m.reads_mu);
-    ++m.active_reads;
-    for (size_t i = 0; i < uniq.size(); ++i) marks[i] = m.reads.Begin(Impl::KeyHash(uniq[i]));
-  }
+  // Marked before the lookup: the leases it grants are covered (read_marks.h).
+  std::vector<uint64_t> hashes(uniq.size());
+  for (size_t i = 0; i < uniq.size(); ++i) hashes[i] = ReadTracker::Hash(uniq[i]);
+  std::vector<ReadTracker::Mark*> marks;
+  m.reads.Begin(hashes, &marks);
   std::vector<uint64_t> lease_ids;
   auto plans = m.Plan(uniq, &lease_ids);
   auto out = m.ReadRanges(uniq, plans, mapped);
-  {
-    std::lock_guard<std::mutex> lock(m.reads_mu);
-    --m.active_reads;
-    for (size_t i = 0; i < uniq.size(); ++i) {
-      m.reads.End(marks[i], Impl::KeyHash(uniq[i]), lease_ids[i]);
-    }
-  }
+  m.reads.End(marks, hashes, lease_ids);
   return out;
 }
 
 std::vector<int> StoreClient::GetSessionStart(const std::vector<std::string>& keys) {
   Impl& m = *impl_;
+  // Each key marked as read before the lookup, so that a forced RemoveAll meanwhile cannot
+  // tell the master our reads are done while it grants the session's lease.
+  std::vector<ReadTracker::Mark*> marks(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) marks[i] = m.reads.BeginOne(ReadTracker::Hash(keys[i]));
   std::vector<uint64_t> lease_ids;
   auto plans = m.Plan(keys, &lease_ids);
   std::vector<int> out(keys.size(), 0);
-  std::lock_guard<std::mutex> lock(m.session_mu);
-  std::lock_guard<std::mutex> rlock(m.reads_mu);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto it = m.sessions.find(keys[i]);
-    if (plans[i].code != 0) {
-      out[i] = plans[i].code;
-      if (it != m.sessions.end()) {  // a restart that failed ends the old session
-        EndSessionLocked(m, it);
-      }
-      continue;
-    }
-    if (it == m.sessions.end()) {
-      it = m.sessions.emplace(keys[i], Impl::Session()).first;
-      it->second.hash = Impl::KeyHash(keys[i]);
-      it->second.mark = m.reads.Begin(it->second.hash);
-      ++m.active_reads;  // so that RemoveAll / RemoveByRegex keep the marks and the leases
-    }
-    it->second.size = plans[i].size;
-    it->second.replicas = std::move(plans[i].replicas);
-    it->second.deadline = plans[i].deadline;
-    it->second.lease_id = lease_ids[i];
-  }
+  for (size_t i = 0; i < keys.size(); ++i) out[i] = plans[i].code;
+  m.get_sessions.Start(keys, &plans, lease_ids, marks);
   return out;
 }
 
 std::vector<int64_t> StoreClient::GetSessionRanges(const std::vector<std::string>& keys,
                                                    const std::vector<RangeRead>& ranges) {
   Impl& m = *impl_;
-  std::vector<Impl::KeyPlan> plans(keys.size());
-  {
-    std::lock_guard<std::mutex> lock(m.session_mu);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      auto it = m.sessions.find(keys[i]);
-      if (it == m.sessions.end()) {
-        LOG(WARNING) << "batch_get_into_multi_buffer_ranges: " << keys[i]
-                     << " has no get session (call batch_get_session_start first)";
-        plans[i].code = ToInt(ErrorCode::INVALID_PARAMS);
-        continue;
-      }
-      plans[i].size = it->second.size;
-      plans[i].replicas = it->second.replicas;
-      plans[i].deadline = it->second.deadline;
-    }
-  }
+  std::vector<KeyPlan> plans = m.get_sessions.Find(keys);
   auto per_range = m.ReadRanges(keys, plans, ranges);
   std::vector<int64_t> out(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -225,44 +173,15 @@ std::vector<int64_t> StoreClient::GetSessionRanges(const std::vector<std::string
     o = per_range[r] < 0 ? per_range[r] : o + per_range[r];
   }
   // A lapsed lease ends the session (as upstream).
-  std::lock_guard<std::mutex> lock(m.session_mu);
-  std::lock_guard<std::mutex> rlock(m.reads_mu);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (out[i] != ToInt(ErrorCode::LEASE_EXPIRED)) continue;
-    auto it = m.sessions.find(keys[i]);
-    if (it == m.sessions.end()) continue;
-    EndSessionLocked(m, it);
-  }
+  std::vector<char> lapsed(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) lapsed[i] = out[i] == ToInt(ErrorCode::LEASE_EXPIRED);
+  m.get_sessions.EndWhere(keys, lapsed);
   return out;
 }
 
 int StoreClient::GetSessionEnd(const std::vector<std::string>& keys) {
-  Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.session_mu);
-  std::lock_guard<std::mutex> rlock(m.reads_mu);
-  for (const auto& k : keys) {
-    auto it = m.sessions.find(k);
-    if (it == m.sessions.end()) continue;
-    EndSessionLocked(m, it, it->second.lease_id);
-  }
+  impl_->get_sessions.End(keys);
   return 0;
-}
-
-uint64_t StoreClient::RegisteredRoom(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(impl_->reg_mu);
-  // A range the caller registered inside a dummy's pool bounds the room by its own size, as
-  // it would if it were registered by itself.
-  auto n = impl_->nested.upper_bound(a);
-  if (n != impl_->nested.begin()) {
-    --n;
-    if (a >= n->first && a < n->first + n->second.size) return n->first + n->second.size - a;
-  }
-  auto it = impl_->registered.upper_bound(a);
-  if (it == impl_->registered.begin()) return 0;
-  --it;
-  if (a < it->first || a >= it->first + it->second) return 0;
-  return it->first + it->second - a;
 }
 
 std::vector<std::string> StoreClient::BatchReplicaClear(const std::vector<std::string>& keys,
@@ -274,7 +193,7 @@ std::vector<std::string> StoreClient::BatchReplicaClear(const std::vector<std::s
     req.set_segment_name(segment_name);
     for (size_t i = at; i < std::min(keys.size(), at + kMaxBatchItems); ++i) req.add_keys(keys[i]);
     rpc::ReplicaClearResponse resp;
-    if (impl_->Call("ReplicaClear", MasterMethod::kReplicaClear, req, &resp) != 0) {
+    if (Impl::Checked("ReplicaClear", impl_->master->ReplicaClear(req, &resp)) != 0) {
       break;
     }
     if (resp.code() != 0) {

@@ -1,0 +1,183 @@
+#include "store/client/copier.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "store/client/opened_segments.h"
+#include "store/client/registrations.h"
+#include "store/client/staging.h"
+
+namespace mooncake {
+namespace store {
+
+namespace {
+constexpr size_t kMaxStagingChunk = 4 << 20;
+}  // namespace
+
+void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
+             const std::string* segment, uint64_t remote, size_t owner, std::vector<Job>* jobs) {
+  uint64_t off = 0;
+  for (const auto& p : parts) {
+    if (p.size == 0) continue;
+    jobs->push_back({op, static_cast<char*>(p.ptr), p.size, segment, remote + off, owner});
+    off += p.size;
+  }
+}
+
+Copier::Copier(TransferEngine* engine, std::string own_segment, Registrations* registrations,
+               Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout)
+    : engine_(engine),
+      own_segment_(std::move(own_segment)),
+      registrations_(registrations),
+      staging_(staging),
+      segments_(segments),
+      timeout_(timeout),
+      chunk_(staging ? std::min(kMaxStagingChunk, staging->capacity()) : 0) {}
+
+void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed) {
+  Round round;
+  std::vector<Staged> staged;
+  Sort(jobs, failed, &round, &staged);
+  bool all_inline = true;
+  size_t next = 0;
+  for (bool first = true; first || next < staged.size(); first = false) {
+    if (!first) round = Round();
+    Stage(staged, &next, &round, failed);
+    if (round.reqs.empty()) break;
+    if (!Transfer(round, failed)) all_inline = false;
+    Unstage(round, *failed);
+  }
+  copies_inline_.store(all_inline, std::memory_order_relaxed);
+}
+
+void Copier::Sort(const std::vector<Job>& jobs, std::vector<char>* failed, Round* direct,
+                  std::vector<Staged>* staged) {
+  // A batch's jobs mostly name one segment and one registered buffer: the last ones found
+  // are tried first (no lock, no lookup).
+  const std::string* last_segment = nullptr;
+  SegmentID last_target = 0;
+  const char* reg_lo = nullptr;
+  const char* reg_hi = nullptr;
+  direct->reqs.reserve(jobs.size());
+  direct->owners.reserve(jobs.size());
+  for (const Job& job : jobs) {
+    if ((*failed)[job.owner]) continue;
+    if (*job.segment == own_segment_) {  // a replica in our own segment: plain memory
+      void* remote = reinterpret_cast<void*>(job.remote);
+      if (job.op == TransferRequest::WRITE) std::memcpy(remote, job.local, job.len);
+      else std::memcpy(job.local, remote, job.len);
+      continue;
+    }
+    if (last_segment == nullptr || *job.segment != *last_segment) {
+      auto target = segments_->Open(*job.segment);
+      if (!target.ok()) {
+        LOG(ERROR) << "store: cannot reach segment " << *job.segment << ": "
+                   << target.status().ToString();
+        (*failed)[job.owner] = 1;
+        continue;
+      }
+      last_segment = job.segment;
+      last_target = *target;
+    }
+    bool registered = reg_lo != nullptr && job.local >= reg_lo && job.local <= reg_hi &&
+                      job.len <= static_cast<size_t>(reg_hi - job.local);
+    if (!registered) {
+      uint64_t lo = 0, len = 0;
+      registered = registrations_->Find(job.local, job.len, &lo, &len);
+      if (registered) {
+        reg_lo = reinterpret_cast<const char*>(lo);
+        reg_hi = reg_lo + len;
+      }
+    }
+    if (registered) {
+      direct->reqs.push_back({job.op, job.local, last_target, job.remote, job.len});
+      direct->owners.push_back(job.owner);
+    } else if (chunk_ == 0) {
+      LOG(ERROR) << "store: unregistered memory and no local buffer to stage it";
+      (*failed)[job.owner] = 1;
+    } else {
+      for (size_t off = 0; off < job.len; off += chunk_) {
+        staged->push_back({&job, off, std::min(chunk_, job.len - off)});
+      }
+    }
+  }
+}
+
+void Copier::Stage(const std::vector<Staged>& staged, size_t* next, Round* round,
+                   std::vector<char>* failed) {
+  for (; *next < staged.size(); ++*next) {
+    const Staged& s = staged[*next];
+    if ((*failed)[s.job->owner]) continue;
+    const bool wait = round->reqs.empty();
+    char* buf =
+        staging_->Alloc(s.len, wait, std::chrono::steady_clock::now() + timeout_);
+    if (buf == nullptr) {
+      if (!wait) return;  // submit what we have, then wait for room
+      LOG(ERROR) << "store: no staging space for " << s.len << " bytes within the timeout";
+      (*failed)[s.job->owner] = 1;
+      continue;
+    }
+    if (s.job->op == TransferRequest::WRITE) std::memcpy(buf, s.job->local + s.offset, s.len);
+    auto target = segments_->Open(*s.job->segment);  // opened by Sort
+    round->reqs.push_back({s.job->op, buf, *target, s.job->remote + s.offset, s.len});
+    round->owners.push_back(s.job->owner);
+    round->staged.emplace_back(&s, buf);
+  }
+}
+
+bool Copier::Transfer(const Round& round, std::vector<char>* failed) {
+  const auto& reqs = round.reqs;
+  auto fail_all = [&] {
+    for (size_t owner : round.owners) (*failed)[owner] = 1;
+  };
+  auto batch = engine_->AllocateBatchID(reqs.size());
+  if (!batch.ok()) {
+    LOG(ERROR) << "store: " << batch.status().ToString();
+    fail_all();
+    return true;
+  }
+  bool ended_inline = true;
+  Status s = engine_->SubmitTransfer(*batch, reqs);
+  if (!s.ok()) {
+    LOG(ERROR) << "store: transfer refused: " << s.ToString();
+    fail_all();
+  } else {
+    auto now = engine_->GetBatchTransferStatus(*batch);
+    ended_inline = now.ok() && now->s != WAITING;
+    size_t bytes = 0;
+    for (const auto& r : reqs) bytes += r.length;
+    const auto timeout = timeout_ + std::chrono::milliseconds(bytes >> 20);
+    // The engine ends every request (its slice timeout bounds a silent peer); staging
+    // memory must outlive the requests, so wait for the end even past our timeout.
+    auto st = engine_->WaitBatch(*batch, timeout);
+    while (st.ok() && st->s == WAITING) {
+      LOG(WARNING) << "store: transfer of " << bytes << " bytes still running after "
+                   << timeout.count() << " ms";
+      st = engine_->WaitBatch(*batch, std::chrono::seconds(5));
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      auto ts = engine_->GetTransferStatus(*batch, i);
+      if (ts.ok() && ts->s == COMPLETED) continue;
+      (*failed)[round.owners[i]] = 1;
+      auto err = engine_->GetTransferError(*batch, i);
+      LOG(ERROR) << "store: transfer " << (reqs[i].opcode == TransferRequest::WRITE ? "to" : "from")
+                 << " a replica failed: " << (err.ok() ? *err : err.status().ToString());
+    }
+  }
+  (void)engine_->FreeBatchID(*batch);
+  return ended_inline;
+}
+
+void Copier::Unstage(const Round& round, const std::vector<char>& failed) {
+  for (const auto& [s, buf] : round.staged) {
+    if (s->job->op == TransferRequest::READ && !failed[s->job->owner]) {
+      std::memcpy(s->job->local + s->offset, buf, s->len);
+    }
+    staging_->Free(buf);
+  }
+}
+
+}  // namespace store
+}  // namespace mooncake

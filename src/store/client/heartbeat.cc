@@ -1,0 +1,33 @@
+#include "store/client/heartbeat.h"
+
+namespace mooncake {
+namespace store {
+
+void Heartbeat::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Heartbeat::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  wake_.SignalAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Heartbeat::Loop() {
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      const auto due = std::chrono::steady_clock::now() + interval_;
+      while (!stopping_ && wake_.WaitUntil(&mu_, due)) {
+      }
+      if (stopping_) return;
+    }
+    beat_();
+  }
+}
+
+}  // namespace store
+}  // namespace mooncake
