@@ -16,7 +16,9 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libibverbs1 libnuma1 libcurl4
       # The UCX transport (headers to build it; libucp loaded at run time) and ucx_perftest,
       # its baseline in bench/ucx_bench.py.
-      libucx-dev ucx-utils)
+      libucx-dev ucx-utils
+      # clang's thread-safety analysis of the lock annotations (scripts/check_thread_safety.sh).
+      clang)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
