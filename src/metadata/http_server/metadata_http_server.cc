@@ -277,8 +277,7 @@ struct MetadataHttpServer::Impl {
 };
 
 void MetadataHttpServer::Impl::Routes() {
-  server.set_payload_max_length(options.max_body_bytes);
-  server.set_tcp_nodelay(true);  // small replies: no Nagle / delayed-ACK stalls
+  server.set_payload_max_length(options.max_body_bytes);  // TCP_NODELAY: GuardedServer::Bind
   const bool log = options.log_requests;
   // Wraps a handler with the key check and optional request logging.
   auto with_key = [log](auto handler) {
@@ -353,20 +352,9 @@ MetadataHttpServer::~MetadataHttpServer() { Stop(); }
 
 Status MetadataHttpServer::Start(const std::string& host, int port) {
   if (port_ != 0) return Status::FailedPrecondition("already started");
-  errno = 0;
-  int bound = port;
-  if (port == 0) {
-    bound = impl_->server.bind_to_any_port(host);
-  } else if (!impl_->server.bind_to_port(host, port)) {
-    bound = -1;
-  }
-  if (bound <= 0) {
-    const int err = errno;
-    std::string why = err != 0 ? std::strerror(err) : "cannot bind";
-    if (err == EADDRINUSE) why += " (the port is in use)";
-    return Status::Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
-  }
-  port_ = bound;
+  auto bound = impl_->server.Bind(host, port);
+  if (!bound.ok()) return bound.status();
+  port_ = *bound;
   impl_->listen_done.store(false);
   impl_->thread = std::thread([this] {
     impl_->server.listen_after_bind();
