@@ -149,6 +149,13 @@ Status StartMetadataServer(std::unique_ptr<mooncake::http::MetadataHttpServer>* 
 
 // With --enable_metric_reporting, the HTTP endpoints (master_http.h), started (else null).
 // Event-driven (metrics_server.h): idle or slow connections cannot stall it.
+// Two HTTP stacks in one process, still (issue 27 part 3 asked for one): the metrics port on
+// the poll loop, the metadata server on cpp-httplib (GuardedServer). Neither carries the
+// other's documented bounds without a rewrite: cpp-httplib (Debian's shared 0.11 build) caps
+// a request URI at 8 KiB, compiled in, where /batch_query_keys takes up to a 64 KiB head, and
+// its threads hold a reply each (no kMaxPendingReplyBytes); the poll loop reads no bodies,
+// keep-alive, Expect: 100-continue or chunked requests, which /metadata PUTs need. Both share
+// the listen helper (common/net.h) and the admission policy (common/admission.h).
 Status StartMetrics(mooncake::store::MasterHttp* http,
                     std::unique_ptr<mooncake::store::MetricsServer>* out) {
   if (!FLAGS_enable_metric_reporting) return Status::OK();
