@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 #include <system_error>
 
@@ -47,7 +48,8 @@ ConnServer::ConnServer(std::string name, ConnLimits limits, ServeFn serve, Accep
     : name_(std::move(name)),
       limits_(limits),
       serve_(std::move(serve)),
-      on_accept_(std::move(on_accept)) {}
+      on_accept_(std::move(on_accept)),
+      admission_(name_, {limits.max_connections, limits.max_per_address}) {}
 
 ConnServer::~ConnServer() { Stop(); }
 
@@ -98,8 +100,11 @@ void ConnServer::Stop() {
   if (acceptor_.joinable()) acceptor_.join();
   std::list<std::unique_ptr<Conn>> conns;
   {
-    std::lock_guard lock(mu_);
-    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
+    MutexLock lock(&mu_);
+    for (auto& c : conns_) {
+      ::shutdown(c->fd, SHUT_RDWR);
+      if (!c->evicted) admission_.Remove(c->address);
+    }
     conns.swap(conns_);
   }
   for (auto& c : conns) {
@@ -114,15 +119,16 @@ void ConnServer::Stop() {
 }
 
 size_t ConnServer::active() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& c : conns_) n += c->done.load() ? 0 : 1;
   return n;
 }
 
 ConnCounters ConnServer::counters() const {
-  std::lock_guard lock(mu_);
-  ConnCounters c = counters_;
+  MutexLock lock(&mu_);
+  ConnCounters c;
+  static_cast<AdmissionCounters&>(c) = admission_.counters();
   c.accepted = accepted_.load();
   return c;
 }
@@ -132,6 +138,7 @@ void ConnServer::ReapFinishedLocked() {
     if ((*it)->done.load()) {
       (*it)->thread.join();
       ::close((*it)->fd);
+      if (!(*it)->evicted) admission_.Remove((*it)->address);
       it = conns_.erase(it);
     } else {
       ++it;
@@ -139,28 +146,25 @@ void ConnServer::ReapFinishedLocked() {
   }
 }
 
-size_t ConnServer::LiveLocked(const std::string* address) const {
-  size_t n = 0;
-  for (const auto& c : conns_) {
-    if (c->evicted || c->done.load()) continue;
-    if (address == nullptr || c->address == *address) ++n;
-  }
-  return n;
+void ConnServer::ShutDownLocked(Conn* c, uint64_t AdmissionCounters::*why, const char* what) {
+  ::shutdown(c->fd, SHUT_RDWR);  // its serve function sees EOF and returns
+  c->evicted = true;
+  admission_.Remove(c->address);
+  admission_.Note(why, what);
 }
 
 bool ConnServer::EvictOneLocked(const std::string* address) {
   if (limits_.first_frame_timeout_ms <= 0) return false;  // the server marks nothing
-  Conn* oldest = nullptr;
-  for (const auto& c : conns_) {
-    if (c->evicted || c->done.load() || c->established.load()) continue;
-    if (address != nullptr && c->address != *address) continue;
-    if (oldest == nullptr || c->accepted_at < oldest->accepted_at) oldest = c.get();
-  }
-  if (oldest == nullptr) return false;
-  ::shutdown(oldest->fd, SHUT_RDWR);  // its serve function sees EOF and returns
-  oldest->evicted = true;
-  ++counters_.evicted;
-  NoteRefusal("evicted one that had sent no first frame, to make room");
+  auto victim = Admission::Victim(
+      conns_.begin(), conns_.end(),
+      [address](const std::unique_ptr<Conn>& c) -> std::optional<int64_t> {
+        if (c->evicted || c->done.load() || c->established.load()) return std::nullopt;
+        if (address != nullptr && c->address != *address) return std::nullopt;
+        return -c->accepted_at.time_since_epoch().count();  // the oldest
+      });
+  if (victim == conns_.end()) return false;
+  ShutDownLocked(victim->get(), &AdmissionCounters::evicted,
+                 "evicted one that had sent no first frame, to make room");
   return true;
 }
 
@@ -170,41 +174,28 @@ void ConnServer::EnforceDeadlinesLocked() {
                 std::chrono::milliseconds(limits_.first_frame_timeout_ms);
   for (const auto& c : conns_) {
     if (c->evicted || c->done.load() || c->established.load() || c->accepted_at > cutoff) continue;
-    ::shutdown(c->fd, SHUT_RDWR);
-    c->evicted = true;
-    ++counters_.deadline_closed;
-    NoteRefusal("closed one that sent no first frame in time");
+    ShutDownLocked(c.get(), &AdmissionCounters::deadline_closed,
+                   "closed one that sent no first frame in time");
   }
-}
-
-void ConnServer::NoteRefusal(const char* why) {
-  ++unlogged_;
-  auto now = std::chrono::steady_clock::now();
-  if (now - last_log_ < std::chrono::seconds(10)) return;
-  LOG(WARNING) << name_ << ": turned away " << unlogged_ << " connection(s) since the last report (last: "
-               << why << "; totals: " << counters_.refused_full << " full, "
-               << counters_.refused_address << " per-address cap, " << counters_.thread_failures
-               << " without a thread, " << counters_.evicted << " evicted, "
-               << counters_.deadline_closed << " past the first-frame deadline)";
-  last_log_ = now;
-  unlogged_ = 0;
 }
 
 void ConnServer::Admit(int fd) {
   std::string address = RemoteAddress(fd);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ReapFinishedLocked();
-  const size_t per_address = limits_.max_per_address;
-  if (per_address > 0 && LiveLocked(&address) >= per_address && !EvictOneLocked(&address)) {
-    ++counters_.refused_address;
-    NoteRefusal(("address " + address + " holds " + std::to_string(per_address) +
-                 " connections").c_str());
-    ::close(fd);
-    return;
-  }
-  if (LiveLocked(nullptr) >= limits_.max_connections && !EvictOneLocked(nullptr)) {
-    ++counters_.refused_full;
-    NoteRefusal((std::to_string(limits_.max_connections) + " connections open").c_str());
+  // At a cap, the oldest connection not established (of this address, for its cap) makes
+  // room; with none, the new one is refused.
+  for (Admission::Cap cap; (cap = admission_.Check(address)) != Admission::Cap::kNone;) {
+    const bool per_address = cap == Admission::Cap::kAddress;
+    if (EvictOneLocked(per_address ? &address : nullptr)) continue;
+    if (per_address) {
+      admission_.Note(&AdmissionCounters::refused_address,
+                      "address " + address + " holds " +
+                          std::to_string(limits_.max_per_address) + " connections");
+    } else {
+      admission_.Note(&AdmissionCounters::refused_full,
+                      std::to_string(limits_.max_connections) + " connections open");
+    }
     ::close(fd);
     return;
   }
@@ -213,27 +204,34 @@ void ConnServer::Admit(int fd) {
   conn->fd = fd;
   conn->address = std::move(address);
   conn->accepted_at = std::chrono::steady_clock::now();
-  Conn* raw = conn.get();
+  if (!StartThread(conn.get())) {
+    ::close(fd);
+    return;
+  }
+  admission_.Add(conn->address);
+  conns_.push_back(std::move(conn));
+  accepted_.fetch_add(1);
+}
+
+bool ConnServer::StartThread(Conn* conn) {
   try {
     if (fail_threads_for_test_.load() > 0) {
       fail_threads_for_test_.fetch_sub(1);
       throw std::system_error(EAGAIN, std::generic_category(), "test: no thread");
     }
-    conn->thread = std::thread([this, raw] {
-      tls_established = &raw->established;
-      serve_(raw->fd);
+    conn->thread = std::thread([this, conn] {
+      tls_established = &conn->established;
+      serve_(conn->fd);
       tls_established = nullptr;
-      ::shutdown(raw->fd, SHUT_RDWR);
-      raw->done.store(true);
+      ::shutdown(conn->fd, SHUT_RDWR);
+      conn->done.store(true);
     });
   } catch (const std::system_error& e) {
-    ++counters_.thread_failures;
-    NoteRefusal((std::string("cannot create a thread: ") + e.what()).c_str());
-    ::close(fd);
-    return;
+    admission_.Note(&AdmissionCounters::thread_failures,
+                    std::string("cannot create a thread: ") + e.what());
+    return false;
   }
-  conns_.push_back(std::move(conn));
-  accepted_.fetch_add(1);
+  return true;
 }
 
 void ConnServer::AcceptLoop() {
@@ -245,7 +243,7 @@ void ConnServer::AcceptLoop() {
   while (!stopping_.load()) {
     int r = ::poll(fds, 2, tick);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       ReapFinishedLocked();
       EnforceDeadlinesLocked();
     }

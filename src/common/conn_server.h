@@ -15,6 +15,8 @@
 //   be quiet for hours. At a cap with nothing to evict the new connection is refused.
 // - a thread that cannot be created (std::system_error, EAGAIN) refuses that connection;
 //   the server keeps serving.
+// The caps, the counters and the log lines are common/admission.h's (the policy all servers
+// share); the victim here is the oldest connection not yet established.
 // Refusals are counted (counters()) and logged at most once per 10 s, never per connection.
 #pragma once
 
@@ -23,13 +25,13 @@
 #include <cstddef>
 #include <functional>
 #include <list>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/admission.h"
 #include "common/net.h"
+#include "common/thread_annotations.h"
 #include "mooncake/status.h"
 
 namespace mooncake {
@@ -40,14 +42,11 @@ struct ConnLimits {
   int first_frame_timeout_ms = 0;  // 0: no deadline and no eviction
 };
 
-// What the server refused or closed, since it started (tests, logs).
-struct ConnCounters {
-  uint64_t accepted = 0;          // connections handed to a serve thread
-  uint64_t refused_full = 0;      // refused: max_connections live, none to evict
-  uint64_t refused_address = 0;   // refused: max_per_address live from its address
-  uint64_t evicted = 0;           // not-yet-established connections shut down to make room
-  uint64_t deadline_closed = 0;   // not established within first_frame_timeout_ms
-  uint64_t thread_failures = 0;   // refused: no thread could be created
+// What the server refused or closed, since it started (tests, logs): Admission's counters
+// (evicted: not-yet-established connections shut down to make room; deadline_closed: not
+// established within first_frame_timeout_ms) and the connections handed to a serve thread.
+struct ConnCounters : AdmissionCounters {
+  uint64_t accepted = 0;
 };
 
 class ConnServer {
@@ -97,16 +96,19 @@ class ConnServer {
     std::thread thread;
     std::atomic<bool> established{false};
     std::atomic<bool> done{false};
-    bool evicted = false;  // GUARDED_BY(mu_): shut down by us, its thread ending
+    bool evicted = false;  // shut down by us, its thread ending (ConnServer::mu_)
   };
   void AcceptLoop();
-  void Admit(int fd);
-  void ReapFinishedLocked();
-  void EnforceDeadlinesLocked();
+  void Admit(int fd) MC_EXCLUDES(mu_);
+  // Starts conn's serve thread; false (conn refused) when no thread can be created.
+  bool StartThread(Conn* conn) MC_REQUIRES(mu_);
+  void ReapFinishedLocked() MC_REQUIRES(mu_);
+  void EnforceDeadlinesLocked() MC_REQUIRES(mu_);
   // Shuts down the oldest live, not established connection (of `address`, if non-null).
-  bool EvictOneLocked(const std::string* address);
-  size_t LiveLocked(const std::string* address) const;
-  void NoteRefusal(const char* why);
+  bool EvictOneLocked(const std::string* address) MC_REQUIRES(mu_);
+  // Shuts c down (its thread ends) and stops counting it as live.
+  void ShutDownLocked(Conn* c, uint64_t AdmissionCounters::*why, const char* what)
+      MC_REQUIRES(mu_);
 
   const std::string name_;
   const ConnLimits limits_;
@@ -118,11 +120,9 @@ class ConnServer {
   std::atomic<uint64_t> accepted_{0};
   std::atomic<int> fail_threads_for_test_{0};
   std::thread acceptor_;
-  mutable std::mutex mu_;
-  std::list<std::unique_ptr<Conn>> conns_;  // GUARDED_BY(mu_)
-  ConnCounters counters_;                   // GUARDED_BY(mu_), but `accepted`
-  std::chrono::steady_clock::time_point last_log_{};  // GUARDED_BY(mu_)
-  uint64_t unlogged_ = 0;                               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::list<std::unique_ptr<Conn>> conns_ MC_GUARDED_BY(mu_);
+  Admission admission_ MC_GUARDED_BY(mu_);  // live: accepted, not done, not evicted
 };
 
 }  // namespace mooncake

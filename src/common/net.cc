@@ -161,31 +161,76 @@ Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, int timeout_
   return last;
 }
 
+Result<Listener> ListenTcp(const std::string& host, int port, const ListenOptions& options) {
+  if (port < 0 || port > 65535) return Status::InvalidArgument("port must be 0..65535");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  const bool any = host.empty() || (options.any_is_ipv4 && host == "0.0.0.0");
+  const bool ipv4_only = any && options.any_is_ipv4;
+  const std::string service = std::to_string(port);
+  const std::string where = HostPort{host, static_cast<uint16_t>(port), true}.ToString();
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(any ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status::InvalidArgument("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  }
+  int err = EADDRNOTAVAIL;
+  Listener l;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (ipv4_only && a->ai_family != AF_INET) continue;
+    const int nonblock = options.nonblocking ? SOCK_NONBLOCK : 0;
+    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | nonblock, a->ai_protocol));
+    if (!fd.valid()) {
+      err = errno;
+      continue;
+    }
+    int yes = 1, no = 0;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // never SO_REUSEPORT
+    if (a->ai_family == AF_INET6) {
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
+    }
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 ||
+        ::listen(fd.get(), options.backlog) != 0) {
+      err = errno;
+      continue;
+    }
+    l.fd = std::move(fd);
+    break;
+  }
+  ::freeaddrinfo(res);
+  if (!l.fd.valid()) {
+    return Status::Unavailable("cannot listen on " + where + ": " + std::strerror(err) +
+                               (err == EADDRINUSE ? " (the port is in use)" : ""));
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ::getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+  l.port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return l;
+}
+
 Result<UniqueFd> ListenTcpInRange(uint16_t lo, uint16_t hi, int backlog, uint16_t* port,
                                   const std::string& bind_ip) {
   if (lo > hi) return Status::InvalidArgument("empty port range");
-  std::random_device rd;
-  uint32_t span = static_cast<uint32_t>(hi - lo) + 1;
-  uint32_t start = rd() % span;
   in_addr ip{};
-  ip.s_addr = htonl(INADDR_ANY);
   if (!bind_ip.empty() && ::inet_pton(AF_INET, bind_ip.c_str(), &ip) != 1) {
     return Status::InvalidArgument("bind address '" + bind_ip + "' is not an IPv4 address");
   }
+  std::random_device rd;
+  uint32_t span = static_cast<uint32_t>(hi - lo) + 1;
+  uint32_t start = rd() % span;
+  ListenOptions options;
+  options.backlog = backlog;
+  options.any_is_ipv4 = true;
   for (uint32_t i = 0; i < span; ++i) {
     uint16_t p = static_cast<uint16_t>(lo + (start + i) % span);
-    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd.valid()) return ErrnoStatus("socket", errno);
-    int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr = ip;
-    addr.sin_port = htons(p);
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) continue;
-    if (::listen(fd.get(), backlog) != 0) continue;
+    auto l = ListenTcp(bind_ip.empty() ? "0.0.0.0" : bind_ip, p, options);
+    if (!l.ok()) continue;
     *port = p;
-    return fd;
+    return std::move(l->fd);
   }
   return Status::Unavailable("no free TCP port in " + std::to_string(lo) + "-" +
                              std::to_string(hi) + "; set MC_MIN_RPC_PORT/MC_MAX_RPC_PORT");

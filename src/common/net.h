@@ -53,6 +53,25 @@ Status ErrnoStatus(const std::string& what, int err);
 // Connects with a bounded wait; the returned socket is blocking, with TCP_NODELAY.
 Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, int timeout_ms);
 
+// The one listen helper of every TCP server of the project (ConnServer's users, PollServer,
+// RpcServer, the HTTP metadata server).
+struct ListenOptions {
+  int backlog = 1024;
+  bool nonblocking = false;  // the listening socket (accept4 flags are the caller's)
+  // Host "" binds every address (what getaddrinfo lists first for a passive socket); with
+  // this set, "" and "0.0.0.0" bind every IPv4 address.
+  bool any_is_ipv4 = false;
+};
+struct Listener {
+  UniqueFd fd;
+  int port = 0;  // the port bound (the one the kernel chose for port 0)
+};
+// Binds host:port (port 0: any free one) with SO_REUSEADDR and never SO_REUSEPORT, so a port
+// in use is refused, not shared; an IPv6 socket also takes IPv4 (IPV6_V6ONLY off). Errors:
+// InvalidArgument "cannot resolve 'HOST': ..."; Unavailable "cannot listen on HOST:PORT:
+// <strerror>", with " (the port is in use)" for EADDRINUSE.
+Result<Listener> ListenTcp(const std::string& host, int port, const ListenOptions& options = {});
+
 // Binds a listening IPv4 socket (0.0.0.0, or `bind_ip`) on a free port in [lo, hi], starting
 // at a random port; *port receives the one chosen. Unavailable if every port is taken.
 Result<UniqueFd> ListenTcpInRange(uint16_t lo, uint16_t hi, int backlog, uint16_t* port,

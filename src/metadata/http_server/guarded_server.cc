@@ -8,9 +8,12 @@
 
 #include <chrono>
 #include <cerrno>
-#include <cstdio>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <system_error>
+
+#include "common/net.h"
 
 namespace mooncake::http {
 namespace {
@@ -180,62 +183,54 @@ class FilingQueue final : public httplib::TaskQueue {
 
 }  // namespace
 
-GuardedServer::GuardedServer(GuardLimits limits) : limits_(limits) {
+GuardedServer::GuardedServer(GuardLimits limits)
+    : limits_(limits), admission_("HTTP metadata server", {SIZE_MAX, limits.max_per_address}) {
   new_task_queue = [this] {
     StartWorkers();
     return new FilingQueue(this);
   };
-  // httplib's default socket options include SO_REUSEPORT, which lets a second server share
-  // the port (and split the keys): without it, a port in use fails to bind.
-  set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
 }
 
 GuardedServer::~GuardedServer() { StopWorkers(); }
 
+Result<int> GuardedServer::Bind(const std::string& host, int port) {
+  // Not httplib's bind: its default socket options include SO_REUSEPORT, which lets a second
+  // server share the port (and split the keys), and its backlog of 5 drops a crowd's SYNs
+  // (each drop costs its client a 1 s retransmission).
+  ListenOptions lo;
+  lo.backlog = limits_.listen_backlog;
+  auto listener = ListenTcp(host, port, lo);
+  if (!listener.ok()) return listener.status();
+  SetNoDelay(listener->fd.get());  // small replies: no Nagle / delayed-ACK stalls
+  svr_sock_ = listener->fd.Release();
+  return listener->port;
+}
+
 GuardCounters GuardedServer::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
+  MutexLock lock(&mu_);
+  const AdmissionCounters& a = admission_.counters();
+  GuardCounters c;
+  c.refused_address = a.refused_address;
+  c.timed_out = a.deadline_closed;
+  c.thread_failures = a.thread_failures;
+  c.shed = a.evicted;
+  return c;
 }
 
 void GuardedServer::NoteTimeout() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++counters_.timed_out;
-  MaybeLogLocked();
-}
-
-void GuardedServer::MaybeLogLocked() {
-  uint64_t total = counters_.refused_address + counters_.timed_out + counters_.thread_failures +
-                   counters_.shed;
-  int64_t now = NowMs();
-  if (total == logged_total_ || now - last_log_ms_ < 10000) return;
-  std::fprintf(stderr,
-               "mooncake_http_metadata_server: %llu connections refused (per-address cap %zu), "
-               "%llu shed (slow or idle while the server was full), %llu closed at a deadline, "
-               "%llu without a thread, so far\n",
-               static_cast<unsigned long long>(counters_.refused_address),
-               limits_.max_per_address, static_cast<unsigned long long>(counters_.shed),
-               static_cast<unsigned long long>(counters_.timed_out),
-               static_cast<unsigned long long>(counters_.thread_failures));
-  last_log_ms_ = now;
-  logged_total_ = total;
+  MutexLock lock(&mu_);
+  admission_.Note(&AdmissionCounters::deadline_closed, "closed one past a request deadline");
 }
 
 void GuardedServer::StartWorkers() {
-  // cpp-httplib listens with a backlog of 5: a crowd connecting at once overflows it, and
-  // every SYN dropped costs its client a 1 s retransmission. Listening again resizes it.
-  const socket_t sock = svr_sock_;
-  if (sock != INVALID_SOCKET) ::listen(sock, limits_.listen_backlog);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   workers_stopping_ = false;
 }
 
 void GuardedServer::StopWorkers() {
   std::vector<std::thread> workers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     workers_stopping_ = true;
     for (const Waiting& w : waiting_) {
       ::close(w.fd);
@@ -245,34 +240,32 @@ void GuardedServer::StopWorkers() {
     for (Conn* c : served_) ::shutdown(c->fd, SHUT_RDWR);  // out of their waits at once
     workers.swap(workers_);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& t : workers) t.join();
 }
 
 void GuardedServer::ForgetLocked(const std::string& ip, bool served) {
-  auto it = addresses_.find(ip);
-  if (it == addresses_.end()) return;
-  if (served) --it->second.served;
-  if (--it->second.total == 0) addresses_.erase(it);
+  admission_.Remove(ip);
+  if (!served) return;
+  auto it = loads_.find(ip);
+  if (it != loads_.end() && --it->second.served == 0) loads_.erase(it);
 }
 
 // Past max_connections waiting, the newest waiting one from the address with the most
 // connections is closed.
 void GuardedServer::DropWaitingLocked() {
   while (waiting_.size() > limits_.max_connections) {
-    auto drop = waiting_.end();
-    size_t most = 0;
-    for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-      size_t total = addresses_[it->ip].total;
-      if (drop == waiting_.end() || total >= most) {
-        drop = it;
-        most = total;
-      }
-    }
+    int64_t order = 0;  // the newest of equals
+    auto drop = Admission::Victim(waiting_.begin(), waiting_.end(), [&](const Waiting& w) {
+      mu_.AssertHeld();  // the lambda runs here, under mu_
+      return std::optional<std::pair<size_t, int64_t>>({admission_.live(w.ip), order++});
+    });
     ::close(drop->fd);
     ForgetLocked(drop->ip, false);
     waiting_.erase(drop);
-    ++counters_.shed;
+    admission_.Note(&AdmissionCounters::evicted,
+                    "closed a waiting one: " + std::to_string(limits_.max_connections) +
+                        " were waiting already");
   }
 }
 
@@ -283,38 +276,33 @@ void GuardedServer::ShedLocked() {
   if (waiting_.size() <= free) return;
   size_t need = waiting_.size() - free;
   const int64_t now = NowMs();
+  // Rank: the address's served connections not yet shed, then the longest waiting.
+  auto rank = [&](Conn* c) -> std::optional<std::pair<size_t, int64_t>> {
+    mu_.AssertHeld();  // the lambda runs here, under mu_
+    if (c->shed || !c->on_client.load()) return std::nullopt;
+    const int64_t since = c->since_ms.load();
+    if (now - since < limits_.shed_after_ms) return std::nullopt;
+    const Load& l = loads_[c->ip];
+    return std::make_pair(l.served - l.shedding, -since);
+  };
   for (; need > 0; --need) {
-    Conn* victim = nullptr;
-    size_t victim_load = 0;
-    int64_t victim_since = 0;
-    for (Conn* c : served_) {
-      if (c->shed || !c->on_client.load()) continue;
-      const int64_t since = c->since_ms.load();
-      if (now - since < limits_.shed_after_ms) continue;
-      const PerAddress& a = addresses_[c->ip];
-      const size_t load = a.served - a.shedding;
-      if (victim == nullptr || load > victim_load ||
-          (load == victim_load && since < victim_since)) {
-        victim = c;
-        victim_load = load;
-        victim_since = since;
-      }
-    }
-    if (victim == nullptr) break;
+    auto it = Admission::Victim(served_.begin(), served_.end(), rank);
+    if (it == served_.end()) break;
+    Conn* victim = *it;
     victim->shed = true;
-    ++addresses_[victim->ip].shedding;
+    ++loads_[victim->ip].shedding;
     ++shed_pending_;
-    ++counters_.shed;
+    admission_.Note(&AdmissionCounters::evicted,
+                    "shed one slow or idle from " + victim->ip + " to free a worker");
     ::shutdown(victim->fd, SHUT_RDWR);  // its worker's wait ends; the socket is closed there
   }
-  MaybeLogLocked();
 }
 
 void GuardedServer::Tick() {
   int64_t now = NowMs();
   int64_t last = last_tick_ms_.load();
   if (now - last < 100 || !last_tick_ms_.compare_exchange_strong(last, now)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ShedLocked();
 }
 
@@ -322,75 +310,75 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
   std::string ip;
   int port = 0;
   PeerOrLocal(sock, true, ip, port);
-  std::unique_lock<std::mutex> lock(mu_);
-  if (workers_stopping_ || stopping()) {
-    lock.unlock();
-    ::close(sock);
-    return false;
-  }
-  PerAddress& a = addresses_[ip];
-  if (a.total >= limits_.max_per_address) {
-    ++counters_.refused_address;
-    MaybeLogLocked();
-    lock.unlock();
-    ::close(sock);
-    return false;
-  }
-  ++a.total;
-  waiting_.push_back({sock, ip, NowMs()});
-  DropWaitingLocked();
-  if (waiting_.size() > idle_workers_ && workers_.size() < limits_.max_connections) {
-    try {
-      workers_.emplace_back([this] { Work(); });
-      ++idle_workers_;  // counted idle from now: it cannot look before we unlock
-    } catch (const std::system_error&) {
-      ++counters_.thread_failures;  // the connection waits for a busy worker instead
-      MaybeLogLocked();
+  {
+    MutexLock lock(&mu_);
+    bool refuse = workers_stopping_ || stopping();
+    if (!refuse && admission_.Check(ip) == Admission::Cap::kAddress) {
+      admission_.Note(&AdmissionCounters::refused_address,
+                      "address " + ip + " holds " + std::to_string(limits_.max_per_address) +
+                          " connections");
+      refuse = true;
     }
+    if (refuse) {
+      ::close(sock);
+      return false;
+    }
+    admission_.Add(ip);
+    waiting_.push_back({sock, ip, NowMs()});
+    DropWaitingLocked();
+    if (waiting_.size() > idle_workers_ && workers_.size() < limits_.max_connections) {
+      try {
+        workers_.emplace_back([this] { Work(); });
+        ++idle_workers_;  // counted idle from now: it cannot look before we unlock
+      } catch (const std::system_error& e) {
+        // The connection waits for a busy worker instead.
+        admission_.Note(&AdmissionCounters::thread_failures,
+                        std::string("cannot create a thread: ") + e.what());
+      }
+    }
+    ShedLocked();
   }
-  ShedLocked();
-  lock.unlock();
-  cv_.notify_one();
+  cv_.Signal();
   return true;
 }
 
+void GuardedServer::TakeWaitingLocked(Conn* conn) {
+  auto pick = Admission::Victim(waiting_.begin(), waiting_.end(), [&](const Waiting& w) {
+    mu_.AssertHeld();  // the lambda runs here, under mu_
+    auto it = loads_.find(w.ip);
+    return std::optional<int64_t>(-static_cast<int64_t>(it == loads_.end() ? 0 : it->second.served));
+  });
+  conn->fd = pick->fd;
+  conn->ip = pick->ip;
+  conn->since_ms.store(NowMs());
+  waiting_.erase(pick);
+  ++loads_[conn->ip].served;
+  served_.insert(conn);
+}
+
 void GuardedServer::Work() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   for (bool counted = true;; counted = false) {
     if (!counted) ++idle_workers_;
-    cv_.wait(lock, [this] { return workers_stopping_ || !waiting_.empty(); });
+    while (!workers_stopping_ && waiting_.empty()) cv_.Wait(&mu_);
     --idle_workers_;
-    if (workers_stopping_) return;  // StopWorkers closed the waiting ones
-    // The waiting connection whose address has the fewest served, then the oldest.
-    auto pick = waiting_.begin();
-    size_t fewest = addresses_[pick->ip].served;
-    for (auto it = waiting_.begin() + 1; it != waiting_.end(); ++it) {
-      size_t served = addresses_[it->ip].served;
-      if (served < fewest) {
-        pick = it;
-        fewest = served;
-      }
-    }
+    if (workers_stopping_) break;  // StopWorkers closed the waiting ones
     Conn conn;
-    conn.fd = pick->fd;
-    conn.ip = pick->ip;
-    conn.since_ms.store(NowMs());
-    waiting_.erase(pick);
-    ++addresses_[conn.ip].served;
-    served_.insert(&conn);
-    lock.unlock();
+    TakeWaitingLocked(&conn);
+    mu_.Unlock();
     Serve(conn);
     ::shutdown(conn.fd, SHUT_RDWR);
-    lock.lock();
+    mu_.Lock();
     served_.erase(&conn);  // before the close: a shed must never reach a reused fd
     if (conn.shed) {
       --shed_pending_;
-      auto it = addresses_.find(conn.ip);
-      if (it != addresses_.end()) --it->second.shedding;
+      auto it = loads_.find(conn.ip);
+      if (it != loads_.end()) --it->second.shedding;
     }
     ForgetLocked(conn.ip, true);
     ::close(conn.fd);
   }
+  mu_.Unlock();
 }
 
 void GuardedServer::Serve(Conn& conn) {

@@ -31,21 +31,25 @@
 //   drop delays that client by a 1 s retransmission).
 // Threads: at most max_connections workers and the accepting one; sockets: at most
 // 2 x max_connections. Refusals, sheds and timeouts are counted (counters()) and logged at
-// most once per 10 s.
+// most once per 10 s. The per-address cap, the victims' choice, the counters and the log
+// lines are common/admission.h's (the policy every server shares); the port is bound by
+// ListenTcp (common/net.h).
 #pragma once
 
 #include <httplib.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/admission.h"
+#include "common/thread_annotations.h"
+#include "mooncake/status.h"
 
 namespace mooncake::http {
 
@@ -75,6 +79,10 @@ class GuardedServer : public httplib::Server {
   ~GuardedServer() override;
   GuardCounters counters() const;
 
+  // Binds host:port (port 0: any free one) with ListenTcp, a backlog of listen_backlog and
+  // TCP_NODELAY (accepted sockets inherit it); the port bound. Then listen_after_bind().
+  Result<int> Bind(const std::string& host, int port);
+
   // True once stop() was called (httplib's is_running() stays true until every connection
   // thread has ended, so waits must not use it to notice a stop).
   bool stopping() const { return svr_sock_ == INVALID_SOCKET; }
@@ -85,13 +93,13 @@ class GuardedServer : public httplib::Server {
     std::string ip;
     std::atomic<int64_t> since_ms{0};     // start of the current request or idle spell
     std::atomic<bool> on_client{false};   // blocked on the client (read, write, next request)
-    bool shed = false;                    // GUARDED_BY(mu_)
+    bool shed = false;                    // GuardedServer::mu_
   };
   // Used by the stream and the task queue (not for callers).
-  void NoteTimeout();
-  void Tick();  // sheds if connections wait (at most every 100 ms)
-  void StartWorkers();
-  void StopWorkers();
+  void NoteTimeout() MC_EXCLUDES(mu_);
+  void Tick() MC_EXCLUDES(mu_);  // sheds if connections wait (at most every 100 ms)
+  void StartWorkers() MC_EXCLUDES(mu_);
+  void StopWorkers() MC_EXCLUDES(mu_);
 
  private:
   struct Waiting {
@@ -99,35 +107,33 @@ class GuardedServer : public httplib::Server {
     std::string ip;
     int64_t since_ms;
   };
-  struct PerAddress {
-    size_t total = 0;     // served and waiting
+  struct Load {  // of one address (the total, served and waiting, is admission_'s)
     size_t served = 0;
     size_t shedding = 0;  // served, shed, not yet ended
   };
 
   // Runs on the accepting thread: files the connection (see the task queue).
-  bool process_and_close_socket(socket_t sock) override;
-  void Work();
+  bool process_and_close_socket(socket_t sock) override MC_EXCLUDES(mu_);
+  void Work() MC_EXCLUDES(mu_);
+  // Takes the waiting connection whose address has the fewest served, then the oldest.
+  void TakeWaitingLocked(Conn* conn) MC_REQUIRES(mu_);
   void Serve(Conn& c);
-  void ShedLocked();        // REQUIRES(mu_)
-  void DropWaitingLocked(); // REQUIRES(mu_)
-  void ForgetLocked(const std::string& ip, bool served);  // REQUIRES(mu_)
-  void MaybeLogLocked();    // REQUIRES(mu_)
+  void ShedLocked() MC_REQUIRES(mu_);
+  void DropWaitingLocked() MC_REQUIRES(mu_);
+  void ForgetLocked(const std::string& ip, bool served) MC_REQUIRES(mu_);
 
   const GuardLimits limits_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, PerAddress> addresses_;  // GUARDED_BY(mu_)
-  std::deque<Waiting> waiting_;               // GUARDED_BY(mu_)
-  std::set<Conn*> served_;                    // GUARDED_BY(mu_)
-  std::vector<std::thread> workers_;          // GUARDED_BY(mu_)
-  size_t idle_workers_ = 0;                   // GUARDED_BY(mu_)
-  size_t shed_pending_ = 0;                   // GUARDED_BY(mu_): shed, not yet ended
-  bool workers_stopping_ = false;             // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  Admission admission_ MC_GUARDED_BY(mu_);       // served and waiting, per address
+  std::map<std::string, Load> loads_ MC_GUARDED_BY(mu_);  // addresses with one served
+  std::deque<Waiting> waiting_ MC_GUARDED_BY(mu_);
+  std::set<Conn*> served_ MC_GUARDED_BY(mu_);
+  std::vector<std::thread> workers_ MC_GUARDED_BY(mu_);
+  size_t idle_workers_ MC_GUARDED_BY(mu_) = 0;
+  size_t shed_pending_ MC_GUARDED_BY(mu_) = 0;  // shed, not yet ended
+  bool workers_stopping_ MC_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> last_tick_ms_{0};
-  GuardCounters counters_;                    // GUARDED_BY(mu_)
-  int64_t last_log_ms_ = 0;                   // GUARDED_BY(mu_)
-  uint64_t logged_total_ = 0;                 // GUARDED_BY(mu_)
 };
 
 }  // namespace mooncake::http

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -18,6 +17,7 @@
 #include <utility>
 
 #include "common/auth.h"
+#include "common/thread_annotations.h"
 
 namespace mooncake::http {
 namespace {
@@ -146,7 +146,7 @@ class WriteGuard {
              "(allowed: " + std::to_string(window_s_) + " s): a replayed request, or clocks " +
              "out of step (synchronize them, e.g. with NTP).";
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (!by_time_.empty() && by_time_.begin()->first < now - window_s_) {
       seen_.erase(by_time_.begin()->second);
       by_time_.erase(by_time_.begin());
@@ -172,10 +172,10 @@ class WriteGuard {
   const mooncake::Authenticator auth_;
   const int64_t window_s_;
   const size_t max_nonces_;
-  std::mutex mu_;
-  std::set<std::pair<int64_t, std::string>> by_time_;  // GUARDED_BY(mu_)
-  std::unordered_set<std::string> seen_;               // GUARDED_BY(mu_)
-  int64_t floor_ = std::numeric_limits<int64_t>::min(); // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::set<std::pair<int64_t, std::string>> by_time_ MC_GUARDED_BY(mu_);
+  std::unordered_set<std::string> seen_ MC_GUARDED_BY(mu_);
+  int64_t floor_ MC_GUARDED_BY(mu_) = std::numeric_limits<int64_t>::min();
 };
 
 // The store. Thread-safe.
@@ -186,7 +186,7 @@ class MetadataTable {
       : max_total_bytes_(max_total_bytes), owners_(owners) {}
 
   void Get(const std::string& key, httplib::Response& res) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = map_.find(key);
     if (it == map_.end()) return Reply(res, 404, "metadata not found");
     res.status = 200;
@@ -195,7 +195,7 @@ class MetadataTable {
 
   void Put(const std::string& key, const std::string& value, httplib::Response& res) {
     const std::string owner = owners_ ? OwnerOf(value) : "";
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = map_.find(key);
     if (it != map_.end() && IsRpcMeta(key)) {
       // Identical value: idempotent (see the header); a different one: refused.
@@ -229,7 +229,7 @@ class MetadataTable {
   }
 
   void Delete(const std::string& key, httplib::Response& res) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = map_.find(key);
     if (it == map_.end()) return Reply(res, 404, "metadata not found");
     total_bytes_ -= key.size() + it->second.value.size();
@@ -243,17 +243,17 @@ class MetadataTable {
     std::string value;
     std::string owner;  // its "mc_auth_instance" (only when owners_)
   };
-  // The entry of `key` owned by `owner` goes away.  REQUIRES(mu_)
-  void Disown(const std::string& key, const std::string& owner) {
+  // The entry of `key` owned by `owner` goes away.
+  void Disown(const std::string& key, const std::string& owner) MC_REQUIRES(mu_) {
     if (owner.empty() || !IsRpcMeta(key)) return;
     auto o = rpc_owners_.find(owner);
     if (o != rpc_owners_.end() && --o->second == 0) rpc_owners_.erase(o);
   }
 
-  std::mutex mu_;
-  std::map<std::string, Entry> map_;          // GUARDED_BY(mu_)
-  std::map<std::string, size_t> rpc_owners_;  // GUARDED_BY(mu_): instance -> its rpc_meta keys
-  size_t total_bytes_ = 0;                    // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, Entry> map_ MC_GUARDED_BY(mu_);
+  std::map<std::string, size_t> rpc_owners_ MC_GUARDED_BY(mu_);  // instance -> its rpc_meta keys
+  size_t total_bytes_ MC_GUARDED_BY(mu_) = 0;
   const size_t max_total_bytes_;
   const bool owners_;
 };
@@ -277,8 +277,7 @@ struct MetadataHttpServer::Impl {
 };
 
 void MetadataHttpServer::Impl::Routes() {
-  server.set_payload_max_length(options.max_body_bytes);
-  server.set_tcp_nodelay(true);  // small replies: no Nagle / delayed-ACK stalls
+  server.set_payload_max_length(options.max_body_bytes);  // TCP_NODELAY: GuardedServer::Bind
   const bool log = options.log_requests;
   // Wraps a handler with the key check and optional request logging.
   auto with_key = [log](auto handler) {
@@ -353,20 +352,9 @@ MetadataHttpServer::~MetadataHttpServer() { Stop(); }
 
 Status MetadataHttpServer::Start(const std::string& host, int port) {
   if (port_ != 0) return Status::FailedPrecondition("already started");
-  errno = 0;
-  int bound = port;
-  if (port == 0) {
-    bound = impl_->server.bind_to_any_port(host);
-  } else if (!impl_->server.bind_to_port(host, port)) {
-    bound = -1;
-  }
-  if (bound <= 0) {
-    const int err = errno;
-    std::string why = err != 0 ? std::strerror(err) : "cannot bind";
-    if (err == EADDRINUSE) why += " (the port is in use)";
-    return Status::Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
-  }
-  port_ = bound;
+  auto bound = impl_->server.Bind(host, port);
+  if (!bound.ok()) return bound.status();
+  port_ = *bound;
   impl_->listen_done.store(false);
   impl_->thread = std::thread([this] {
     impl_->server.listen_after_bind();

@@ -13,15 +13,22 @@
 // Each of these closes counts in dropped(). A connection polls for reading while its `out` is
 // empty and for writing while not; once all of `out` is sent, it is closed.
 //
-// The port is bound without SO_REUSEPORT: a port in use is refused.
+// The cap and the victim choice are common/admission.h's; the port is bound by ListenTcp
+// (common/net.h), without SO_REUSEPORT: a port in use is refused.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include <poll.h>
+
+#include "common/admission.h"
+#include "common/net.h"
 #include "mooncake/status.h"
 
 namespace mooncake {
@@ -67,14 +74,15 @@ class PollServer {
     virtual void OnClose(const Conn& /*c*/) {}
   };
 
-  // REQUIRES: handler outlives Stop().
-  PollServer(Options options, Handler* handler) : options_(options), handler_(handler) {}
+  // handler must outlive Stop().
+  PollServer(Options options, Handler* handler)
+      : options_(options), handler_(handler), admission_(options.name, {options.max_connections}) {}
   ~PollServer() { Stop(); }
   PollServer(const PollServer&) = delete;
   PollServer& operator=(const PollServer&) = delete;
 
-  // Binds host:port (port 0: any free one) and starts the loop; an error says why not (an
-  // address in use: Unavailable, "address in use").
+  // Binds host:port (port 0: any free one) and starts the loop; an error says why not (a
+  // port in use: Unavailable, "... (the port is in use)").
   Status Start(const std::string& host, int port);
   // Closes every connection (OnClose for each) and joins the loop. Idempotent.
   void Stop();
@@ -83,11 +91,26 @@ class PollServer {
   uint64_t dropped() const { return dropped_.load(); }
 
  private:
+  using ConnList = std::list<Conn>;  // oldest first
   void Loop();
+  // Serves c after poll reported `revents`; false when c is to be closed.
+  bool ServeConn(Conn& c, short revents, Clock::time_point now);
+  // Accepts every pending connection (making room, or refusing, at the cap).
+  void AcceptAll(Clock::time_point now);
+  // Out of descriptors: closes the oldest unpinned connection where the options say so (true:
+  // accept again), else refuses the pending one through the spare descriptor.
+  bool OutOfDescriptors();
+  void CloseConn(ConnList::iterator it);
 
+  // Everything below but the atomics is the loop thread's (and Start / Stop's around it).
   const Options options_;
   Handler* const handler_;
-  int listen_fd_ = -1;
+  Admission admission_;  // the connection cap and the victim; counts conns_
+  ConnList conns_;
+  std::vector<pollfd> fds_;
+  std::vector<ConnList::iterator> order_;  // conns_ in fds_ order (from fds_[2])
+  int spare_ = -1;  // given up to take a connection when descriptors run out
+  UniqueFd listen_fd_;
   int wake_fd_[2] = {-1, -1};
   int port_ = 0;
   std::atomic<bool> stop_{false};

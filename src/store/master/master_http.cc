@@ -294,7 +294,7 @@ HttpReply MasterHttp::Serve(const std::string& target) {
   if (!WalksATable(path)) return Route(*master_, path, params);
   const auto start = now_();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (start < heavy_after_) {
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(heavy_after_ - start).count();
@@ -308,7 +308,7 @@ HttpReply MasterHttp::Serve(const std::string& target) {
   HttpReply r = Route(*master_, path, params);
   const auto took = now_() - start;
   if (took >= std::chrono::milliseconds(1)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     heavy_after_ = std::max(heavy_after_, start + 5 * took);  // walks take <= 1/5 of the time
   }
   return r;

@@ -34,9 +34,9 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <string>
 
+#include "common/thread_annotations.h"
 #include "store/master/master_service.h"
 #include "store/master/metrics_server.h"
 
@@ -61,8 +61,8 @@ class MasterHttp {
  private:
   MasterService* const master_;
   const NowFn now_;
-  std::mutex mu_;
-  Clock::time_point heavy_after_{};  // GUARDED_BY(mu_): table walks wait until then
+  Mutex mu_;
+  Clock::time_point heavy_after_ MC_GUARDED_BY(mu_){};  // table walks wait until then
 };
 
 }  // namespace store

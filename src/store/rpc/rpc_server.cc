@@ -1,6 +1,9 @@
 #include "store/rpc/rpc_server.h"
 #include "store/rpc/rpc_server_internal.h"
 
+#include "common/admission.h"
+#include "common/net.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <glog/logging.h>
@@ -13,11 +16,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -58,40 +61,15 @@ RpcServer::~RpcServer() { Stop(); }
 Status RpcServer::Start(const std::string& host, int port) {
   if (started_) return Status::FailedPrecondition("already started");
   if (options_.threads < 1) return Status::InvalidArgument("threads must be >= 1");
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  const std::string h = (host.empty() || host == "0.0.0.0") ? "0.0.0.0" : host;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  int rc = getaddrinfo(h.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) return Status::InvalidArgument("cannot resolve '" + host + "': " + gai_strerror(rc));
-  std::string error = "no address for '" + host + "'";
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      error = std::strerror(errno);
-      continue;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
-      error = std::string(errno == EADDRINUSE ? "address in use" : std::strerror(errno));
-      close(fd);
-      continue;
-    }
-    listen_fd_ = fd;
-    break;
-  }
-  freeaddrinfo(res);
-  if (listen_fd_ < 0) return Status::Unavailable(error);
+  ListenOptions lo;
+  lo.nonblocking = true;
+  lo.any_is_ipv4 = true;  // "" and "0.0.0.0": every IPv4 address; "::" every address
+  auto listener = ListenTcp(host, port, lo);
+  if (!listener.ok()) return listener.status();
+  listen_fd_ = listener->fd.Release();
+  port_ = listener->port;
   spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-  port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                         : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  std::string error;
   for (int i = 0; i < options_.threads; ++i) {
     auto loop = std::make_unique<Loop>();
     loop->ep = epoll_create1(EPOLL_CLOEXEC);
@@ -133,11 +111,11 @@ Status RpcServer::Start(const std::string& host, int port) {
 void RpcServer::Stop() {
   if (!started_) return;
   started_ = false;
-  stop_.store(true);
   {
-    std::lock_guard<std::mutex> lock(worker_->mu);
+    MutexLock lock(&worker_->mu);  // the worker is waiting, or sees stop_ before it waits
+    stop_.store(true);
   }
-  worker_->cv.notify_all();
+  worker_->cv.SignalAll();
   worker_->thread.join();
   for (auto& l : loops_) {
     uint64_t one = 1;
@@ -164,13 +142,15 @@ void RpcServer::Stop() {
 
 void RpcServer::RunWorker() {
   Worker& w = *worker_;
-  std::unique_lock<std::mutex> lock(w.mu);
   while (true) {
-    w.cv.wait(lock, [&] { return stop_.load() || !w.jobs.empty(); });
-    if (stop_.load()) return;
-    std::unique_ptr<Job> job = std::move(w.jobs.front());
-    w.jobs.pop_front();
-    lock.unlock();
+    std::unique_ptr<Job> job;
+    {
+      MutexLock lock(&w.mu);
+      while (!stop_.load() && w.jobs.empty()) w.cv.Wait(&w.mu);
+      if (stop_.load()) return;
+      job = std::move(w.jobs.front());
+      w.jobs.pop_front();
+    }
     job->reply.assign(kFrameHeaderBytes, '\0');
     RpcStatus st = handler_(job->method, job->payload.data(), job->payload.size(), &job->reply);
     FrameHeader h;
@@ -181,12 +161,11 @@ void RpcServer::RunWorker() {
     EncodeHeader(&job->reply[0], h);
     Loop* loop = job->loop;
     {
-      std::lock_guard<std::mutex> l(loop->done_mu);
+      MutexLock l(&loop->done_mu);
       loop->done.push_back(std::move(job));
     }
     uint64_t one = 1;
     (void)!write(loop->wake, &one, sizeof(one));
-    lock.lock();
   }
 }
 
@@ -203,85 +182,95 @@ void RpcServer::RunLoop(Loop* loop) {
       const int fd = static_cast<int>(static_cast<uint32_t>(tag));
       if (fd == listen_fd_) {
         Accept(loop);
-        continue;
-      }
-      if (fd == loop->wake) {
-        uint64_t v;
-        (void)!read(loop->wake, &v, sizeof(v));
-        std::vector<std::unique_ptr<Job>> done;
-        {
-          std::lock_guard<std::mutex> l(loop->done_mu);
-          done.swap(loop->done);
-        }
-        for (auto& job : done) {
-          auto it = loop->conns.find(job->fd);
-          if (it == loop->conns.end() || it->second->id != job->conn_id) continue;  // gone
-          Conn* c = it->second.get();
-          c->busy = false;
-          c->job_bytes = 0;
-          Charge(loop, c);
-          c->out = std::move(job->reply);
-          c->sent = 0;
-          Account(c);
-          c->last_active = Clock::now();
-          if (!Flush(c) || !Serve(loop, c) || Finished(c)) {
-            Close(loop, c);
-            continue;
-          }
-          Rearm(loop, c);
-        }
-        continue;
-      }
-      auto it = loop->conns.find(fd);
-      // Gone, or closed earlier in this batch (room, a hog) and its fd taken by a new one.
-      if (it == loop->conns.end() || EventTag(fd, it->second->id) != tag) continue;
-      Conn* c = it->second.get();
-      const uint32_t ev = events[i].events;
-      bool ok = true;
-      if (ev & (EPOLLERR | EPOLLHUP)) {
-        ok = false;  // both directions gone: no reply can reach the client
+      } else if (fd == loop->wake) {
+        TakeReplies(loop);
       } else {
-        if (ev & EPOLLOUT) ok = Flush(c) && Serve(loop, c);
-        if (ok && (ev & (EPOLLIN | EPOLLRDHUP)) && !c->busy && !c->eof && !c->more &&
-            c->sent == c->out.size()) {
-          ok = OnReadable(loop, c) && Serve(loop, c);
-        }
+        OnEvent(loop, tag, events[i].events);
       }
-      if (!ok || Finished(c)) {
-        Close(loop, c);
-        continue;
-      }
-      Rearm(loop, c);
     }
     ServeReady(loop);
     const auto now = Clock::now();
     if (now - last_sweep >= std::chrono::milliseconds(500)) {
       last_sweep = now;
-      std::vector<Conn*> late;
-      for (auto& [fd, c] : loop->conns) {
-        if (c->partial_since == Clock::time_point::max()) continue;
-        const auto pending = now - c->partial_since;
-        // The header's deadline only while the loop reads from it (not while its request is
-        // on the worker or its replies wait: its next bytes then wait in its socket).
-        const bool reading = !c->busy && !c->more && c->sent == c->out.size();
-        if (pending > options_.request_deadline ||
-            (reading && c->in.size() < kFrameHeaderBytes && pending > options_.header_deadline)) {
-          late.push_back(c.get());
-        }
-      }
-      for (Conn* c : late) {
-        static std::atomic<int64_t> last{0};
-        if (LogNow(&last)) {
-          const bool header = c->in.size() < kFrameHeaderBytes;
-          LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " did not complete a request"
-                       << (header ? "'s header" : "") << " within "
-                       << (header ? options_.header_deadline : options_.request_deadline).count()
-                       << " ms: connection closed";
-        }
-        ++dropped_;
-        Close(loop, c);
-      }
+      CloseLate(loop, now);
     }
+  }
+}
+
+void RpcServer::TakeReplies(Loop* loop) {
+  uint64_t v;
+  (void)!read(loop->wake, &v, sizeof(v));
+  std::vector<std::unique_ptr<Job>> done;
+  {
+    MutexLock l(&loop->done_mu);
+    done.swap(loop->done);
+  }
+  for (auto& job : done) {
+    auto it = loop->conns.find(job->fd);
+    if (it == loop->conns.end() || it->second->id != job->conn_id) continue;  // gone
+    Conn* c = it->second.get();
+    c->busy = false;
+    c->job_bytes = 0;
+    Charge(loop, c);
+    c->out = std::move(job->reply);
+    c->sent = 0;
+    Account(c);
+    c->last_active = Clock::now();
+    if (!Flush(c) || !Serve(loop, c) || Finished(c)) {
+      Close(loop, c);
+      continue;
+    }
+    Rearm(loop, c);
+  }
+}
+
+void RpcServer::OnEvent(Loop* loop, uint64_t tag, uint32_t ev) {
+  const int fd = static_cast<int>(static_cast<uint32_t>(tag));
+  auto it = loop->conns.find(fd);
+  // Gone, or closed earlier in this batch (room, a hog) and its fd taken by a new one.
+  if (it == loop->conns.end() || EventTag(fd, it->second->id) != tag) return;
+  Conn* c = it->second.get();
+  bool ok = true;
+  if (ev & (EPOLLERR | EPOLLHUP)) {
+    ok = false;  // both directions gone: no reply can reach the client
+  } else {
+    if (ev & EPOLLOUT) ok = Flush(c) && Serve(loop, c);
+    if (ok && (ev & (EPOLLIN | EPOLLRDHUP)) && !c->busy && !c->eof && !c->more &&
+        c->sent == c->out.size()) {
+      ok = OnReadable(loop, c) && Serve(loop, c);
+    }
+  }
+  if (!ok || Finished(c)) {
+    Close(loop, c);
+    return;
+  }
+  Rearm(loop, c);
+}
+
+void RpcServer::CloseLate(Loop* loop, Clock::time_point now) {
+  std::vector<Conn*> late;
+  for (auto& [fd, c] : loop->conns) {
+    if (c->partial_since == Clock::time_point::max()) continue;
+    const auto pending = now - c->partial_since;
+    // The header's deadline only while the loop reads from it (not while its request is
+    // on the worker or its replies wait: its next bytes then wait in its socket).
+    const bool reading = !c->busy && !c->more && c->sent == c->out.size();
+    if (pending > options_.request_deadline ||
+        (reading && c->in.size() < kFrameHeaderBytes && pending > options_.header_deadline)) {
+      late.push_back(c.get());
+    }
+  }
+  for (Conn* c : late) {
+    static std::atomic<int64_t> last{0};
+    if (LogNow(&last)) {
+      const bool header = c->in.size() < kFrameHeaderBytes;
+      LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " did not complete a request"
+                   << (header ? "'s header" : "") << " within "
+                   << (header ? options_.header_deadline : options_.request_deadline).count()
+                   << " ms: connection closed";
+    }
+    ++dropped_;
+    Close(loop, c);
   }
 }
 
@@ -371,29 +360,27 @@ void RpcServer::Accept(Loop* loop) {
 
 RpcServer::Conn* RpcServer::Victim(Loop* loop, bool* abuser_chosen) {
   const auto now = Clock::now();
-  Conn* abuser = nullptr;
-  double worst = 0;  // the share of its life an abuser kept a request pending
-  Conn* oldest = nullptr;
-  for (auto& [cfd, c] : loop->conns) {
-    if (c->busy) continue;  // its request is on the worker: nothing to gain
-    auto pending = c->pending_total;
-    if (c->partial_since != Clock::time_point::max()) pending += now - c->partial_since;
+  // Rank: (1, the share of its life it kept a request pending) for one that did so for at
+  // least kAbuseAfter, else (0, -last_active) for an idle one; one with its request on the
+  // worker never goes (nothing to gain).
+  using Rank = std::pair<int, double>;
+  auto rank = [&](const auto& entry) -> std::optional<Rank> {
+    const Conn& c = *entry.second;
+    if (c.busy) return std::nullopt;
+    auto pending = c.pending_total;
+    if (c.partial_since != Clock::time_point::max()) pending += now - c.partial_since;
     if (pending >= kAbuseAfter) {
-      const double share = std::chrono::duration<double>(pending).count() /
-                           std::max(1e-3, std::chrono::duration<double>(now - c->created).count());
-      if (share > worst) {
-        worst = share;
-        abuser = c.get();
-      }
+      const double life = std::chrono::duration<double>(now - c.created).count();
+      return Rank{1, std::chrono::duration<double>(pending).count() / std::max(1e-3, life)};
     }
-    if (!c->in.empty() || c->sent != c->out.size()) continue;
-    if (!oldest || c->last_active < oldest->last_active) oldest = c.get();
-  }
-  *abuser_chosen = abuser != nullptr;
-  return abuser ? abuser : oldest;
+    if (!c.in.empty() || c.sent != c.out.size()) return std::nullopt;
+    return Rank{0, -std::chrono::duration<double>(c.last_active.time_since_epoch()).count()};
+  };
+  auto victim = Admission::Victim(loop->conns.begin(), loop->conns.end(), rank);
+  if (victim == loop->conns.end()) return nullptr;
+  *abuser_chosen = rank(*victim)->first == 1;
+  return victim->second.get();
 }
-
-
 
 }  // namespace store
 }  // namespace mooncake

@@ -35,7 +35,9 @@
 //     turns with the other connections of its loop, and what it sent past its turn stays in
 //     the socket until its next one. A small call waits for at most one turn of each other
 //     connection of its loop (the handler's work on each request bounded by master_rpc.h).
-// The port is bound without SO_REUSEPORT: a port in use is refused.
+// The victim choice at the cap is common/admission.h's (with the ranks above); the cap itself
+// is counted across loops without a lock (open_connections()). The port is bound by ListenTcp
+// (common/net.h), without SO_REUSEPORT: a port in use is refused.
 #pragma once
 
 #include <atomic>
@@ -76,7 +78,7 @@ class RpcServer {
 
   // Binds host:port (port 0: any free one; host "0.0.0.0" or "" every IPv4 address, "::"
   // every address) and starts the loops; an error says why not (a port in use: Unavailable,
-  // "address in use").
+  // "cannot listen on HOST:PORT: ... (the port is in use)").
   Status Start(const std::string& host, int port);
   // Closes every connection and joins the threads. Idempotent.
   void Stop();
@@ -91,10 +93,16 @@ class RpcServer {
   size_t buffer_capacity() const { return held_.load(); }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Conn;
   struct Loop;
   struct Job;
   void RunLoop(Loop* loop);
+  // RunLoop's parts: the worker's replies; one connection's epoll event; the sweep that
+  // closes connections past their deadlines.
+  void TakeReplies(Loop* loop);
+  void OnEvent(Loop* loop, uint64_t tag, uint32_t events);
+  void CloseLate(Loop* loop, Clock::time_point now);
   void RunWorker();
   void Accept(Loop* loop);
   // Reads what is there; false when the connection is to be closed.
@@ -110,6 +118,12 @@ class RpcServer {
   // Handles the complete requests buffered (until one needs the worker or a reply is left
   // unsent); false when the connection is to be closed.
   bool Serve(Loop* loop, Conn* c);
+  // Serve's parts: a frame that is not this protocol (false: close) or too large (true: the
+  // kTooLarge reply queued, the connection closes once it is sent); a slow method's request
+  // to the worker; the bytes handled dropped and the pending time accounted.
+  bool RefuseFrame(Conn* c, HeaderCheck check, const FrameHeader& h, size_t at);
+  void HandOff(Loop* loop, Conn* c, const FrameHeader& h, const char* payload);
+  void EndTurn(Loop* loop, Conn* c, size_t at);
   // Gives the connections on the loop's ready list their next turn (Serve's budget).
   void ServeReady(Loop* loop);
   bool Flush(Conn* c);  // false: the connection failed

@@ -126,54 +126,16 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
     ++served;  // an incomplete request counted here ends the turn below anyway
     FrameHeader h;
     const HeaderCheck check = DecodeHeader(c->in.data() + at, &h);
-    if (check == HeaderCheck::kBadMagic) {
-      static std::atomic<int64_t> last{0};
-      if (LogNow(&last)) {
-        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " is "
-                     << DescribeForeignBytes(c->in.data() + at, c->in.size() - at)
-                     << ": connection closed";
-      }
-      ++dropped_;
-      ok = false;
-      break;
-    }
-    if (check == HeaderCheck::kTooLarge) {
-      static std::atomic<int64_t> last{0};
-      if (LogNow(&last)) {
-        LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " announced a request of " << h.length
-                     << " bytes (limit " << kMaxMessageBytes << "): connection closed";
-      }
-      ++dropped_;
-      const std::string msg = "request of " + std::to_string(h.length) +
-                              " bytes is over the limit of " + std::to_string(kMaxMessageBytes);
-      const size_t base = c->out.size();
-      c->out.resize(base + kFrameHeaderBytes);
-      c->out += msg;
-      FrameHeader r{h.method, static_cast<uint16_t>(RpcStatus::kTooLarge), h.seq,
-                    static_cast<uint32_t>(msg.size())};
-      EncodeHeader(&c->out[base], r);
-      c->close_after_flush = true;
-      at = c->in.size();  // nothing after it is read
+    if (check != HeaderCheck::kOk) {
+      ok = RefuseFrame(c, check, h, at);
+      if (ok) at = c->in.size();  // a kTooLarge reply: nothing after it is read
       break;
     }
     if (c->in.size() - at - kFrameHeaderBytes < h.length) break;  // incomplete
     const char* payload = c->in.data() + at + kFrameHeaderBytes;
     if (options_.slow && options_.slow(h.method)) {
-      auto job = std::make_unique<Job>();
-      job->loop = loop;
-      job->fd = c->fd;
-      job->conn_id = c->id;
-      job->method = h.method;
-      job->seq = h.seq;
-      job->payload.assign(payload, h.length);
+      HandOff(loop, c, h, payload);
       at += kFrameHeaderBytes + h.length;
-      c->busy = true;
-      c->job_bytes = h.length;  // still this connection's, charged until the reply comes
-      {
-        std::lock_guard<std::mutex> l(worker_->mu);
-        worker_->jobs.push_back(std::move(job));
-      }
-      worker_->cv.notify_one();
       break;
     }
     const size_t base = c->out.size();
@@ -184,6 +146,62 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
     EncodeHeader(&c->out[base], r);
     at += kFrameHeaderBytes + h.length;
   }
+  EndTurn(loop, c, at);
+  if (!ok) {
+    Account(c);
+    return false;
+  }
+  if (!Flush(c)) return false;
+  if (c->close_after_flush && c->sent == c->out.size()) return false;
+  return true;
+}
+
+bool RpcServer::RefuseFrame(Conn* c, HeaderCheck check, const FrameHeader& h, size_t at) {
+  ++dropped_;
+  if (check == HeaderCheck::kBadMagic) {
+    static std::atomic<int64_t> last{0};
+    if (LogNow(&last)) {
+      LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " is "
+                   << DescribeForeignBytes(c->in.data() + at, c->in.size() - at)
+                   << ": connection closed";
+    }
+    return false;
+  }
+  static std::atomic<int64_t> last{0};  // kTooLarge
+  if (LogNow(&last)) {
+    LOG(WARNING) << "master RPC: " << PeerOf(c->fd) << " announced a request of " << h.length
+                 << " bytes (limit " << kMaxMessageBytes << "): connection closed";
+  }
+  const std::string msg = "request of " + std::to_string(h.length) +
+                          " bytes is over the limit of " + std::to_string(kMaxMessageBytes);
+  const size_t base = c->out.size();
+  c->out.resize(base + kFrameHeaderBytes);
+  c->out += msg;
+  FrameHeader r{h.method, static_cast<uint16_t>(RpcStatus::kTooLarge), h.seq,
+                static_cast<uint32_t>(msg.size())};
+  EncodeHeader(&c->out[base], r);
+  c->close_after_flush = true;
+  return true;
+}
+
+void RpcServer::HandOff(Loop* loop, Conn* c, const FrameHeader& h, const char* payload) {
+  auto job = std::make_unique<Job>();
+  job->loop = loop;
+  job->fd = c->fd;
+  job->conn_id = c->id;
+  job->method = h.method;
+  job->seq = h.seq;
+  job->payload.assign(payload, h.length);
+  c->busy = true;
+  c->job_bytes = h.length;  // still this connection's, charged until the reply comes
+  {
+    MutexLock l(&worker_->mu);
+    worker_->jobs.push_back(std::move(job));
+  }
+  worker_->cv.Signal();
+}
+
+void RpcServer::EndTurn(Loop* loop, Conn* c, size_t at) {
   if (at > 0) {
     buffered_ -= at;
     c->in.erase(0, at);
@@ -208,13 +226,6 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
     if (c->partial_since != Clock::time_point::max()) c->pending_total += now - c->partial_since;
     c->partial_since = now;
   }
-  if (!ok) {
-    Account(c);
-    return false;
-  }
-  if (!Flush(c)) return false;
-  if (c->close_after_flush && c->sent == c->out.size()) return false;
-  return true;
 }
 
 bool RpcServer::Flush(Conn* c) {

@@ -6,15 +6,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "store/rpc/rpc_server.h"
 
 namespace mooncake {
@@ -90,8 +89,8 @@ struct RpcServer::Loop {
   int wake = -1;  // eventfd: the worker's replies, Stop()
   std::thread thread;
   std::unordered_map<int, std::unique_ptr<Conn>> conns;
-  std::mutex done_mu;
-  std::vector<std::unique_ptr<Job>> done;
+  Mutex done_mu;
+  std::vector<std::unique_ptr<Job>> done MC_GUARDED_BY(done_mu);
   std::string scratch;
   // Connections whose turn ended with requests left (Conn::more) and their replies sent:
   // served again after the next epoll_wait, which then does not sleep. {fd, Conn::id}.
@@ -102,9 +101,9 @@ struct RpcServer::Loop {
 };
 
 struct RpcServer::Worker {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::unique_ptr<Job>> jobs;
+  Mutex mu;
+  CondVar cv;
+  std::deque<std::unique_ptr<Job>> jobs MC_GUARDED_BY(mu);
   std::thread thread;
 };
 

@@ -41,6 +41,135 @@ bool CopyRun(pid_t pid, uint32_t op, const std::vector<const Item*>& run) {
   return n >= 0 && static_cast<size_t>(n) == total;
 }
 
+
+// The hello after the secret's challenge: the version, the process behind the socket and its
+// proof, and the reply. False: refused (logged, the reply sent where there is one).
+bool Hello(int fd, pid_t pid, int timeout, PeerProcess* peer) {
+  HelloRequest hello;
+  if (!ReadFull(fd, &hello, sizeof(hello), timeout).ok() || hello.magic != kMagic) {
+    return false;
+  }
+  HelloReply reply;
+  if (hello.version != kVersion) {
+    LOG(WARNING) << "ShmServer: pid " << pid << " speaks same-host protocol v" << hello.version
+                 << ", this target v" << kVersion << "; refused (upgrade both ends)";
+    reply.status = kBadVersion;
+    (void)WriteFull(fd, &reply, sizeof(reply), timeout);
+    return false;
+  }
+  Status opened = peer->Open(fd);
+  if (!opened.ok()) {
+    LOG(WARNING) << "ShmServer: refused pid " << pid << ": " << opened.ToString();
+    reply.status = kRefused;
+    reply.err = ESRCH;
+    (void)WriteFull(fd, &reply, sizeof(reply), timeout);
+    return false;
+  }
+  if (!peer->Prove(fd, hello.proof_addr, timeout, &reply).ok()) return false;
+  if (!WriteFull(fd, &reply, sizeof(reply), timeout).ok() || reply.status != kOk) {
+    if (reply.status != kOk) {
+      LOG(WARNING) << "ShmServer: refused pid " << pid << ": " << ProofRefusalReason(reply.err)
+                   << " (" << std::strerror(reply.err) << ")";
+    }
+    return false;
+  }
+  return true;
+}
+
+// One connection's buffers, reused from request to request.
+struct Scratch {
+  std::vector<Item> items;
+  std::vector<uint32_t> statuses;
+  std::vector<MemoryRegion*> pins;
+  std::vector<const Item*> run;
+  std::vector<uint8_t> copied;
+};
+
+// Copies the items not yet copied through the initiator's shared memory: runs of consecutive
+// items with the same op, one syscall per run, only while the process that opened the
+// connection lives (checked before and after: a copy that may have reached a process that
+// took over its pid is reported failed). True when that process has exited.
+bool CopyThroughSyscalls(pid_t pid, PeerProcess& peer, Scratch& s) {
+  const uint32_t count = static_cast<uint32_t>(s.items.size());
+  bool exited = !peer.Alive();
+  for (uint32_t i = 0; i < count && !exited;) {
+    if (s.statuses[i] != kOk || s.copied[i]) {
+      ++i;
+      continue;
+    }
+    s.run.clear();
+    uint32_t j = i;
+    for (; j < count && s.statuses[j] == kOk && !s.copied[j] && s.items[j].op == s.items[i].op;
+         ++j) {
+      s.run.push_back(&s.items[j]);
+    }
+    if (!CopyRun(pid, s.items[i].op, s.run)) {
+      for (uint32_t k = i; k < j; ++k) {
+        if (!CopyRun(pid, s.items[k].op, {&s.items[k]})) s.statuses[k] = kCopyFailed;
+      }
+    }
+    i = j;
+  }
+  return exited || !peer.Alive();
+}
+
+// One transfer request of h.count items: reads them, copies, replies. False: the connection
+// is to be closed (a failed read or reply, or its process gone).
+bool Transfer(int fd, const RequestHeader& h, pid_t pid, int timeout, MemoryRegistry* registry,
+              ConnMaps& maps, PeerProcess& peer, Scratch& s) {
+  s.items.resize(h.count);
+  if (!ReadFull(fd, s.items.data(), h.count * sizeof(Item), timeout).ok()) return false;
+  s.statuses.assign(h.count, kOk);
+  s.pins.assign(h.count, nullptr);
+  for (uint32_t i = 0; i < h.count; ++i) {
+    const Item& it = s.items[i];
+    s.pins[i] = it.op <= 1 ? registry->Pin(it.target_addr, it.length, /*remote_only=*/true)
+                           : nullptr;
+    if (s.pins[i] == nullptr) s.statuses[i] = kRejected;
+  }
+  // Items in the initiator's shared memory: a plain memcpy through our mapping.
+  s.copied.assign(h.count, 0);
+  bool need_vm = false;
+  for (uint32_t i = 0; i < h.count; ++i) {
+    if (s.statuses[i] != kOk) continue;
+    const Item& it = s.items[i];
+    uint8_t* theirs = maps.empty() ? nullptr : maps.Translate(it.initiator_addr, it.length);
+    if (theirs == nullptr) {
+      need_vm = true;
+      continue;
+    }
+    auto* mine = reinterpret_cast<uint8_t*>(it.target_addr);
+    if (it.op == TransferRequest::WRITE) {
+      std::memcpy(mine, theirs, it.length);
+    } else {
+      std::memcpy(theirs, mine, it.length);
+    }
+    s.copied[i] = 1;
+  }
+  const bool exited = need_vm && CopyThroughSyscalls(pid, peer, s);
+  if (exited) {
+    LOG(WARNING) << "ShmServer: pid " << pid << ", which opened this connection, has exited; "
+                 << "refusing its copies (the pid may name another process now) and closing";
+    for (uint32_t i = 0; i < h.count; ++i) {
+      if (s.statuses[i] != kRejected && !s.copied[i]) s.statuses[i] = kPeerExited;
+    }
+  }
+  for (MemoryRegion* r : s.pins) {
+    if (r) MemoryRegistry::Unpin(r);
+  }
+  ReplyHeader rh;
+  rh.count = h.count;
+  rh.seq = h.seq;
+  iovec out[2] = {{&rh, sizeof(rh)}, {s.statuses.data(), s.statuses.size() * sizeof(uint32_t)}};
+  msghdr msg{};
+  msg.msg_iov = out;
+  msg.msg_iovlen = 2;
+  size_t want = sizeof(rh) + s.statuses.size() * sizeof(uint32_t);
+  ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  if (n < 0 || static_cast<size_t>(n) != want) return false;  // replies are tiny: one send
+  return !exited;
+}
+
 }  // namespace
 
 ShmServer::ShmServer(const EngineOptions& options, MemoryRegistry* registry,
@@ -101,43 +230,11 @@ void ShmServer::Serve(int fd) {
     LOG(WARNING) << "ShmServer: refused a connection from pid " << pid << ": " << auth.ToString();
     return;
   }
-
-  HelloRequest hello;
-  if (!ReadFull(fd, &hello, sizeof(hello), timeout).ok() || hello.magic != kMagic) {
-    return;
-  }
-  HelloReply reply;
-  if (hello.version != kVersion) {
-    LOG(WARNING) << "ShmServer: pid " << pid << " speaks same-host protocol v" << hello.version
-                 << ", this target v" << kVersion << "; refused (upgrade both ends)";
-    reply.status = kBadVersion;
-    (void)WriteFull(fd, &reply, sizeof(reply), timeout);
-    return;
-  }
   PeerProcess peer;
-  Status opened = peer.Open(fd);
-  if (!opened.ok()) {
-    LOG(WARNING) << "ShmServer: refused pid " << pid << ": " << opened.ToString();
-    reply.status = kRefused;
-    reply.err = ESRCH;
-    (void)WriteFull(fd, &reply, sizeof(reply), timeout);
-    return;
-  }
-  if (!peer.Prove(fd, hello.proof_addr, timeout, &reply).ok()) return;
-  if (!WriteFull(fd, &reply, sizeof(reply), timeout).ok() || reply.status != kOk) {
-    if (reply.status != kOk) {
-      LOG(WARNING) << "ShmServer: refused pid " << pid << ": " << ProofRefusalReason(reply.err)
-                   << " (" << std::strerror(reply.err) << ")";
-    }
-    return;
-  }
+  if (!Hello(fd, pid, timeout, &peer)) return;
   ConnServer::MarkEstablished();
 
-  std::vector<Item> items;
-  std::vector<uint32_t> statuses;
-  std::vector<MemoryRegion*> pins;
-  std::vector<const Item*> run;
-  std::vector<uint8_t> copied;
+  Scratch scratch;
   ConnMaps maps(&limits_);
   for (;;) {
     RequestHeader h;
@@ -163,78 +260,7 @@ void ShmServer::Serve(int fd) {
       LOG(WARNING) << "ShmServer: malformed request from pid " << pid << "; closing";
       break;
     }
-    items.resize(h.count);
-    if (!ReadFull(fd, items.data(), h.count * sizeof(Item), timeout).ok()) break;
-    statuses.assign(h.count, kOk);
-    pins.assign(h.count, nullptr);
-    for (uint32_t i = 0; i < h.count; ++i) {
-      const Item& it = items[i];
-      pins[i] = it.op <= 1 ? registry_->Pin(it.target_addr, it.length, /*remote_only=*/true)
-                           : nullptr;
-      if (pins[i] == nullptr) statuses[i] = kRejected;
-    }
-    // Items in the initiator's shared memory: a plain memcpy through our mapping.
-    copied.assign(h.count, 0);
-    bool need_vm = false;
-    for (uint32_t i = 0; i < h.count; ++i) {
-      if (statuses[i] != kOk) continue;
-      const Item& it = items[i];
-      uint8_t* theirs = maps.empty() ? nullptr : maps.Translate(it.initiator_addr, it.length);
-      if (theirs == nullptr) {
-        need_vm = true;
-        continue;
-      }
-      auto* mine = reinterpret_cast<uint8_t*>(it.target_addr);
-      if (it.op == TransferRequest::WRITE) {
-        std::memcpy(mine, theirs, it.length);
-      } else {
-        std::memcpy(theirs, mine, it.length);
-      }
-      copied[i] = 1;
-    }
-    // The rest: runs of consecutive items with the same op, one syscall per run, only
-    // while the process that opened the connection lives (checked before and after: a
-    // copy that may have reached a process that took over its pid is reported failed).
-    bool exited = need_vm && !peer.Alive();
-    for (uint32_t i = 0; i < h.count && need_vm && !exited;) {
-      if (statuses[i] != kOk || copied[i]) {
-        ++i;
-        continue;
-      }
-      run.clear();
-      uint32_t j = i;
-      for (; j < h.count && statuses[j] == kOk && !copied[j] && items[j].op == items[i].op; ++j) {
-        run.push_back(&items[j]);
-      }
-      if (!CopyRun(pid, items[i].op, run)) {
-        for (uint32_t k = i; k < j; ++k) {
-          if (!CopyRun(pid, items[k].op, {&items[k]})) statuses[k] = kCopyFailed;
-        }
-      }
-      i = j;
-    }
-    if (need_vm && !exited) exited = !peer.Alive();
-    if (exited) {
-      LOG(WARNING) << "ShmServer: pid " << pid << ", which opened this connection, has exited; "
-                   << "refusing its copies (the pid may name another process now) and closing";
-      for (uint32_t i = 0; i < h.count; ++i) {
-        if (statuses[i] != kRejected && !copied[i]) statuses[i] = kPeerExited;
-      }
-    }
-    for (MemoryRegion* r : pins) {
-      if (r) MemoryRegistry::Unpin(r);
-    }
-    ReplyHeader rh;
-    rh.count = h.count;
-    rh.seq = h.seq;
-    iovec out[2] = {{&rh, sizeof(rh)}, {statuses.data(), statuses.size() * sizeof(uint32_t)}};
-    msghdr msg{};
-    msg.msg_iov = out;
-    msg.msg_iovlen = 2;
-    size_t want = sizeof(rh) + statuses.size() * sizeof(uint32_t);
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n < 0 || static_cast<size_t>(n) != want) break;  // replies are tiny: one send
-    if (exited) break;
+    if (!Transfer(fd, h, pid, timeout, registry_, maps, peer, scratch)) break;
   }
 }
 
