@@ -22,6 +22,11 @@
 
 namespace mooncake {
 
+namespace submit {  // the steps of Impl::Submit (transfer_submit.cc)
+struct Prepared;
+struct PeerRoute;
+}  // namespace submit
+
 class TransferEngine::Impl {
  public:
   explicit Impl(const EngineOptions& options);
@@ -65,6 +70,22 @@ class TransferEngine::Impl {
                       std::chrono::milliseconds timeout);
   // Frees batches that TransferSync gave up waiting for, once they have finished.
   void ReapOrphans();
+
+  // Submit's steps. PrepareRequest checks request i, pins its memory into *p (the caller
+  // unpins it on error) and finds its route (a peer and a transport), adding routes as needed.
+  Status PrepareRequest(size_t i, const TransferRequest& r,
+                        std::vector<submit::PeerRoute>& routes, submit::Prepared* p);
+  // The buffer of the route's descriptor holding r's remote range; refetches the descriptor
+  // once per submit when none does (*first_route then names the new route). nullptr: none.
+  const BufferDesc* FindRemoteBuffer(const TransferRequest& r,
+                                     std::vector<submit::PeerRoute>& routes, size_t* first_route);
+  Transport* ChooseTransport(submit::PeerRoute* route, const BufferDesc& remote,
+                             int local_device);
+  // Cuts the requests of route k into slices (in *slices) and hands them to its transport.
+  void SubmitRoute(size_t k, const submit::PeerRoute& route,
+                   const std::vector<TransferRequest>& requests,
+                   const std::vector<submit::Prepared>& prepared, TransferTask* tasks,
+                   std::vector<Slice>* slices);
 
   // Notifies.
   Result<std::string> HandleHandshake(const HandshakeFrame& request);
