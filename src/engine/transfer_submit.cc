@@ -291,7 +291,7 @@ Result<TransferStatus> TransferEngine::Impl::BatchStatus(BatchID id) {
   if (st.s == COMPLETED) {
     std::optional<std::pair<SegmentID, NotifyDesc>> notify;
     {
-      std::lock_guard lock(batch->notify_mu);
+      MutexLock lock(&batch->notify_mu);
       notify.swap(batch->pending_notify);
     }
     if (notify) {
@@ -309,7 +309,7 @@ Result<TransferStatus> TransferEngine::Impl::BatchStatus(BatchID id) {
 }
 
 void TransferEngine::Impl::ReapOrphans() {
-  std::lock_guard lock(orphan_mu);
+  MutexLock lock(&orphan_mu);
   for (size_t i = 0; i < orphans.size();) {
     if (batches.Free(orphans[i]).ok()) {
       orphans[i] = orphans.back();
@@ -333,7 +333,7 @@ Status TransferEngine::Impl::TransferSync(const std::vector<TransferRequest>& re
   if (!batch->WaitAll(timeout)) {
     // The batch is freed by a later call once its slices end (bounded by the slice
     // timeout), so the caller is not held and nothing leaks.
-    std::lock_guard lock(orphan_mu);
+    MutexLock lock(&orphan_mu);
     orphans.push_back(id);
     return Status::DeadlineExceeded("transfer did not finish within " +
                                     std::to_string(timeout.count()) + " ms");
