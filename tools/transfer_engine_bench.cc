@@ -370,74 +370,80 @@ int RunBlockIterations(TransferEngine& engine, SegmentID seg, const RemotePlan& 
   return 0;
 }
 
-int RunInitiator(TransferEngine& engine) {
-  if (FLAGS_segment_id.empty()) Die("--segment_id is required: the target logs it");
-  auto op = FLAGS_operation == "write" ? TransferRequest::WRITE : TransferRequest::READ;
+TransferRequest::OpCode ParseOperation() {
   if (FLAGS_operation != "read" && FLAGS_operation != "write") {
     Die("--operation must be read or write");
   }
-  uint64_t need = FLAGS_block_size * FLAGS_batch_size * FLAGS_threads;
-  if (FLAGS_block_iteration == 0 && FLAGS_buffer_size < need) {
-    LOG(WARNING) << "Invalid flag: buffer size is smaller than require_size, adjust to " << need;
-    FLAGS_buffer_size = need;
-  }
-  auto seg = engine.OpenSegment(FLAGS_segment_id);
-  Check(seg.status(), "open segment " + FLAGS_segment_id);
-  if (FLAGS_block_iteration > 0) {
-    RemotePlan plan;
-    WaitForTargetMemory(engine, *seg, [&](const mooncake::SegmentInfo& info) {
-      return PlanBlockIterations(info, &plan);
-    });
-    return RunBlockIterations(engine, *seg, plan, op);
-  }
+  return FLAGS_operation == "write" ? TransferRequest::WRITE : TransferRequest::READ;
+}
+
+// The target's first buffer, once it has registered one; dies if it is under --buffer_size.
+uint64_t WaitForRemoteBuffer(TransferEngine& engine, SegmentID seg) {
   auto info = WaitForTargetMemory(
-      engine, *seg, [](const mooncake::SegmentInfo& i) { return !i.buffers.empty(); });
+      engine, seg, [](const mooncake::SegmentInfo& i) { return !i.buffers.empty(); });
   uint64_t remote = info.buffers[0].addr, remote_len = info.buffers[0].length;
   if (remote_len < FLAGS_buffer_size) {
     Die("target buffer is " + std::to_string(remote_len) + " bytes; --buffer_size asks " +
         std::to_string(FLAGS_buffer_size));
   }
-  uint8_t* local = nullptr;
+  return remote;
+}
+
+// The initiator's registered buffer of --buffer_size (shared memory with --shared_buffer).
+uint8_t* AllocLocalBuffer(TransferEngine& engine) {
   if (FLAGS_shared_buffer && DeviceId() >= 0) Die("--shared_buffer is host memory; drop --gpu_id");
   if (FLAGS_shared_buffer) {
     auto shared = engine.AllocateSharedMemory(FLAGS_buffer_size);
     Check(shared.status(), "allocate shared memory");
-    local = static_cast<uint8_t*>(*shared);
+    auto* local = static_cast<uint8_t*>(*shared);
     std::memset(local, 0, FLAGS_buffer_size);
-  } else {
-    local = AllocBuffer(FLAGS_buffer_size);
-    Check(engine.RegisterLocalMemory(local, FLAGS_buffer_size, Location()), "register");
+    return local;
   }
-  double unit = UnitBytes(FLAGS_report_unit);
+  uint8_t* local = AllocBuffer(FLAGS_buffer_size);
+  Check(engine.RegisterLocalMemory(local, FLAGS_buffer_size, Location()), "register");
+  return local;
+}
 
-  if (FLAGS_verify) {
-    uint8_t* back = AllocBuffer(FLAGS_buffer_size);
-    Check(engine.RegisterLocalMemory(back, FLAGS_buffer_size, Location()), "register");
-    std::vector<uint8_t> pattern(FLAGS_buffer_size), got(FLAGS_buffer_size);
-    uint64_t x = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(::getpid());
-    for (size_t i = 0; i < FLAGS_buffer_size; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      pattern[i] = static_cast<uint8_t>(x);
-    }
-    CopyBuffer(local, pattern.data(), FLAGS_buffer_size);
-    double tw = MoveAll(engine, TransferRequest::WRITE, local, *seg, remote, FLAGS_buffer_size);
-    double tr = MoveAll(engine, TransferRequest::READ, back, *seg, remote, FLAGS_buffer_size);
-    CopyBuffer(got.data(), back, FLAGS_buffer_size);
-    size_t matched = 0;
-    for (size_t i = 0; i < FLAGS_buffer_size; ++i) matched += pattern[i] == got[i];
-    std::printf("verify: wrote %lu bytes in %.3f s (%.2f %s/s), read back in %.3f s (%.2f %s/s)\n",
-                static_cast<unsigned long>(FLAGS_buffer_size), tw, FLAGS_buffer_size / tw / unit,
-                FLAGS_report_unit.c_str(), tr, FLAGS_buffer_size / tr / unit,
-                FLAGS_report_unit.c_str());
-    std::printf("matched_bytes %lu\ntotal_bytes %lu\n", static_cast<unsigned long>(matched),
-                static_cast<unsigned long>(FLAGS_buffer_size));
-    std::fflush(stdout);
-    if (matched != FLAGS_buffer_size) Die("verification failed: bytes differ");
-    Check(engine.UnregisterLocalMemory(back), "unregister");
-    FreeBuffer(back, FLAGS_buffer_size);
+// --verify: writes a pattern over the whole buffer, reads it back into a second buffer and
+// compares every byte; dies on a mismatch.
+void RunVerify(TransferEngine& engine, uint8_t* local, SegmentID seg, uint64_t remote,
+               double unit) {
+  uint8_t* back = AllocBuffer(FLAGS_buffer_size);
+  Check(engine.RegisterLocalMemory(back, FLAGS_buffer_size, Location()), "register");
+  std::vector<uint8_t> pattern(FLAGS_buffer_size), got(FLAGS_buffer_size);
+  uint64_t x = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(::getpid());
+  for (size_t i = 0; i < FLAGS_buffer_size; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    pattern[i] = static_cast<uint8_t>(x);
   }
-  if (FLAGS_duration <= 0) return 0;
+  CopyBuffer(local, pattern.data(), FLAGS_buffer_size);
+  double tw = MoveAll(engine, TransferRequest::WRITE, local, seg, remote, FLAGS_buffer_size);
+  double tr = MoveAll(engine, TransferRequest::READ, back, seg, remote, FLAGS_buffer_size);
+  CopyBuffer(got.data(), back, FLAGS_buffer_size);
+  size_t matched = 0;
+  for (size_t i = 0; i < FLAGS_buffer_size; ++i) matched += pattern[i] == got[i];
+  std::printf("verify: wrote %lu bytes in %.3f s (%.2f %s/s), read back in %.3f s (%.2f %s/s)\n",
+              static_cast<unsigned long>(FLAGS_buffer_size), tw, FLAGS_buffer_size / tw / unit,
+              FLAGS_report_unit.c_str(), tr, FLAGS_buffer_size / tr / unit,
+              FLAGS_report_unit.c_str());
+  std::printf("matched_bytes %lu\ntotal_bytes %lu\n", static_cast<unsigned long>(matched),
+              static_cast<unsigned long>(FLAGS_buffer_size));
+  std::fflush(stdout);
+  if (matched != FLAGS_buffer_size) Die("verification failed: bytes differ");
+  Check(engine.UnregisterLocalMemory(back), "unregister");
+  FreeBuffer(back, FLAGS_buffer_size);
+}
 
+struct TimedRun {
+  double secs = 0;
+  uint64_t batches = 0;
+  std::vector<double> latencies_us;  // one per batch, all threads
+};
+
+// --threads workers submitting their batches back to back for --duration seconds (or until
+// a signal); thread t's requests cover every --threads-th block from block t.
+TimedRun RunWorkers(TransferEngine& engine, TransferRequest::OpCode op, uint8_t* local,
+                    SegmentID seg, uint64_t remote) {
   std::atomic<bool> running{true};
   std::atomic<uint64_t> batches{0};
   std::vector<std::vector<double>> latencies(FLAGS_threads);
@@ -448,7 +454,7 @@ int RunInitiator(TransferEngine& engine) {
       std::vector<TransferRequest> reqs(FLAGS_batch_size);
       for (int i = 0; i < FLAGS_batch_size; ++i) {
         uint64_t off = FLAGS_block_size * (static_cast<uint64_t>(i) * FLAGS_threads + tid);
-        reqs[i] = {op, local + off, *seg, remote + off, FLAGS_block_size};
+        reqs[i] = {op, local + off, seg, remote + off, FLAGS_block_size};
       }
       while (running.load(std::memory_order_relaxed) && !g_stop.load()) {
         auto t0 = Clock::now();
@@ -462,13 +468,20 @@ int RunInitiator(TransferEngine& engine) {
   std::this_thread::sleep_for(std::chrono::duration<double>(FLAGS_duration));
   running.store(false);
   for (auto& w : workers) w.join();
-  double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  uint64_t n = batches.load();
+  TimedRun run;
+  run.secs = std::chrono::duration<double>(Clock::now() - start).count();
+  run.batches = batches.load();
+  for (auto& v : latencies) run.latencies_us.insert(run.latencies_us.end(), v.begin(), v.end());
+  return run;
+}
+
+// Upstream's result line (logged and printed), ours, and with --json the JSON line.
+void Report(TimedRun& run, double unit) {
+  const double secs = run.secs;
+  const uint64_t n = run.batches;
   double bytes = static_cast<double>(n) * FLAGS_batch_size * FLAGS_block_size;
-  std::vector<double> all;
-  for (auto& v : latencies) all.insert(all.end(), v.begin(), v.end());
   double p50, p99;
-  Percentiles(all, &p50, &p99);
+  Percentiles(run.latencies_us, &p50, &p99);
   double ops = n * static_cast<double>(FLAGS_batch_size) / secs;
   LOG(INFO) << "Test completed: duration " << std::fixed << std::setprecision(2) << secs
             << ", batch count " << n << ", throughput " << std::setprecision(FLAGS_report_precision)
@@ -487,6 +500,32 @@ int RunInitiator(TransferEngine& engine) {
         p99);
   }
   std::fflush(stdout);
+}
+
+int RunInitiator(TransferEngine& engine) {
+  if (FLAGS_segment_id.empty()) Die("--segment_id is required: the target logs it");
+  const TransferRequest::OpCode op = ParseOperation();
+  uint64_t need = FLAGS_block_size * FLAGS_batch_size * FLAGS_threads;
+  if (FLAGS_block_iteration == 0 && FLAGS_buffer_size < need) {
+    LOG(WARNING) << "Invalid flag: buffer size is smaller than require_size, adjust to " << need;
+    FLAGS_buffer_size = need;
+  }
+  auto seg = engine.OpenSegment(FLAGS_segment_id);
+  Check(seg.status(), "open segment " + FLAGS_segment_id);
+  if (FLAGS_block_iteration > 0) {
+    RemotePlan plan;
+    WaitForTargetMemory(engine, *seg, [&](const mooncake::SegmentInfo& info) {
+      return PlanBlockIterations(info, &plan);
+    });
+    return RunBlockIterations(engine, *seg, plan, op);
+  }
+  const uint64_t remote = WaitForRemoteBuffer(engine, *seg);
+  uint8_t* local = AllocLocalBuffer(engine);
+  const double unit = UnitBytes(FLAGS_report_unit);
+  if (FLAGS_verify) RunVerify(engine, local, *seg, remote, unit);
+  if (FLAGS_duration <= 0) return 0;
+  TimedRun run = RunWorkers(engine, op, local, *seg, remote);
+  Report(run, unit);
   return 0;
 }
 

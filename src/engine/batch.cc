@@ -1,6 +1,5 @@
 #include "engine/batch.h"
 
-#include <mutex>
 #include <sstream>
 
 namespace mooncake {
@@ -60,7 +59,7 @@ std::string TransferTask::error() const { return finished() ? error_ : std::stri
 Batch::Batch(size_t capacity) : capacity_(capacity), tasks_(new TransferTask[capacity]) {}
 
 TransferTask* Batch::Reserve(size_t n, size_t* first_index) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   size_t cur = size_.load(std::memory_order_relaxed);
   if (n > capacity_ - cur) return nullptr;
   for (size_t i = cur; i < cur + n; ++i) {
@@ -74,18 +73,22 @@ TransferTask* Batch::Reserve(size_t n, size_t* first_index) {
 }
 
 void Batch::TaskFinished() {
-  std::lock_guard lock(mu_);
-  if (--unfinished_ == 0) cv_.notify_all();
+  MutexLock lock(&mu_);
+  if (--unfinished_ == 0) cv_.SignalAll();
 }
 
 bool Batch::AllFinished() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return unfinished_ == 0;
 }
 
 bool Batch::WaitAll(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, timeout, [this] { return unfinished_ == 0; });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (unfinished_ != 0) {
+    if (!cv_.WaitUntil(&mu_, deadline)) break;  // timed out: one last look
+  }
+  return unfinished_ == 0;
 }
 
 TransferStatus Batch::Aggregate() const {
@@ -113,7 +116,7 @@ Result<BatchID> BatchTable::Allocate(size_t capacity) {
                                    " is not in 1.." + std::to_string(kMaxBatchSize));
   }
   auto batch = std::make_shared<Batch>(capacity);
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   size_t slot;
   if (!free_.empty()) {
     slot = free_.back();
@@ -144,13 +147,13 @@ Result<size_t> BatchTable::SlotOf(BatchID id) const {
 }
 
 Result<std::shared_ptr<Batch>> BatchTable::Get(BatchID id) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   MC_ASSIGN_OR_RETURN(size_t slot, SlotOf(id));
   return slots_[slot].batch;
 }
 
 Status BatchTable::Free(BatchID id) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   MC_ASSIGN_OR_RETURN(size_t slot, SlotOf(id));
   if (!slots_[slot].batch->AllFinished()) {
     return Status::FailedPrecondition("batch " + std::to_string(id) +
@@ -165,7 +168,7 @@ Status BatchTable::Free(BatchID id) {
 }
 
 size_t BatchTable::live() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   return live_;
 }
 

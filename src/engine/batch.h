@@ -7,16 +7,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/memory_registry.h"
+#include "engine/rw_mutex.h"
 #include "mooncake/status.h"
 #include "mooncake/types.h"
 
@@ -64,30 +63,31 @@ class Batch {
 
   // Reserves `n` task slots for a submit; nullptr (and no change) when the batch would
   // exceed its capacity. Serialized per batch.
-  TransferTask* Reserve(size_t n, size_t* first_index);
+  TransferTask* Reserve(size_t n, size_t* first_index) MC_EXCLUDES(mu_);
   size_t size() const { return size_.load(std::memory_order_acquire); }
   TransferTask& task(size_t i) { return tasks_[i]; }
   // True when every reserved task has finished.
-  bool AllFinished();
+  bool AllFinished() MC_EXCLUDES(mu_);
   TransferStatus Aggregate() const;
   // Blocks until every reserved task has finished or `timeout` passes; true if finished.
-  bool WaitAll(std::chrono::milliseconds timeout);
+  bool WaitAll(std::chrono::milliseconds timeout) MC_EXCLUDES(mu_);
 
   // Notify to send once the batch completes (SubmitTransferWithNotify).
-  std::mutex notify_mu;
-  std::optional<std::pair<SegmentID, NotifyDesc>> pending_notify;  // GUARDED_BY(notify_mu)
+  Mutex notify_mu;
+  std::optional<std::pair<SegmentID, NotifyDesc>> pending_notify MC_GUARDED_BY(notify_mu);
 
  private:
   friend class TransferTask;
   // Called by a task after its last slice reported; its last touch of the batch. The batch
   // may be destroyed (by BatchTable::Free, which takes mu_) as soon as this returns.
-  void TaskFinished();
+  void TaskFinished() MC_EXCLUDES(mu_);
 
   const size_t capacity_;
   std::unique_ptr<TransferTask[]> tasks_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t unfinished_ = 0;        // GUARDED_BY(mu_)
+  // Taken inside BatchTable's lock (BatchTable::Free -> AllFinished), never around it.
+  Mutex mu_;
+  CondVar cv_;
+  size_t unfinished_ MC_GUARDED_BY(mu_) = 0;
   std::atomic<size_t> size_{0};  // written under mu_
 };
 
@@ -95,12 +95,12 @@ class Batch {
 // never-allocated id is rejected with NotFound / InvalidArgument, never dereferenced.
 class BatchTable {
  public:
-  Result<BatchID> Allocate(size_t capacity);
+  Result<BatchID> Allocate(size_t capacity) MC_EXCLUDES(mu_);
   // The batch, kept alive for the caller even if another thread frees the id meanwhile.
-  Result<std::shared_ptr<Batch>> Get(BatchID id) const;
+  Result<std::shared_ptr<Batch>> Get(BatchID id) const MC_EXCLUDES(mu_);
   // FailedPrecondition while any task has slices outstanding; the id stays valid then.
-  Status Free(BatchID id);
-  size_t live() const;
+  Status Free(BatchID id) MC_EXCLUDES(mu_);
+  size_t live() const MC_EXCLUDES(mu_);
 
   static constexpr size_t kMaxBatchSize = 1 << 20;
 
@@ -109,12 +109,13 @@ class BatchTable {
     uint32_t generation = 1;
     std::shared_ptr<Batch> batch;
   };
-  Result<size_t> SlotOf(BatchID id) const;  // REQUIRES: mu_ held
+  Result<size_t> SlotOf(BatchID id) const MC_REQUIRES_SHARED(mu_);
 
-  mutable std::shared_mutex mu_;
-  std::vector<Slot> slots_;        // GUARDED_BY(mu_)
-  std::vector<uint32_t> free_;     // GUARDED_BY(mu_)
-  size_t live_ = 0;                // GUARDED_BY(mu_)
+  // Held (exclusively) around Batch::mu_ in Free.
+  mutable RwMutex mu_;
+  std::vector<Slot> slots_ MC_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_ MC_GUARDED_BY(mu_);
+  size_t live_ MC_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace mooncake

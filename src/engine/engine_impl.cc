@@ -78,7 +78,7 @@ TransferEngine::Impl::Impl(const EngineOptions& opts)
 
 TransferEngine::Impl::~Impl() {
   Shutdown();
-  std::lock_guard lock(shared_mu);
+  MutexLock lock(&shared_mu);
   for (auto& [addr, entry] : shared) {
     ::munmap(reinterpret_cast<void*>(addr), entry.second);
     ::close(entry.first);
@@ -179,7 +179,7 @@ Status TransferEngine::Impl::Init(const std::string& metadata,
     MC_ASSIGN_OR_RETURN(instance, Authenticator::NewInstanceId());
   }
   {
-    std::lock_guard lock(desc_mu);
+    MutexLock lock(&desc_mu);
     local_desc.mc_auth_instance = instance;
     local_desc.name = local_name;
     local_desc.protocol = "tcp";
@@ -256,7 +256,7 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
     MC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, CreateTransport(name));
     Status started;
     {
-      std::lock_guard lock(desc_mu);
+      MutexLock lock(&desc_mu);
       started = t->Start(ctx, &local_desc);
     }
     if (!started.ok()) {
@@ -282,7 +282,7 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
 }
 
 std::string TransferEngine::Impl::EncodeLocalDesc(bool for_store) {
-  std::lock_guard lock(desc_mu);
+  MutexLock lock(&desc_mu);
   local_desc.buffers.clear();
   for (const RegionInfo& r : registry.List()) {
     if (!r.remote_accessible) continue;
@@ -385,7 +385,7 @@ Result<std::string> TransferEngine::Impl::HandleHandshake(const HandshakeFrame& 
       MC_RETURN_IF_ERROR(GetString(j, "name", false, &n.name));
       MC_RETURN_IF_ERROR(GetString(j, "notify_msg", false, &n.notify_msg));
       {
-        std::lock_guard lock(notify_mu);
+        MutexLock lock(&notify_mu);
         size_t bytes = n.name.size() + n.notify_msg.size();
         if (notifies.size() >= kMaxQueuedNotifies ||
             notify_bytes + bytes > kMaxQueuedNotifyBytes) {
@@ -482,7 +482,7 @@ Result<void*> TransferEngine::Impl::AllocateShared(size_t length, const std::str
     ::close(fd);
     return s;
   }
-  std::lock_guard lock(shared_mu);
+  MutexLock lock(&shared_mu);
   shared[reinterpret_cast<uint64_t>(p)] = {fd, length};
   return p;
 }
@@ -490,7 +490,7 @@ Result<void*> TransferEngine::Impl::AllocateShared(size_t length, const std::str
 Status TransferEngine::Impl::FreeShared(void* addr) {
   std::pair<int, size_t> entry;
   {
-    std::lock_guard lock(shared_mu);
+    MutexLock lock(&shared_mu);
     auto it = shared.find(reinterpret_cast<uint64_t>(addr));
     if (it == shared.end()) {
       return Status::NotFound("not memory from AllocateSharedMemory");
@@ -499,7 +499,7 @@ Status TransferEngine::Impl::FreeShared(void* addr) {
   }
   MC_RETURN_IF_ERROR(Unregister(addr));
   {
-    std::lock_guard lock(shared_mu);
+    MutexLock lock(&shared_mu);
     shared.erase(reinterpret_cast<uint64_t>(addr));
   }
   ::munmap(addr, entry.second);
@@ -603,7 +603,7 @@ Transport* TransferEngine::Impl::PickTransport(const SegmentDesc& peer, const Bu
                          ? std::string()
                          : std::string(local_device < 0 ? " (host" : " (device") +
                                (remote.device < 0 ? " to host memory)" : " to device memory)");
-  std::lock_guard lock(chosen_mu);
+  MutexLock lock(&chosen_mu);
   auto& last = chosen[peer.name + what];
   if (last != pick) {
     LOG(INFO) << "segment " << peer.name << ": using transport "

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,12 +14,18 @@
 #include "engine/transport.h"
 #include "common/auth.h"
 #include "common/net.h"
+#include "common/thread_annotations.h"
 #include "metadata/handshake.h"
 #include "metadata/metadata_store.h"
 #include "metadata/segment_desc.h"
 #include "mooncake/transfer_engine.h"
 
 namespace mooncake {
+
+namespace submit {  // the steps of Impl::Submit (transfer_submit.cc)
+struct Prepared;
+struct PeerRoute;
+}  // namespace submit
 
 class TransferEngine::Impl {
  public:
@@ -65,6 +70,21 @@ class TransferEngine::Impl {
                       std::chrono::milliseconds timeout);
   // Frees batches that TransferSync gave up waiting for, once they have finished.
   void ReapOrphans();
+  // Submit's steps. PrepareRequest checks request i, pins its memory into *p (the caller
+  // unpins it on error) and finds its route (a peer and a transport), adding routes as needed.
+  Status PrepareRequest(size_t i, const TransferRequest& r,
+                        std::vector<submit::PeerRoute>& routes, submit::Prepared* p);
+  // The buffer of the route's descriptor holding r's remote range; refetches the descriptor
+  // once per submit when none does (*first_route then names the new route). nullptr: none.
+  const BufferDesc* FindRemoteBuffer(const TransferRequest& r,
+                                     std::vector<submit::PeerRoute>& routes, size_t* first_route);
+  Transport* ChooseTransport(submit::PeerRoute* route, const BufferDesc& remote,
+                             int local_device);
+  // Cuts the requests of route k into slices (in *slices) and hands them to its transport.
+  void SubmitRoute(size_t k, const submit::PeerRoute& route,
+                   const std::vector<TransferRequest>& requests,
+                   const std::vector<submit::Prepared>& prepared, TransferTask* tasks,
+                   std::vector<Slice>* slices);
 
   // Notifies.
   Result<std::string> HandleHandshake(const HandshakeFrame& request);
@@ -90,25 +110,30 @@ class TransferEngine::Impl {
   std::vector<std::unique_ptr<Transport>> transports;
   std::unique_ptr<HandshakeServer> handshake;
 
-  std::mutex desc_mu;
-  SegmentDesc local_desc;  // GUARDED_BY(desc_mu); buffers filled at encode time
+  // Held around the registry's lock and the transports' Start / DescribeBuffer (never
+  // taken inside them).
+  Mutex desc_mu;
+  SegmentDesc local_desc MC_GUARDED_BY(desc_mu);  // buffers filled at encode time
 
-  std::mutex shared_mu;
-  std::map<uint64_t, std::pair<int, size_t>> shared;  // addr -> (memfd, length); GUARDED_BY
+  Mutex shared_mu;
+  // addr -> (memfd, length)
+  std::map<uint64_t, std::pair<int, size_t>> shared MC_GUARDED_BY(shared_mu);
 
-  std::mutex chosen_mu;
-  std::map<std::string, Transport*> chosen;  // last transport logged per segment
+  Mutex chosen_mu;
+  // The last transport logged per segment.
+  std::map<std::string, Transport*> chosen MC_GUARDED_BY(chosen_mu);
 
-  std::mutex orphan_mu;
-  std::vector<BatchID> orphans;  // GUARDED_BY(orphan_mu)
+  // Held around batches' locks (ReapOrphans frees batches under it).
+  Mutex orphan_mu;
+  std::vector<BatchID> orphans MC_GUARDED_BY(orphan_mu);
 
   // Received notifies, until GetNotifies drains them. Bounded by count and by bytes, so a
   // peer cannot grow this process without limit when the receiver does not drain.
   static constexpr size_t kMaxQueuedNotifies = 65536;
   static constexpr size_t kMaxQueuedNotifyBytes = 64u << 20;
-  std::mutex notify_mu;
-  std::vector<NotifyDesc> notifies;  // GUARDED_BY(notify_mu)
-  size_t notify_bytes = 0;           // name + message bytes in `notifies`; GUARDED_BY(notify_mu)
+  Mutex notify_mu;
+  std::vector<NotifyDesc> notifies MC_GUARDED_BY(notify_mu);
+  size_t notify_bytes MC_GUARDED_BY(notify_mu) = 0;  // name + message bytes in `notifies`
 };
 
 }  // namespace mooncake

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -69,7 +68,7 @@ Status MemoryRegistry::AddBatch(const std::vector<RegionInfo>& regions) {
     }
   }
   sorted = regions;  // insert in call order: sequence numbers follow the caller's order
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   for (const auto& r : sorted) {
     if (OverlapsLocked(r.addr, r.length)) {
       return Status::AlreadyExists("range " + Hex(r.addr) + " + " + std::to_string(r.length) +
@@ -97,7 +96,7 @@ Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
   MemoryRegion* region = nullptr;
   ExportSlot* slot = nullptr;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     long i = FindLocked(addr);
     if (i < 0 || regions_[i]->begin != addr) {
       return Status::NotFound(Hex(addr) + " is not the start of a registered buffer");
@@ -123,7 +122,7 @@ Status MemoryRegistry::Remove(uint64_t addr, int wait_ms) {
   while (busy() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   int64_t users = region->users.load(std::memory_order_acquire);
   if (users != 0) {
     region->removing = false;
@@ -179,7 +178,7 @@ Status MemoryRegistry::MakeExportPageLocked() {
 
 Result<ExportList> MemoryRegistry::Export(size_t max) {
   ExportList out;
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   for (const auto& r : regions_) {
     if (out.ranges.size() == max) break;
     if (r->shared_fd < 0 || !r->remote_accessible || r->removing || r->device >= 0) continue;
@@ -215,7 +214,7 @@ Result<ExportList> MemoryRegistry::Export(size_t max) {
 
 MemoryRegion* MemoryRegistry::Pin(uint64_t addr, uint64_t len, bool remote_only) {
   if (len == 0 || addr + len < addr) return nullptr;
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   long i = FindLocked(addr);
   if (i < 0) return nullptr;
   MemoryRegion* r = regions_[i].get();
@@ -227,13 +226,13 @@ MemoryRegion* MemoryRegistry::Pin(uint64_t addr, uint64_t len, bool remote_only)
 
 bool MemoryRegistry::Contains(uint64_t addr, uint64_t len) const {
   if (len == 0 || addr + len < addr) return false;
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   long i = FindLocked(addr);
   return i >= 0 && addr + len <= regions_[i]->end() && !regions_[i]->removing;
 }
 
 std::vector<RegionInfo> MemoryRegistry::List() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   std::vector<const MemoryRegion*> order;
   order.reserve(regions_.size());
   for (const auto& r : regions_) {
@@ -251,7 +250,7 @@ std::vector<RegionInfo> MemoryRegistry::List() const {
 }
 
 size_t MemoryRegistry::size() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   return regions_.size();
 }
 

@@ -12,10 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
+#include "engine/rw_mutex.h"
 #include "mooncake/status.h"
 
 namespace mooncake {
@@ -30,8 +31,10 @@ struct MemoryRegion {
   std::string ipc_handle; // device memory: exported IPC handle (hex), "" if none
   uint64_t ipc_offset = 0;  // of `begin` inside the allocation the handle names
   uint64_t sequence = 0;  // registration order
-  bool removing = false;  // being unregistered: Pin skips it, Add still sees it; GUARDED_BY(mu_)
-  int export_slot = -1;   // its ExportSlot while lent to same-host peers (Export); GUARDED_BY(mu_)
+  // These two are guarded by the owning MemoryRegistry's mu_ (which the analysis cannot
+  // name from here); only MemoryRegistry touches them.
+  bool removing = false;  // being unregistered: Pin skips it, Add still sees it
+  int export_slot = -1;   // its ExportSlot while lent to same-host peers (Export)
   std::atomic<int64_t> users{0};
   uint64_t end() const { return begin + length; }
 };
@@ -84,55 +87,55 @@ class MemoryRegistry {
   // Errors: InvalidArgument for a null address, zero length or a range that wraps around;
   // AlreadyExists when the range overlaps a registered one.
   Status Add(uint64_t addr, uint64_t length, const std::string& location,
-             bool remote_accessible);
+             bool remote_accessible) MC_EXCLUDES(mu_);
   // Adds all or nothing; the entries must not overlap each other either.
-  Status AddBatch(const std::vector<RegionInfo>& regions);
+  Status AddBatch(const std::vector<RegionInfo>& regions) MC_EXCLUDES(mu_);
 
   // `addr` must be the start of a registered range (NotFound otherwise). From the call on,
   // Pin no longer finds the range (new transfers touching it are refused) while Add still
   // sees it (no overlapping registration meanwhile). Waits up to `wait_ms` for in-flight
   // users; if they are still there, the range stays registered and FailedPrecondition is
   // returned, so memory in use is never reported free.
-  Status Remove(uint64_t addr, int wait_ms);
+  Status Remove(uint64_t addr, int wait_ms) MC_EXCLUDES(mu_);
 
   // Returns the region wholly containing [addr, addr+len) with one more user, or nullptr.
   // With remote_only, ranges registered without remote access are not found.
   // len == 0 and wrap-around never match.
-  MemoryRegion* Pin(uint64_t addr, uint64_t len, bool remote_only);
+  MemoryRegion* Pin(uint64_t addr, uint64_t len, bool remote_only) MC_EXCLUDES(mu_);
   static void Unpin(MemoryRegion* region) {
     region->users.fetch_sub(1, std::memory_order_release);
   }
 
   // True when [addr, addr+len) lies inside one registered range.
-  bool Contains(uint64_t addr, uint64_t len) const;
+  bool Contains(uint64_t addr, uint64_t len) const MC_EXCLUDES(mu_);
 
   // In registration order (upstream lists descriptor buffers so; buffers[0] is the first).
-  std::vector<RegionInfo> List() const;
+  std::vector<RegionInfo> List() const MC_EXCLUDES(mu_);
   // Lends the ranges a same-host peer may map: host memory backed by a memfd
   // (AllocateSharedMemory), registered for remote access, not being removed; at most `max`
   // of them, each with its slot (see ExportSlot). The descriptors are duplicates the caller
   // closes. Errors: the export page could not be made (memfd_create, mmap).
-  Result<ExportList> Export(size_t max);
+  Result<ExportList> Export(size_t max) MC_EXCLUDES(mu_);
   ~MemoryRegistry();
-  size_t size() const;
+  size_t size() const MC_EXCLUDES(mu_);
   // Bumped by every Add and every completed Remove.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:
-  // Index of the first region with begin > addr, minus one; -1 if none. REQUIRES: mu_ held.
-  long FindLocked(uint64_t addr) const;
-  bool OverlapsLocked(uint64_t addr, uint64_t length) const;
-  void InsertLocked(std::unique_ptr<MemoryRegion> region);
+  // Index of the first region with begin > addr, minus one; -1 if none.
+  long FindLocked(uint64_t addr) const MC_REQUIRES_SHARED(mu_);
+  bool OverlapsLocked(uint64_t addr, uint64_t length) const MC_REQUIRES_SHARED(mu_);
+  void InsertLocked(std::unique_ptr<MemoryRegion> region) MC_REQUIRES(mu_);
 
-  Status MakeExportPageLocked();
+  Status MakeExportPageLocked() MC_REQUIRES(mu_);
 
-  mutable std::shared_mutex mu_;
-  int export_fd_ = -1;                    // the export page's memfd; GUARDED_BY(mu_)
-  ExportSlot* export_page_ = nullptr;     // kExportSlots slots, shared; GUARDED_BY(mu_)
-  std::vector<uint32_t> free_slots_;      // GUARDED_BY(mu_)
-  uint64_t next_gen_ = 1;                 // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<MemoryRegion>> regions_;  // sorted by begin; GUARDED_BY(mu_)
-  uint64_t next_sequence_ = 0;                           // GUARDED_BY(mu_)
+  mutable RwMutex mu_;
+  int export_fd_ MC_GUARDED_BY(mu_) = -1;                 // the export page's memfd
+  ExportSlot* export_page_ MC_GUARDED_BY(mu_) = nullptr;  // kExportSlots slots, shared
+  std::vector<uint32_t> free_slots_ MC_GUARDED_BY(mu_);
+  uint64_t next_gen_ MC_GUARDED_BY(mu_) = 1;
+  std::vector<std::unique_ptr<MemoryRegion>> regions_ MC_GUARDED_BY(mu_);  // sorted by begin
+  uint64_t next_sequence_ MC_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> version_{0};
 };
 

@@ -1,29 +1,27 @@
 #include "engine/segment_cache.h"
 
-#include <mutex>
-
 namespace mooncake {
 
 SegmentCache::SegmentCache(Fetcher fetcher, ChangeListener on_change)
     : fetcher_(std::move(fetcher)), on_change_(std::move(on_change)) {}
 
 Result<SegmentID> SegmentCache::Open(const std::string& name) {
+  SegmentID stale_id = 0;  // known, but to refetch
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(&mu_);
     auto it = by_name_.find(name);
-    if (it != by_name_.end() && entries_[it->second - 1].desc &&
-        !entries_[it->second - 1].stale) {
-      return it->second;
-    }
-    if (it != by_name_.end() && entries_[it->second - 1].stale) {
-      SegmentID id = it->second;
-      lock.unlock();
-      MC_RETURN_IF_ERROR(FetchAndStore(id, name).status());
-      return id;
+    if (it != by_name_.end()) {
+      const Entry& e = entries_[it->second - 1];
+      if (e.desc && !e.stale) return it->second;
+      if (e.stale) stale_id = it->second;
     }
   }
+  if (stale_id != 0) {
+    MC_RETURN_IF_ERROR(FetchAndStore(stale_id, name).status());
+    return stale_id;
+  }
   MC_ASSIGN_OR_RETURN(DescPtr desc, fetcher_(name));
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   auto it = by_name_.find(name);
   SegmentID id;
   if (it != by_name_.end()) {
@@ -40,7 +38,7 @@ Result<SegmentID> SegmentCache::Open(const std::string& name) {
 Result<SegmentCache::DescPtr> SegmentCache::Get(SegmentID id) {
   std::string name;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(&mu_);
     if (id == 0 || id > entries_.size()) {
       return Status::NotFound("segment id " + std::to_string(id) +
                               " was not returned by OpenSegment");
@@ -60,7 +58,7 @@ Result<SegmentCache::DescPtr> SegmentCache::FetchAndStore(SegmentID id, const st
   MC_ASSIGN_OR_RETURN(DescPtr fresh, fetcher_(name));
   DescPtr old;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     old = entries_[id - 1].desc;
     entries_[id - 1].desc = fresh;
     entries_[id - 1].stale = false;
@@ -70,7 +68,7 @@ Result<SegmentCache::DescPtr> SegmentCache::FetchAndStore(SegmentID id, const st
 }
 
 Status SegmentCache::Invalidate(SegmentID id) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   if (id == 0 || id > entries_.size()) {
     return Status::NotFound("segment id " + std::to_string(id) + " is unknown");
   }
@@ -81,14 +79,14 @@ Status SegmentCache::Invalidate(SegmentID id) {
 void SegmentCache::InvalidateByName(const std::string& name) {
   // Every entry that names this segment, or whose descriptor does: a peer opened under
   // several names (an alias address, a host name) is refetched under each.
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   for (Entry& e : entries_) {
     if (e.name == name || (e.desc && e.desc->name == name)) e.stale = true;
   }
 }
 
 Result<std::string> SegmentCache::NameOf(SegmentID id) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   if (id == 0 || id > entries_.size()) {
     return Status::NotFound("segment id " + std::to_string(id) + " is unknown");
   }

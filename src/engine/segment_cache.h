@@ -8,10 +8,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
+#include "engine/rw_mutex.h"
 #include "metadata/segment_desc.h"
 #include "mooncake/status.h"
 #include "mooncake/types.h"
@@ -29,16 +30,16 @@ class SegmentCache {
   SegmentCache(Fetcher fetcher, ChangeListener on_change);
 
   // Returns the id of `name`, fetching its descriptor if it has none cached.
-  Result<SegmentID> Open(const std::string& name);
+  Result<SegmentID> Open(const std::string& name) MC_EXCLUDES(mu_);
   // The cached descriptor of `id`, fetched if invalidated. NotFound for an unknown id.
-  Result<DescPtr> Get(SegmentID id);
+  Result<DescPtr> Get(SegmentID id) MC_EXCLUDES(mu_);
   // Fetches anew; returns the new descriptor.
-  Result<DescPtr> Refresh(SegmentID id);
-  Status Invalidate(SegmentID id);
+  Result<DescPtr> Refresh(SegmentID id) MC_EXCLUDES(mu_);
+  Status Invalidate(SegmentID id) MC_EXCLUDES(mu_);
   // Marks stale (refetched on next use) every entry opened as `name` or whose descriptor
   // names itself `name`; ids stay valid.
-  void InvalidateByName(const std::string& name);
-  Result<std::string> NameOf(SegmentID id) const;
+  void InvalidateByName(const std::string& name) MC_EXCLUDES(mu_);
+  Result<std::string> NameOf(SegmentID id) const MC_EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -46,13 +47,14 @@ class SegmentCache {
     DescPtr desc;  // null when invalidated
     bool stale = false;  // InvalidateByName: refetch on next use, compare with `desc`
   };
-  Result<DescPtr> FetchAndStore(SegmentID id, const std::string& name);
+  // Fetches without the lock (the fetcher may call out), then stores.
+  Result<DescPtr> FetchAndStore(SegmentID id, const std::string& name) MC_EXCLUDES(mu_);
 
   Fetcher fetcher_;
   ChangeListener on_change_;
-  mutable std::shared_mutex mu_;
-  std::vector<Entry> entries_;                 // index id-1; GUARDED_BY(mu_)
-  std::map<std::string, SegmentID> by_name_;  // GUARDED_BY(mu_)
+  mutable RwMutex mu_;
+  std::vector<Entry> entries_ MC_GUARDED_BY(mu_);  // index id-1
+  std::map<std::string, SegmentID> by_name_ MC_GUARDED_BY(mu_);
 };
 
 }  // namespace mooncake

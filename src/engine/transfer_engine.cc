@@ -31,7 +31,8 @@ Status TransferEngine::Init(const std::string& metadata, const std::string& loca
     auto fresh = std::make_unique<Impl>(impl_->options);
     // Memory registered before Init stays registered (Init's contract).
     {
-      std::scoped_lock lock(impl_->shared_mu, fresh->shared_mu);
+      MutexLock old_lock(&impl_->shared_mu);
+      MutexLock fresh_lock(&fresh->shared_mu);  // a new Impl: no one else holds it
       fresh->shared.swap(impl_->shared);
     }
     Status kept = fresh->registry.AddBatch(impl_->registry.List());
@@ -140,7 +141,7 @@ Status TransferEngine::SubmitTransferWithNotify(BatchID batch,
   if (reqs.empty()) return Status::InvalidArgument("no requests to attach the notify to");
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Batch> b, impl_->batches.Get(batch));
   MC_RETURN_IF_ERROR(impl_->Submit(batch, reqs));
-  std::lock_guard lock(b->notify_mu);
+  MutexLock lock(&b->notify_mu);
   b->pending_notify.emplace(reqs[0].target_id, notify);
   return Status::OK();
 }
@@ -189,7 +190,7 @@ Status TransferEngine::SendNotifyByName(const std::string& name, const NotifyDes
 }
 
 std::vector<NotifyDesc> TransferEngine::GetNotifies() {
-  std::lock_guard lock(impl_->notify_mu);
+  MutexLock lock(&impl_->notify_mu);
   std::vector<NotifyDesc> out;
   out.swap(impl_->notifies);
   impl_->notify_bytes = 0;

@@ -21,6 +21,10 @@ std::string RangeText(uint64_t addr, uint64_t len) {
   return Hex(addr) + " + " + std::to_string(len);
 }
 
+}  // namespace
+
+namespace submit {
+
 // A checked request, ready to be cut into slices.
 struct Prepared {
   MemoryRegion* local = nullptr;           // pinned
@@ -40,12 +44,95 @@ struct PeerRoute {
   bool stale = false;
 };
 
+}  // namespace submit
+
+namespace {
+
+using submit::PeerRoute;
+using submit::Prepared;
+
+void Unpin(const Prepared& p) {
+  if (p.local) MemoryRegistry::Unpin(p.local);
+  if (p.local_target) MemoryRegistry::Unpin(p.local_target);
+}
+
 void UnpinAll(std::vector<Prepared>& prepared) {
-  for (auto& p : prepared) {
-    if (p.local) MemoryRegistry::Unpin(p.local);
-    if (p.local_target) MemoryRegistry::Unpin(p.local_target);
-  }
+  for (auto& p : prepared) Unpin(p);
   prepared.clear();
+}
+
+// What is wrong with the request's shape (before any lookup), or nullptr.
+inline const char* ShapeError(const TransferRequest& r) {
+  auto src = reinterpret_cast<uint64_t>(r.source);
+  if (r.length == 0) return "length is 0";
+  if (r.opcode != TransferRequest::READ && r.opcode != TransferRequest::WRITE) {
+    return "opcode must be READ or WRITE";
+  }
+  if (src + r.length < src || r.target_offset + r.length < r.target_offset) {
+    return "address + length wraps around";
+  }
+  return nullptr;
+}
+
+// The live (not stale) route of segment `id` that holds its descriptor, or SIZE_MAX.
+inline size_t FirstRouteOf(const std::vector<PeerRoute>& routes, SegmentID id) {
+  for (size_t k = 0; k < routes.size(); ++k) {
+    if (routes[k].id == id && !routes[k].stale) return k;
+  }
+  return SIZE_MAX;
+}
+
+// The route from `first_route` on (same segment, same descriptor) whose transport is
+// `transport`, taking one not yet bound; a new route if none fits.
+inline size_t RouteFor(std::vector<PeerRoute>& routes, size_t first_route, SegmentID id,
+                       Transport* transport) {
+  for (size_t k = first_route; k < routes.size(); ++k) {
+    if (routes[k].id == id && !routes[k].stale &&
+        (routes[k].transport == nullptr || routes[k].transport == transport)) {
+      routes[k].transport = transport;
+      return k;
+    }
+  }
+  routes.push_back({id, routes[first_route].desc, transport, nullptr, true, false});
+  return routes.size() - 1;
+}
+
+// Appends request r's slices (of at most slice_size bytes) for `task` and starts the task.
+inline void CutIntoSlices(const TransferRequest& r, const Prepared& p, TransferTask* task,
+                          uint64_t slice_size, std::vector<Slice>* slices) {
+  uint64_t n = (r.length + slice_size - 1) / slice_size;
+  task->Start(static_cast<uint32_t>(n), r.length, p.local);
+  for (uint64_t off = 0; off < r.length; off += slice_size) {
+    Slice s;
+    s.task = task;
+    s.opcode = r.opcode;
+    s.local = reinterpret_cast<uint64_t>(r.source) + off;
+    s.remote = r.target_offset + off;
+    s.length = std::min<uint64_t>(slice_size, r.length - off);
+    s.local_device = p.local->device;
+    s.remote_buffer = p.remote_buffer;
+    slices->push_back(s);
+  }
+}
+
+// A request to our own segment: a memcpy (or a device copy), done here; ends its task.
+void CopyLocally(const TransferRequest& r, const Prepared& p, TransferTask* task) {
+  auto* remote = reinterpret_cast<void*>(r.target_offset);
+  void* dst = r.opcode == TransferRequest::WRITE ? remote : r.source;
+  const void* src = r.opcode == TransferRequest::WRITE ? r.source : remote;
+  Status copied;
+  if (p.local->device < 0 && p.local_target->device < 0) {
+    std::memmove(dst, src, r.length);
+  } else {
+    copied = platform::Devices().Copy(dst, src, r.length);
+  }
+  MemoryRegistry::Unpin(p.local_target);
+  task->Start(1, r.length, p.local);
+  if (copied.ok()) {
+    task->OnSliceDone(COMPLETED, r.length);
+  } else {
+    task->OnSliceDone(FAILED, 0, copied.ToString().c_str());
+  }
 }
 
 }  // namespace
@@ -67,116 +154,17 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
   prepared.clear();
   routes.clear();
   for (size_t i = 0; i < requests.size(); ++i) {
-    const TransferRequest& r = requests[i];
-    // Named only in an error (built then: a batch of small requests is hot).
-    auto which = [i] { return "request " + std::to_string(i) + ": "; };
-    auto src = reinterpret_cast<uint64_t>(r.source);
-    if (r.length == 0) {
-      UnpinAll(prepared);
-      return Status::InvalidArgument(which() + "length is 0");
-    }
-    if (r.opcode != TransferRequest::READ && r.opcode != TransferRequest::WRITE) {
-      UnpinAll(prepared);
-      return Status::InvalidArgument(which() + "opcode must be READ or WRITE");
-    }
-    if (src + r.length < src || r.target_offset + r.length < r.target_offset) {
-      UnpinAll(prepared);
-      return Status::InvalidArgument(which() + "address + length wraps around");
-    }
     Prepared p;
-    p.local = registry.Pin(src, r.length, /*remote_only=*/false);
-    if (p.local == nullptr) {
+    Status s = PrepareRequest(i, requests[i], routes, &p);
+    if (!s.ok()) {
+      Unpin(p);
       UnpinAll(prepared);
-      return Status::InvalidArgument(which() + "local range " + RangeText(src, r.length) +
-                                     " is not inside registered memory; register it first");
-    }
-    if (r.target_id == LOCAL_SEGMENT_ID) {
-      p.local_target = registry.Pin(r.target_offset, r.length, /*remote_only=*/false);
-      if (p.local_target == nullptr) {
-        MemoryRegistry::Unpin(p.local);
-        UnpinAll(prepared);
-        return Status::InvalidArgument(which() + "target range " +
-                                       RangeText(r.target_offset, r.length) +
-                                       " is not inside this engine's registered memory");
-      }
-      prepared.push_back(p);
-      continue;
-    }
-    // Routes are (peer, transport) pairs; the first route of a peer holds its descriptor.
-    size_t first_route = SIZE_MAX;
-    for (size_t k = 0; k < routes.size() && first_route == SIZE_MAX; ++k) {
-      if (routes[k].id == r.target_id && !routes[k].stale) first_route = k;
-    }
-    if (first_route == SIZE_MAX) {
-      auto desc = segments.Get(r.target_id);
-      if (!desc.ok()) {
-        MemoryRegistry::Unpin(p.local);
-        UnpinAll(prepared);
-        return desc.status().WithContext("request " + std::to_string(i));
-      }
-      routes.push_back({r.target_id, std::move(desc).value(), nullptr, nullptr, false, false});
-      first_route = routes.size() - 1;
-    }
-    PeerRoute* route = &routes[first_route];
-    const BufferDesc* buf = route->desc->FindBuffer(r.target_offset, r.length);
-    if (buf == nullptr && !route->refreshed) {
-      // The peer may have registered more memory since we fetched its descriptor.
-      route->refreshed = true;
-      auto fresh = segments.Refresh(r.target_id);
-      if (fresh.ok()) {
-        for (auto& other : routes) {
-          if (other.id == r.target_id) other.stale = true;
-        }
-        routes.push_back({r.target_id, std::move(fresh).value(), nullptr, nullptr, true, false});
-        first_route = routes.size() - 1;
-        route = &routes[first_route];
-        buf = route->desc->FindBuffer(r.target_offset, r.length);
-      }
-    }
-    if (buf == nullptr) {
-      MemoryRegistry::Unpin(p.local);
-      UnpinAll(prepared);
-      return Status::InvalidArgument(which() + "remote range " +
-                                     RangeText(r.target_offset, r.length) +
-                                     " is not inside any buffer registered by segment '" +
-                                     route->desc->name + "'");
-    }
-    Transport* transport;
-    if (p.local->device < 0 && buf->device < 0) {  // host memory at both ends: once per peer
-      if (route->host_transport == nullptr) {
-        route->host_transport = PickTransport(*route->desc, *buf, -1);
-      }
-      transport = route->host_transport;
-    } else {
-      transport = PickTransport(*route->desc, *buf, p.local->device);
-    }
-    if (transport == nullptr) {
-      MemoryRegistry::Unpin(p.local);
-      UnpinAll(prepared);
-      return Status::Unavailable(which() + "no installed transport reaches segment '" +
-                                 route->desc->name + "' (protocol " + route->desc->protocol +
-                                 ") for " + (p.local->device < 0 ? "host" : "device") +
-                                 " memory here and " + (buf->device < 0 ? "host" : "device") +
-                                 " memory there");
-    }
-    p.remote_buffer = buf;
-    p.route = SIZE_MAX;
-    for (size_t k = first_route; k < routes.size(); ++k) {
-      if (routes[k].id == r.target_id && !routes[k].stale &&
-          (routes[k].transport == nullptr || routes[k].transport == transport)) {
-        routes[k].transport = transport;
-        p.route = k;
-        break;
-      }
-    }
-    if (p.route == SIZE_MAX) {
-      routes.push_back({r.target_id, routes[first_route].desc, transport, nullptr, true, false});
-      p.route = routes.size() - 1;
+      return s;
     }
     prepared.push_back(p);
   }
 
-  // 2. Reserve the tasks, then cut into slices and hand them out per peer.
+  // 2. Reserve the tasks.
   size_t first = 0;
   TransferTask* tasks = batch->Reserve(requests.size(), &first);
   if (tasks == nullptr) {
@@ -184,62 +172,117 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     return Status::ResourceExhausted("batch " + std::to_string(id) +
                                      " is full (another thread submitted meanwhile)");
   }
+
+  // 3. Cut into slices and hand them out per route.
   thread_local std::vector<Slice> slices;
   for (size_t k = 0; k < routes.size(); ++k) {
-    const PeerRoute& route = routes[k];
-    if (route.transport == nullptr) continue;  // superseded before it took a request
-    const uint64_t slice_size = std::max<uint64_t>(route.transport->slice_size(), 4096);
-    slices.clear();
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const Prepared& p = prepared[i];
-      if (p.route != k) continue;
-      const TransferRequest& r = requests[i];
-      uint64_t n = (r.length + slice_size - 1) / slice_size;
-      tasks[i].Start(static_cast<uint32_t>(n), r.length, p.local);
-      for (uint64_t off = 0; off < r.length; off += slice_size) {
-        Slice s;
-        s.task = &tasks[i];
-        s.opcode = r.opcode;
-        s.local = reinterpret_cast<uint64_t>(r.source) + off;
-        s.remote = r.target_offset + off;
-        s.length = std::min<uint64_t>(slice_size, r.length - off);
-        s.local_device = p.local->device;
-        s.remote_buffer = p.remote_buffer;
-        slices.push_back(s);
-      }
-    }
-    Status s = route.transport->Submit(route.desc, slices.data(), slices.size());
-    if (!s.ok()) {
-      LOG(WARNING) << "submit to " << route.desc->name << ": " << s.ToString();
-      std::string msg = s.ToString();
-      for (const Slice& sl : slices) sl.task->OnSliceDone(FAILED, 0, msg.c_str());
-    }
+    SubmitRoute(k, routes[k], requests, prepared, tasks, &slices);
   }
-  // Requests to our own segment are a memcpy, done here.
+
+  // 4. Requests to our own segment are a memcpy, done here.
   for (size_t i = 0; i < requests.size(); ++i) {
-    const Prepared& p = prepared[i];
-    if (p.local_target == nullptr) continue;
-    const TransferRequest& r = requests[i];
-    auto* remote = reinterpret_cast<void*>(r.target_offset);
-    void* dst = r.opcode == TransferRequest::WRITE ? remote : r.source;
-    const void* src = r.opcode == TransferRequest::WRITE ? r.source : remote;
-    Status copied;
-    if (p.local->device < 0 && p.local_target->device < 0) {
-      std::memmove(dst, src, r.length);
-    } else {
-      copied = platform::Devices().Copy(dst, src, r.length);
-    }
-    MemoryRegistry::Unpin(p.local_target);
-    tasks[i].Start(1, r.length, p.local);
-    if (copied.ok()) {
-      tasks[i].OnSliceDone(COMPLETED, r.length);
-    } else {
-      tasks[i].OnSliceDone(FAILED, 0, copied.ToString().c_str());
-    }
+    if (prepared[i].local_target != nullptr) CopyLocally(requests[i], prepared[i], &tasks[i]);
   }
   prepared.clear();
   routes.clear();
   return Status::OK();
+}
+
+Status TransferEngine::Impl::PrepareRequest(size_t i, const TransferRequest& r,
+                                            std::vector<PeerRoute>& routes, Prepared* p) {
+  // Named only in an error (built then: a batch of small requests is hot).
+  auto which = [i] { return "request " + std::to_string(i) + ": "; };
+  if (const char* bad = ShapeError(r)) return Status::InvalidArgument(which() + bad);
+  auto src = reinterpret_cast<uint64_t>(r.source);
+  p->local = registry.Pin(src, r.length, /*remote_only=*/false);
+  if (p->local == nullptr) {
+    return Status::InvalidArgument(which() + "local range " + RangeText(src, r.length) +
+                                   " is not inside registered memory; register it first");
+  }
+  if (r.target_id == LOCAL_SEGMENT_ID) {
+    p->local_target = registry.Pin(r.target_offset, r.length, /*remote_only=*/false);
+    if (p->local_target == nullptr) {
+      return Status::InvalidArgument(which() + "target range " +
+                                     RangeText(r.target_offset, r.length) +
+                                     " is not inside this engine's registered memory");
+    }
+    return Status::OK();
+  }
+  // Routes are (peer, transport) pairs; the first route of a peer holds its descriptor.
+  size_t first_route = FirstRouteOf(routes, r.target_id);
+  if (first_route == SIZE_MAX) {
+    auto desc = segments.Get(r.target_id);
+    if (!desc.ok()) return desc.status().WithContext("request " + std::to_string(i));
+    routes.push_back({r.target_id, std::move(desc).value(), nullptr, nullptr, false, false});
+    first_route = routes.size() - 1;
+  }
+  const BufferDesc* buf = FindRemoteBuffer(r, routes, &first_route);
+  const PeerRoute& route = routes[first_route];
+  if (buf == nullptr) {
+    return Status::InvalidArgument(which() + "remote range " +
+                                   RangeText(r.target_offset, r.length) +
+                                   " is not inside any buffer registered by segment '" +
+                                   route.desc->name + "'");
+  }
+  Transport* transport = ChooseTransport(&routes[first_route], *buf, p->local->device);
+  if (transport == nullptr) {
+    return Status::Unavailable(which() + "no installed transport reaches segment '" +
+                               route.desc->name + "' (protocol " + route.desc->protocol +
+                               ") for " + (p->local->device < 0 ? "host" : "device") +
+                               " memory here and " + (buf->device < 0 ? "host" : "device") +
+                               " memory there");
+  }
+  p->remote_buffer = buf;
+  p->route = RouteFor(routes, first_route, r.target_id, transport);
+  return Status::OK();
+}
+
+const BufferDesc* TransferEngine::Impl::FindRemoteBuffer(const TransferRequest& r,
+                                                         std::vector<PeerRoute>& routes,
+                                                         size_t* first_route) {
+  PeerRoute* route = &routes[*first_route];
+  const BufferDesc* buf = route->desc->FindBuffer(r.target_offset, r.length);
+  if (buf != nullptr || route->refreshed) return buf;
+  // The peer may have registered more memory since we fetched its descriptor.
+  route->refreshed = true;
+  auto fresh = segments.Refresh(r.target_id);
+  if (!fresh.ok()) return nullptr;
+  for (auto& other : routes) {
+    if (other.id == r.target_id) other.stale = true;
+  }
+  routes.push_back({r.target_id, std::move(fresh).value(), nullptr, nullptr, true, false});
+  *first_route = routes.size() - 1;
+  return routes.back().desc->FindBuffer(r.target_offset, r.length);
+}
+
+Transport* TransferEngine::Impl::ChooseTransport(PeerRoute* route, const BufferDesc& remote,
+                                                 int local_device) {
+  if (local_device >= 0 || remote.device >= 0) {
+    return PickTransport(*route->desc, remote, local_device);
+  }
+  // Host memory at both ends: picked once per peer.
+  if (route->host_transport == nullptr) {
+    route->host_transport = PickTransport(*route->desc, remote, -1);
+  }
+  return route->host_transport;
+}
+
+void TransferEngine::Impl::SubmitRoute(size_t k, const PeerRoute& route,
+                                       const std::vector<TransferRequest>& requests,
+                                       const std::vector<Prepared>& prepared,
+                                       TransferTask* tasks, std::vector<Slice>* slices) {
+  if (route.transport == nullptr) return;  // superseded before it took a request
+  const uint64_t slice_size = std::max<uint64_t>(route.transport->slice_size(), 4096);
+  slices->clear();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (prepared[i].route == k) CutIntoSlices(requests[i], prepared[i], &tasks[i], slice_size, slices);
+  }
+  Status s = route.transport->Submit(route.desc, slices->data(), slices->size());
+  if (!s.ok()) {
+    LOG(WARNING) << "submit to " << route.desc->name << ": " << s.ToString();
+    std::string msg = s.ToString();
+    for (const Slice& sl : *slices) sl.task->OnSliceDone(FAILED, 0, msg.c_str());
+  }
 }
 
 Result<TransferStatus> TransferEngine::Impl::BatchStatus(BatchID id) {
@@ -248,7 +291,7 @@ Result<TransferStatus> TransferEngine::Impl::BatchStatus(BatchID id) {
   if (st.s == COMPLETED) {
     std::optional<std::pair<SegmentID, NotifyDesc>> notify;
     {
-      std::lock_guard lock(batch->notify_mu);
+      MutexLock lock(&batch->notify_mu);
       notify.swap(batch->pending_notify);
     }
     if (notify) {
@@ -266,7 +309,7 @@ Result<TransferStatus> TransferEngine::Impl::BatchStatus(BatchID id) {
 }
 
 void TransferEngine::Impl::ReapOrphans() {
-  std::lock_guard lock(orphan_mu);
+  MutexLock lock(&orphan_mu);
   for (size_t i = 0; i < orphans.size();) {
     if (batches.Free(orphans[i]).ok()) {
       orphans[i] = orphans.back();
@@ -290,7 +333,7 @@ Status TransferEngine::Impl::TransferSync(const std::vector<TransferRequest>& re
   if (!batch->WaitAll(timeout)) {
     // The batch is freed by a later call once its slices end (bounded by the slice
     // timeout), so the caller is not held and nothing leaks.
-    std::lock_guard lock(orphan_mu);
+    MutexLock lock(&orphan_mu);
     orphans.push_back(id);
     return Status::DeadlineExceeded("transfer did not finish within " +
                                     std::to_string(timeout.count()) + " ms");

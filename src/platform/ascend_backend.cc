@@ -106,7 +106,7 @@ class AscendBackend final : public DeviceBackend {
   int DeviceOf(const void* addr) override {
     if (!Available().ok() || addr == nullptr) return kHostMemory;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       auto it = imported_.upper_bound(reinterpret_cast<uint64_t>(addr));
       if (it != imported_.begin()) {
         --it;
@@ -259,7 +259,7 @@ class AscendBackend final : public DeviceBackend {
         Check(api_.MemGetAddressRange(addr, &base, &size), "aclrtMemGetAddressRange"));
     IpcExport out;
     out.offset = reinterpret_cast<uint64_t>(addr) - reinterpret_cast<uint64_t>(base);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = exported_.find(reinterpret_cast<uint64_t>(base));
     if (it == exported_.end()) {
       // One key per allocation: ACL exports an allocation once.
@@ -291,7 +291,7 @@ class AscendBackend final : public DeviceBackend {
     size_t size = 0;
     void* base = p;
     if (api_.MemGetAddressRange != nullptr) (void)api_.MemGetAddressRange(p, &base, &size);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     imported_[reinterpret_cast<uint64_t>(p)] = Imported{key, device, size};
     return p;
   }
@@ -300,7 +300,7 @@ class AscendBackend final : public DeviceBackend {
     MC_RETURN_IF_ERROR(Available());
     Imported im;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       auto it = imported_.find(reinterpret_cast<uint64_t>(base));
       if (it == imported_.end()) {
         return Status::InvalidArgument("IPC close: not an address IpcOpen returned");
@@ -439,9 +439,9 @@ class AscendBackend final : public DeviceBackend {
   std::string lib_name_;
   int device_count_ = 0;
   Api api_{};
-  std::mutex mu_;
-  std::map<uint64_t, std::string> exported_;  // allocation base -> key; GUARDED_BY(mu_)
-  std::map<uint64_t, Imported> imported_;     // mapped base -> its key; GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<uint64_t, std::string> exported_ MC_GUARDED_BY(mu_);  // allocation base -> key
+  std::map<uint64_t, Imported> imported_ MC_GUARDED_BY(mu_);     // mapped base -> its key
 };
 
 }  // namespace

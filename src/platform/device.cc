@@ -13,7 +13,7 @@ namespace mooncake::platform {
 namespace {
 
 std::atomic<DeviceBackend*> g_backend{nullptr};
-std::mutex g_backend_mu;
+Mutex g_backend_mu;
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -95,8 +95,8 @@ class NoDeviceBackend final : public DeviceBackend {
   const Status why_;
 };
 
-// REQUIRES: g_backend_mu held. Chooses the process backend when none is chosen yet.
-DeviceBackend* ChooseLocked(const std::string& prefix) {
+// Chooses the process backend when none is chosen yet.
+DeviceBackend* ChooseLocked(const std::string& prefix) MC_REQUIRES(g_backend_mu) {
   DeviceBackend* b = g_backend.load(std::memory_order_acquire);
   if (b != nullptr) return b;
   DeviceEnvironment env = ReadDeviceEnvironment();
@@ -126,7 +126,7 @@ DeviceBackend* ChooseLocked(const std::string& prefix) {
 DeviceBackend& Devices() {
   DeviceBackend* b = g_backend.load(std::memory_order_acquire);
   if (b != nullptr) return *b;
-  std::lock_guard lock(g_backend_mu);
+  MutexLock lock(&g_backend_mu);
   return *ChooseLocked("");
 }
 
@@ -136,7 +136,7 @@ Result<DeviceBackend*> SelectDeviceKind(const std::string& prefix) {
   }
   DeviceBackend* b = nullptr;
   {
-    std::lock_guard lock(g_backend_mu);
+    MutexLock lock(&g_backend_mu);
     b = ChooseLocked(prefix);
   }
   if (prefix == b->location_prefix()) {
@@ -156,7 +156,7 @@ Result<DeviceBackend*> SelectDeviceKind(const std::string& prefix) {
 }
 
 void UseSimulatedDevicesForTesting(int devices, bool npu) {
-  std::lock_guard lock(g_backend_mu);
+  MutexLock lock(&g_backend_mu);
   g_backend.store(new SimDeviceBackend(devices, 0, npu),
                   std::memory_order_release);  // old one leaks
 }

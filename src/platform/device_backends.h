@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 
+#include "common/thread_annotations.h"
 #include "platform/device.h"
 
 namespace mooncake::platform {
@@ -79,20 +79,20 @@ class SimDeviceBackend final : public DeviceBackend {
     bool opened;     // mapped from a peer's handle
   };
   Status CountCopy();
-  const Alloc* FindLocked(uint64_t addr, uint64_t* base) const;
+  const Alloc* FindLocked(uint64_t addr, uint64_t* base) const MC_REQUIRES(mu_);
   // The address the CPU may use for [addr, addr+length): the alias inside device memory, addr
   // itself for host memory. InvalidArgument for a range that leaves its allocation.
-  Result<uint8_t*> Translate(const void* addr, size_t length);
+  Result<uint8_t*> Translate(const void* addr, size_t length) MC_EXCLUDES(mu_);
   Status DoCopy(void* dst, const void* src, size_t length);
 
-  int KindOf(const void* addr);  // -1 host, 0 own device memory, 1 opened from a handle
+  int KindOf(const void* addr) MC_EXCLUDES(mu_);  // -1 host, 0 own device memory, 1 opened from a handle
   const int devices_;
   const bool npu_;
   static thread_local int current_device_;
-  mutable std::mutex mu_;
-  std::mutex copy_engine_mu_;  // held by each copy's memmove
-  std::map<uint64_t, Alloc> allocs_;  // base -> allocation; GUARDED_BY(mu_)
-  std::map<uint64_t, size_t> pinned_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  Mutex copy_engine_mu_;  // held by each copy's memmove (orders them; guards no member)
+  std::map<uint64_t, Alloc> allocs_ MC_GUARDED_BY(mu_);  // base -> allocation
+  std::map<uint64_t, size_t> pinned_ MC_GUARDED_BY(mu_);
 };
 
 }  // namespace mooncake::platform

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -29,11 +28,11 @@ static_assert(sizeof(SimIpcHandle) <= kIpcHandleSize, "sim handle must fit");
 }  // namespace
 
 struct SimDeviceBackend::Event {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t recorded = 0;  // generation of the last record; GUARDED_BY(mu)
-  uint64_t reached = 0;   // generation the stream has passed; GUARDED_BY(mu)
-  Status error;           // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  uint64_t recorded MC_GUARDED_BY(mu) = 0;  // generation of the last record
+  uint64_t reached MC_GUARDED_BY(mu) = 0;   // generation the stream has passed
+  Status error MC_GUARDED_BY(mu);
 };
 
 struct SimDeviceBackend::Stream {
@@ -44,12 +43,12 @@ struct SimDeviceBackend::Stream {
     Event* event = nullptr;  // set: an event record
     uint64_t generation = 0;
   };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Op> ops;  // GUARDED_BY(mu)
-  size_t busy = 0;     // ops taken but not finished; GUARDED_BY(mu)
-  bool stop = false;   // GUARDED_BY(mu)
-  Status error;        // first failed copy since the last event record; GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  std::deque<Op> ops MC_GUARDED_BY(mu);
+  size_t busy MC_GUARDED_BY(mu) = 0;  // ops taken but not finished
+  bool stop MC_GUARDED_BY(mu) = false;
+  Status error MC_GUARDED_BY(mu);     // first failed copy since the last event record
   std::thread worker;
 };
 
@@ -70,14 +69,14 @@ const SimDeviceBackend::Alloc* SimDeviceBackend::FindLocked(uint64_t addr, uint6
 }
 
 int SimDeviceBackend::DeviceOf(const void* addr) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t base = 0;
   const Alloc* a = FindLocked(reinterpret_cast<uint64_t>(addr), &base);
   return a ? a->device : kHostMemory;
 }
 
 int SimDeviceBackend::KindOf(const void* addr) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t base = 0;
   const Alloc* a = FindLocked(reinterpret_cast<uint64_t>(addr), &base);
   return a == nullptr ? -1 : a->opened ? 1 : 0;
@@ -88,7 +87,7 @@ bool SimDeviceBackend::TouchesDevice(const void* dst, const void* src, size_t) {
 }
 
 Result<uint8_t*> SimDeviceBackend::Translate(const void* addr, size_t length) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t base = 0;
   auto a64 = reinterpret_cast<uint64_t>(addr);
   const Alloc* a = FindLocked(a64, &base);
@@ -121,7 +120,7 @@ Result<void*> SimDeviceBackend::Malloc(int device, size_t length) {
     ::close(fd);
     return s;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   allocs_[reinterpret_cast<uint64_t>(user)] =
       Alloc{length, device, fd, static_cast<uint8_t*>(alias), false};
   return user;
@@ -130,7 +129,7 @@ Result<void*> SimDeviceBackend::Malloc(int device, size_t length) {
 Status SimDeviceBackend::Free(void* ptr) {
   Alloc a{};
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = allocs_.find(reinterpret_cast<uint64_t>(ptr));
     if (it == allocs_.end() || it->second.opened) {
       return Status::InvalidArgument("simulated device: free of an address it did not allocate");
@@ -147,7 +146,7 @@ Status SimDeviceBackend::Free(void* ptr) {
 Result<void*> SimDeviceBackend::MallocHost(size_t length) {
   void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return ErrnoStatus("mmap pinned host memory", errno);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   pinned_[reinterpret_cast<uint64_t>(p)] = length;
   pinned_buffers.fetch_add(1);
   return p;
@@ -156,7 +155,7 @@ Result<void*> SimDeviceBackend::MallocHost(size_t length) {
 Status SimDeviceBackend::FreeHost(void* ptr) {
   size_t length = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = pinned_.find(reinterpret_cast<uint64_t>(ptr));
     if (it == pinned_.end()) {
       return Status::InvalidArgument("simulated device: FreeHost of memory not from MallocHost");
@@ -206,7 +205,7 @@ Status SimDeviceBackend::DoCopy(void* dst, const void* src, size_t length) {
   // One simulated copy engine: copies into device memory are ordered as the device orders
   // them. (Without it, TSan sees two threads of a target, e.g. mp_peer's command loop and its
   // staging stream, write one buffer with only the peers' messages, invisible to it, between.)
-  std::lock_guard engine(copy_engine_mu_);
+  MutexLock engine(&copy_engine_mu_);
   std::memmove(d, s, length);
   copied_bytes.fetch_add(length);
   return Status::OK();
@@ -220,35 +219,39 @@ Status SimDeviceBackend::Copy(void* dst, const void* src, size_t length) {
 Result<StreamHandle> SimDeviceBackend::CreateStream() {
   auto* s = new Stream;
   s->worker = std::thread([this, s] {
-    std::unique_lock lock(s->mu);
     for (;;) {
-      s->cv.wait(lock, [s] { return s->stop || !s->ops.empty(); });
-      if (s->ops.empty()) return;
-      Stream::Op op = s->ops.front();
-      s->ops.pop_front();
-      ++s->busy;
-      lock.unlock();
+      Stream::Op op;
+      {
+        MutexLock lock(&s->mu);
+        while (!s->stop && s->ops.empty()) s->cv.Wait(&s->mu);
+        if (s->ops.empty()) return;
+        op = s->ops.front();
+        s->ops.pop_front();
+        ++s->busy;
+      }
       if (op.event != nullptr) {
-        lock.lock();
-        Status err = s->error;  // failures since the previous record surface here, once
-        s->error = Status::OK();
-        lock.unlock();
-        std::lock_guard elock(op.event->mu);
+        Status err;
+        {
+          MutexLock lock(&s->mu);
+          err = s->error;  // failures since the previous record surface here, once
+          s->error = Status::OK();
+        }
+        MutexLock elock(&op.event->mu);
         op.event->reached = std::max(op.event->reached, op.generation);
         op.event->error = err;
-        op.event->cv.notify_all();
+        op.event->cv.SignalAll();
       } else {
         int delay = async_delay_us.load();
         if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
         Status st = DoCopy(op.dst, op.src, op.length);
         if (!st.ok()) {
-          std::lock_guard g(s->mu);
+          MutexLock g(&s->mu);
           if (s->error.ok()) s->error = st;
         }
       }
-      lock.lock();
+      MutexLock lock(&s->mu);
       --s->busy;
-      s->cv.notify_all();
+      s->cv.SignalAll();
     }
   });
   return static_cast<StreamHandle>(s);
@@ -258,10 +261,10 @@ void SimDeviceBackend::DestroyStream(StreamHandle h) {
   auto* s = static_cast<Stream*>(h);
   if (s == nullptr) return;
   {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(&s->mu);
     s->stop = true;
   }
-  s->cv.notify_all();
+  s->cv.SignalAll();
   s->worker.join();
   delete s;
 }
@@ -269,20 +272,20 @@ void SimDeviceBackend::DestroyStream(StreamHandle h) {
 Status SimDeviceBackend::CopyAsync(void* dst, const void* src, size_t length, StreamHandle h) {
   auto* s = static_cast<Stream*>(h);
   async_copies.fetch_add(1);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(&s->mu);
   s->ops.push_back({dst, src, length, nullptr, 0});
   int depth = static_cast<int>(s->ops.size() + s->busy);
   int seen = max_stream_depth.load();
   while (depth > seen && !max_stream_depth.compare_exchange_weak(seen, depth)) {
   }
-  s->cv.notify_all();
+  s->cv.SignalAll();
   return Status::OK();
 }
 
 Status SimDeviceBackend::StreamSynchronize(StreamHandle h) {
   auto* s = static_cast<Stream*>(h);
-  std::unique_lock lock(s->mu);
-  s->cv.wait(lock, [s] { return s->ops.empty() && s->busy == 0; });
+  MutexLock lock(&s->mu);
+  while (!s->ops.empty() || s->busy != 0) s->cv.Wait(&s->mu);
   Status err = s->error;
   s->error = Status::OK();
   return err;
@@ -297,25 +300,25 @@ Status SimDeviceBackend::RecordEvent(EventHandle eh, StreamHandle sh) {
   auto* s = static_cast<Stream*>(sh);
   uint64_t gen;
   {
-    std::lock_guard elock(e->mu);
+    MutexLock elock(&e->mu);
     gen = ++e->recorded;
   }
-  std::lock_guard lock(s->mu);
+  MutexLock lock(&s->mu);
   s->ops.push_back({nullptr, nullptr, 0, e, gen});
-  s->cv.notify_all();
+  s->cv.SignalAll();
   return Status::OK();
 }
 
 Status SimDeviceBackend::EventSynchronize(EventHandle eh) {
   auto* e = static_cast<Event*>(eh);
-  std::unique_lock lock(e->mu);
+  MutexLock lock(&e->mu);
   uint64_t want = e->recorded;
-  e->cv.wait(lock, [&] { return e->reached >= want; });
+  while (e->reached < want) e->cv.Wait(&e->mu);
   return e->error;
 }
 
 Result<IpcExport> SimDeviceBackend::IpcExportRange(void* addr) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t base = 0;
   const Alloc* a = FindLocked(reinterpret_cast<uint64_t>(addr), &base);
   if (a == nullptr || a->opened) {
@@ -355,7 +358,7 @@ Result<void*> SimDeviceBackend::IpcOpen(const IpcHandle& handle, int) {
     ::close(fd);
     return s;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   allocs_[reinterpret_cast<uint64_t>(user)] =
       Alloc{h.length, h.device, fd, static_cast<uint8_t*>(alias), true};
   open_ipc_mappings.fetch_add(1);
@@ -365,7 +368,7 @@ Result<void*> SimDeviceBackend::IpcOpen(const IpcHandle& handle, int) {
 Status SimDeviceBackend::IpcClose(void* base) {
   Alloc a{};
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = allocs_.find(reinterpret_cast<uint64_t>(base));
     if (it == allocs_.end() || !it->second.opened) {
       return Status::InvalidArgument("IPC close: not an address IpcOpen returned");

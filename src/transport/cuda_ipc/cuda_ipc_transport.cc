@@ -24,14 +24,14 @@ Status CudaIpcTransport::Start(const TransportContext& ctx, SegmentDesc* local_d
 
 void CudaIpcTransport::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || !started_) {
       stopping_ = true;
       return;
     }
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 
@@ -53,21 +53,21 @@ bool CudaIpcTransport::CanMove(const SegmentDesc&, const BufferDesc& remote, int
 Status CudaIpcTransport::Submit(const std::shared_ptr<const SegmentDesc>& peer,
                                 const Slice* slices, size_t count) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || !started_) return Status::FailedPrecondition("cuda_ipc transport is stopped");
     for (size_t i = 0; i < count; ++i) queue_.push_back({slices[i], peer, {}});
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return Status::OK();
 }
 
 void CudaIpcTransport::DropPeer(const SegmentDesc& peer) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || !started_) return;
     queue_.push_back({Slice{}, nullptr, peer.name});
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 Result<platform::StreamHandle> CudaIpcTransport::StreamFor(int device) {
@@ -137,8 +137,10 @@ void CudaIpcTransport::Run() {
   bool stop = false;
   while (!stop || !in_flight.empty()) {
     {
-      std::unique_lock lock(mu_);
-      if (in_flight.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      if (in_flight.empty()) {
+        while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
+      }
       items.swap(queue_);
       stop = stopping_;
     }

@@ -6,15 +6,14 @@
 // README.md in this folder.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/transport.h"
 #include "platform/device.h"
 
@@ -54,7 +53,7 @@ class CudaIpcTransport : public Transport {
     void* base = nullptr;
     int device = -1;
   };
-  void Run();
+  void Run() MC_EXCLUDES(mu_);
   // Issues one slice's copy; reports it FAILED itself if that fails.
   void Issue(Item& item, std::deque<InFlight>* in_flight);
   Result<void*> MappingFor(const SegmentDesc& peer, const BufferDesc& buf);
@@ -64,10 +63,10 @@ class CudaIpcTransport : public Transport {
   platform::DeviceBackend* dev_ = nullptr;
   std::string host_id_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;   // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Item> queue_ MC_GUARDED_BY(mu_);
+  bool stopping_ MC_GUARDED_BY(mu_) = false;
   bool started_ = false;
   std::thread thread_;
 

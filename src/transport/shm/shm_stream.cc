@@ -30,11 +30,11 @@ ShmStream::~ShmStream() { Stop(); }
 
 void ShmStream::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   int fd = fd_.load();
   if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
   if (thread_.joinable()) thread_.join();
@@ -43,10 +43,10 @@ void ShmStream::Stop() {
 void ShmStream::Enqueue(const Slice* slices, size_t count, uint64_t bytes) {
   queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!stopping_) {
       queue_.insert(queue_.end(), slices, slices + count);
-      cv_.notify_one();
+      cv_.Signal();
       return;
     }
   }
@@ -170,134 +170,143 @@ Status ShmStream::ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq) 
   return Status::OK();
 }
 
+namespace {
+// Up to kPipeline requests in flight, so the target finds the next one waiting when it
+// finishes a copy.
+constexpr size_t kPipeline = 2;
+// Bounded requests: the reply deadline (slice timeout) then measures progress, not the size
+// of what was queued.
+constexpr uint64_t kMaxBytesPerRequest = 32 << 20;
+constexpr const char* kStopping = "the same-host connection was closed (engine stopping)";
+}  // namespace
+
 void ShmStream::Run() {
-  // Up to kPipeline requests in flight, so the target finds the next one waiting when it
-  // finishes a copy.
-  constexpr size_t kPipeline = 2;
-  constexpr uint64_t kMaxBytesPerRequest = 32 << 20;
-  struct InFlight {
-    std::vector<Slice> batch;
-    uint64_t seq;
-  };
-  std::deque<InFlight> inflight;
-  auto broken = [&](const Status& s, std::vector<Slice>* also) {
-    LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
-    const bool timeout = s.IsDeadlineExceeded();
-    TransferStatusEnum result = timeout ? TIMEOUT : FAILED;
-    int fd = fd_.exchange(-1);
-    if (fd >= 0 && !inflight.empty() && hold_) {
-      // A silent (or confused) target may still copy what it has received when it resumes:
-      // keep the local regions of the requests it holds pinned until it has closed the
-      // connection (it does so once it has finished them, or when it dies); unregistering
-      // them waits or reports them in use meanwhile. Until then new requests to this peer
-      // wait (fence_), so none of these copies can land after a later request completed.
-      std::vector<MemoryRegion*> pins;
-      for (auto& f : inflight) {
-        for (const Slice& sl : f.batch) {
-          if (MemoryRegion* r = sl.task ? sl.task->local_region() : nullptr) {
-            r->users.fetch_add(1, std::memory_order_acq_rel);
-            pins.push_back(r);
-          }
-        }
-      }
-      ::shutdown(fd, SHUT_WR);
-      hold_(fd, std::move(pins));
-    } else if (fd >= 0) {
-      ::close(fd);
-    }
-    // Drop the cached descriptor before anyone sees the failure, so a retry refetches it
-    // (not on a timeout: a stopped peer's descriptor is not stale, and refetching it would
-    // block the next submitter).
-    if (!timeout && on_failure_) on_failure_();
-    for (auto& f : inflight) Fail(f.batch, result, "same-host peer: " + s.ToString());
-    inflight.clear();
-    if (also) Fail(*also, result, "same-host peer: " + s.ToString());
-    // What is queued behind ends now too, not one connect timeout later.
-    std::vector<Slice> queued;
-    {
-      std::lock_guard lock(mu_);
-      queued.assign(queue_.begin(), queue_.end());
-      queue_.clear();
-    }
-    Fail(queued, result, "same-host peer: " + s.ToString());
-  };
   for (;;) {
     std::vector<Slice> batch;
-    {
-      std::unique_lock lock(mu_);
-      if (inflight.empty()) cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (stopping_) break;
-      if (inflight.size() < kPipeline && !queue_.empty()) {
-        // Bounded requests: the reply deadline (slice timeout) then measures progress, not
-        // the size of what was queued.
-        size_t n = 0;
-        uint64_t bytes = 0;
-        while (n < queue_.size() && n < kMaxItems && (n == 0 || bytes < kMaxBytesPerRequest)) {
-          bytes += queue_[n].length;
-          ++n;
-        }
-        batch.assign(queue_.begin(), queue_.begin() + n);
-        queue_.erase(queue_.begin(), queue_.begin() + n);
-      }
-    }
+    if (!TakeBatch(&batch)) break;  // stopping
     if (!batch.empty()) {
-      if (fd_.load() < 0) {  // inflight is empty whenever the connection is down
-        Status s = Connect();
-        if (!s.ok()) {
-          broken(s, &batch);
-          continue;
-        }
-      }
-      const int fd = fd_.load();
-      if (registry_->version() != announced_version_) {
-        // Announce shared ranges with nothing in flight, so replies stay in order.
-        Status s;
-        while (s.ok() && !inflight.empty()) {
-          s = ReceiveReply(fd, inflight.front().batch, inflight.front().seq);
-          if (s.ok()) inflight.pop_front();
-        }
-        if (s.ok()) s = SyncSharedRanges(fd);
-        if (!s.ok()) {
-          broken(s, &batch);
-          continue;
-        }
-      }
-      if (fence_) {
-        Status fenced = fence_(options_.slice_timeout_ms);
-        if (!fenced.ok()) {
-          // The connection itself is fine; only this batch waited too long.
-          Fail(batch, TIMEOUT, "same-host peer: " + fenced.ToString());
-          continue;
-        }
-      }
-      uint64_t seq = ++seq_;
-      Status s = SendRequest(fd, batch, seq);
+      if (!SendBatch(batch)) continue;  // failed (the batch with it)
+      if (inflight_.size() < kPipeline) continue;  // send another before waiting
+    }
+    if (!inflight_.empty()) {
+      Status s = ReceiveReply(fd_.load(), inflight_.front().batch, inflight_.front().seq);
       if (!s.ok()) {
-        broken(s, &batch);
+        Broken(s, nullptr);
         continue;
       }
-      inflight.push_back({std::move(batch), seq});
-      if (inflight.size() < kPipeline) continue;  // send another before waiting
-    }
-    if (!inflight.empty()) {
-      Status s = ReceiveReply(fd_.load(), inflight.front().batch, inflight.front().seq);
-      if (!s.ok()) {
-        broken(s, nullptr);
-        continue;
-      }
-      inflight.pop_front();
+      inflight_.pop_front();
     }
   }
-  for (auto& f : inflight) Fail(f.batch, FAILED, "the same-host connection was closed (engine stopping)");
-  std::vector<Slice> rest;
-  {
-    std::lock_guard lock(mu_);
-    rest.assign(queue_.begin(), queue_.end());
-    queue_.clear();
-  }
-  Fail(rest, FAILED, "the same-host connection was closed (engine stopping)");
+  for (auto& f : inflight_) Fail(f.batch, FAILED, kStopping);
+  inflight_.clear();
+  std::vector<Slice> rest = TakeQueue();
+  Fail(rest, FAILED, kStopping);
   int fd = fd_.exchange(-1);
   if (fd >= 0) ::close(fd);
+}
+
+bool ShmStream::TakeBatch(std::vector<Slice>* batch) {
+  MutexLock lock(&mu_);
+  if (inflight_.empty()) {
+    while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
+  }
+  if (stopping_) return false;
+  if (inflight_.size() < kPipeline && !queue_.empty()) {
+    size_t n = 0;
+    uint64_t bytes = 0;
+    while (n < queue_.size() && n < kMaxItems && (n == 0 || bytes < kMaxBytesPerRequest)) {
+      bytes += queue_[n].length;
+      ++n;
+    }
+    batch->assign(queue_.begin(), queue_.begin() + n);
+    queue_.erase(queue_.begin(), queue_.begin() + n);
+  }
+  return true;
+}
+
+std::vector<Slice> ShmStream::TakeQueue() {
+  std::vector<Slice> queued;
+  MutexLock lock(&mu_);
+  queued.assign(queue_.begin(), queue_.end());
+  queue_.clear();
+  return queued;
+}
+
+bool ShmStream::SendBatch(std::vector<Slice>& batch) {
+  if (fd_.load() < 0) {  // inflight_ is empty whenever the connection is down
+    Status s = Connect();
+    if (!s.ok()) {
+      Broken(s, &batch);
+      return false;
+    }
+  }
+  const int fd = fd_.load();
+  if (registry_->version() != announced_version_) {
+    // Announce shared ranges with nothing in flight, so replies stay in order.
+    Status s;
+    while (s.ok() && !inflight_.empty()) {
+      s = ReceiveReply(fd, inflight_.front().batch, inflight_.front().seq);
+      if (s.ok()) inflight_.pop_front();
+    }
+    if (s.ok()) s = SyncSharedRanges(fd);
+    if (!s.ok()) {
+      Broken(s, &batch);
+      return false;
+    }
+  }
+  if (fence_) {
+    Status fenced = fence_(options_.slice_timeout_ms);
+    if (!fenced.ok()) {
+      // The connection itself is fine; only this batch waited too long.
+      Fail(batch, TIMEOUT, "same-host peer: " + fenced.ToString());
+      return false;
+    }
+  }
+  uint64_t seq = ++seq_;
+  Status s = SendRequest(fd, batch, seq);
+  if (!s.ok()) {
+    Broken(s, &batch);
+    return false;
+  }
+  inflight_.push_back({std::move(batch), seq});
+  return true;
+}
+
+void ShmStream::Broken(const Status& s, std::vector<Slice>* also) {
+  LOG(WARNING) << "ShmTransport @" << path_ << ": " << s.ToString();
+  const bool timeout = s.IsDeadlineExceeded();
+  TransferStatusEnum result = timeout ? TIMEOUT : FAILED;
+  int fd = fd_.exchange(-1);
+  if (fd >= 0 && !inflight_.empty() && hold_) {
+    // A silent (or confused) target may still copy what it has received when it resumes:
+    // keep the local regions of the requests it holds pinned until it has closed the
+    // connection (it does so once it has finished them, or when it dies); unregistering
+    // them waits or reports them in use meanwhile. Until then new requests to this peer
+    // wait (fence_), so none of these copies can land after a later request completed.
+    std::vector<MemoryRegion*> pins;
+    for (auto& f : inflight_) {
+      for (const Slice& sl : f.batch) {
+        if (MemoryRegion* r = sl.task ? sl.task->local_region() : nullptr) {
+          r->users.fetch_add(1, std::memory_order_acq_rel);
+          pins.push_back(r);
+        }
+      }
+    }
+    ::shutdown(fd, SHUT_WR);
+    hold_(fd, std::move(pins));
+  } else if (fd >= 0) {
+    ::close(fd);
+  }
+  // Drop the cached descriptor before anyone sees the failure, so a retry refetches it
+  // (not on a timeout: a stopped peer's descriptor is not stale, and refetching it would
+  // block the next submitter).
+  if (!timeout && on_failure_) on_failure_();
+  for (auto& f : inflight_) Fail(f.batch, result, "same-host peer: " + s.ToString());
+  inflight_.clear();
+  if (also) Fail(*also, result, "same-host peer: " + s.ToString());
+  // What is queued behind ends now too, not one connect timeout later.
+  std::vector<Slice> queued = TakeQueue();
+  Fail(queued, result, "same-host peer: " + s.ToString());
 }
 
 }  // namespace mooncake::shm

@@ -77,7 +77,7 @@ Result<UniqueFd> ConnectAndHello(const std::string& path, int timeout_ms,
 ShmTransport::~ShmTransport() { Stop(); }
 
 void ShmTransport::Hold(const std::string& path, int fd, std::vector<MemoryRegion*> pins) {
-  std::lock_guard lock(zombie_mu_);
+  MutexLock lock(&zombie_mu_);
   if (reaper_stop_ || reaper_wake_ < 0) {
     for (MemoryRegion* r : pins) MemoryRegistry::Unpin(r);
     ::close(fd);
@@ -90,23 +90,49 @@ void ShmTransport::Hold(const std::string& path, int fd, std::vector<MemoryRegio
   (void)!::write(reaper_wake_, &one, sizeof(one));
 }
 
+bool ShmTransport::HasZombie(const std::string& path) {
+  for (const Zombie& z : zombies_) {
+    if (z.path == path) return true;
+  }
+  return false;
+}
+
 Status ShmTransport::WaitForZombies(const std::string& path, int timeout_ms) {
   if (zombie_count_.load() == 0) return Status::OK();
-  auto mine = [&] {
-    for (const Zombie& z : zombies_) {
-      if (z.path == path) return true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  {
+    MutexLock lock(&zombie_mu_);
+    while (!reaper_stop_ && HasZombie(path)) {
+      if (!zombie_cv_.WaitUntil(&zombie_mu_, deadline)) break;  // timed out: one last look
     }
-    return false;
-  };
-  std::unique_lock lock(zombie_mu_);
-  if (zombie_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                          [&] { return reaper_stop_ || !mine(); })) {
-    return Status::OK();
+    if (reaper_stop_ || !HasZombie(path)) return Status::OK();
   }
   return Status::DeadlineExceeded(
       "a connection to this peer given up on earlier is still open at the peer after " +
       std::to_string(timeout_ms) + " ms (MC_SLICE_TIMEOUT): the peer may still apply what it "
       "holds, so nothing newer is sent before it has closed it (is the peer stopped?)");
+}
+
+bool ShmTransport::ReapClosed() {
+  bool reaped = false;
+  for (size_t i = 0; i < zombies_.size();) {
+    char sink[4096];
+    ssize_t n;
+    do {
+      n = ::recv(zombies_[i].fd, sink, sizeof(sink), MSG_DONTWAIT);
+    } while (n > 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      for (MemoryRegion* r : zombies_[i].pins) MemoryRegistry::Unpin(r);
+      ::close(zombies_[i].fd);
+      zombies_[i] = std::move(zombies_.back());
+      zombies_.pop_back();
+      reaped = true;
+    } else {
+      ++i;
+    }
+  }
+  zombie_count_.store(zombies_.size());
+  return reaped;
 }
 
 void ShmTransport::ReapLoop() {
@@ -115,27 +141,9 @@ void ShmTransport::ReapLoop() {
   std::vector<pollfd> fds;
   for (;;) {
     {
-      std::lock_guard lock(zombie_mu_);
+      MutexLock lock(&zombie_mu_);
       if (reaper_stop_) return;
-      bool reaped = false;
-      for (size_t i = 0; i < zombies_.size();) {
-        char sink[4096];
-        ssize_t n;
-        do {
-          n = ::recv(zombies_[i].fd, sink, sizeof(sink), MSG_DONTWAIT);
-        } while (n > 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          for (MemoryRegion* r : zombies_[i].pins) MemoryRegistry::Unpin(r);
-          ::close(zombies_[i].fd);
-          zombies_[i] = std::move(zombies_.back());
-          zombies_.pop_back();
-          reaped = true;
-        } else {
-          ++i;
-        }
-      }
-      zombie_count_.store(zombies_.size());
-      if (reaped) zombie_cv_.notify_all();
+      if (ReapClosed()) zombie_cv_.SignalAll();
       fds.assign(1, pollfd{reaper_wake_, POLLIN, 0});
       for (const Zombie& z : zombies_) fds.push_back(pollfd{z.fd, POLLIN, 0});
     }
@@ -173,7 +181,7 @@ Status ShmTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
 void ShmTransport::Stop() {
   std::map<std::string, std::shared_ptr<Peer>> peers;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     peers.swap(peers_);
@@ -184,21 +192,24 @@ void ShmTransport::Stop() {
   }
   if (server_) server_->Stop();
   {
-    std::lock_guard lock(zombie_mu_);
+    MutexLock lock(&zombie_mu_);
     reaper_stop_ = true;
-    zombie_cv_.notify_all();
+    zombie_cv_.SignalAll();
     if (reaper_wake_ >= 0) {
       uint64_t one = 1;
       (void)!::write(reaper_wake_, &one, sizeof(one));
     }
   }
   if (reaper_.joinable()) reaper_.join();
-  for (Zombie& z : zombies_) {
-    for (MemoryRegion* r : z.pins) MemoryRegistry::Unpin(r);
-    ::close(z.fd);
+  {
+    MutexLock lock(&zombie_mu_);  // uncontended: the reaper is gone and Hold refuses now
+    for (Zombie& z : zombies_) {
+      for (MemoryRegion* r : z.pins) MemoryRegistry::Unpin(r);
+      ::close(z.fd);
+    }
+    zombies_.clear();
+    zombie_count_.store(0);
   }
-  zombies_.clear();
-  zombie_count_.store(0);
   if (reaper_wake_ >= 0) ::close(reaper_wake_);
   reaper_wake_ = -1;
 }
@@ -206,7 +217,7 @@ void ShmTransport::Stop() {
 bool ShmTransport::CanReach(const SegmentDesc& peer) {
   if (peer.mc_shm_path.empty() || peer.mc_host_id != host_id_) return false;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(&mu_);
     auto it = reachable_.find(peer.mc_shm_path);
     if (it != reachable_.end()) return it->second;
   }
@@ -234,7 +245,7 @@ bool ShmTransport::CanReach(const SegmentDesc& peer) {
     }
   }
   const bool ok = fd.ok();
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   reachable_[peer.mc_shm_path] = ok;
   if (lent) exports_[peer.mc_shm_path] = std::move(lent);
   return ok;
@@ -245,7 +256,7 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
   std::shared_ptr<Peer> peer;
   std::shared_ptr<const PeerExports> lent;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(&mu_);
     if (stopped_) return Status::FailedPrecondition("same-host transport is stopped");
     auto it = peers_.find(desc->mc_shm_path);
     if (it != peers_.end()) peer = it->second;
@@ -257,7 +268,7 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
     // streams find out the same and report it.
     LOG(WARNING) << "same-host peer " << desc->name << " ended its loan of memory (exited?); "
                  << "its slices go over the connection again";
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     auto ex = exports_.find(desc->mc_shm_path);
     if (ex != exports_.end() && ex->second == lent) exports_.erase(ex);
     lent.reset();
@@ -315,7 +326,7 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
 Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
                                std::shared_ptr<Peer>& peer, const Slice* slices, size_t count) {
   if (!peer) {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     if (stopped_) return Status::FailedPrecondition("same-host transport is stopped");
     auto& slot = peers_[desc->mc_shm_path];
     if (!slot) {
@@ -371,7 +382,7 @@ Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
 void ShmTransport::DropPeer(const SegmentDesc& desc) {
   std::shared_ptr<Peer> peer;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     reachable_.erase(desc.mc_shm_path);
     exports_.erase(desc.mc_shm_path);
     auto it = peers_.find(desc.mc_shm_path);

@@ -7,14 +7,11 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +19,8 @@
 #include "common/host_id.h"
 #include "common/conn_server.h"
 #include "common/net.h"
+#include "common/thread_annotations.h"
+#include "engine/rw_mutex.h"
 #include "engine/transport.h"
 #include "transport/shm/shm_exports.h"
 #include "transport/shm/shm_maps.h"
@@ -77,12 +76,28 @@ class ShmStream {
   ShmStream(std::string path, const EngineOptions& options, MemoryRegistry* registry,
             std::function<void()> on_failure, Hold hold, Fence fence, std::string segment = {});
   ~ShmStream();
-  void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
+  void Enqueue(const Slice* slices, size_t count, uint64_t bytes) MC_EXCLUDES(mu_);
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
-  void Stop();
+  void Stop() MC_EXCLUDES(mu_);
 
  private:
-  void Run();
+  struct InFlight {
+    std::vector<Slice> batch;
+    uint64_t seq;
+  };
+  // The thread's loop: takes batches off the queue, sends them (pipelined), reads replies.
+  void Run() MC_EXCLUDES(mu_);
+  // Waits (when nothing is in flight) for slices or Stop; moves the next request's worth of
+  // the queue into *batch when the pipeline has room. False once stopping.
+  bool TakeBatch(std::vector<Slice>* batch) MC_EXCLUDES(mu_);
+  // All of the queue.
+  std::vector<Slice> TakeQueue() MC_EXCLUDES(mu_);
+  // Connects if need be, announces shared ranges, fences, sends `batch` as one request and
+  // puts it in flight. False when it failed (`batch` with it: its slices are reported).
+  bool SendBatch(std::vector<Slice>& batch) MC_EXCLUDES(mu_);
+  // The connection failed with `s`: gives it up (held for the target to close when requests
+  // are in flight), fails what is in flight, `also` and the queue.
+  void Broken(const Status& s, std::vector<Slice>* also) MC_EXCLUDES(mu_);
   Status Connect();
   // Announces our shareable ranges when the registry changed since the last announcement.
   Status SyncSharedRanges(int fd);
@@ -99,10 +114,11 @@ class ShmStream {
   const Fence fence_;
   MemoryRegistry* const registry_;
   uint64_t announced_version_ = UINT64_MAX;  // thread-owned
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Slice> queue_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;    // GUARDED_BY(mu_)
+  std::deque<InFlight> inflight_;            // thread-owned; oldest first
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Slice> queue_ MC_GUARDED_BY(mu_);
+  bool stopping_ MC_GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> queued_bytes_{0};
   std::atomic<int> fd_{-1};  // owned by the thread; shut down by Stop()
   uint64_t seq_ = 0;
@@ -146,30 +162,35 @@ class ShmTransport : public Transport {
                    const Slice* slices, size_t count);
   // Bytes of lent memory one Submit copies itself; more go to the target (both copy then).
   static constexpr uint64_t kInlineBytes = 2 << 20;
-  void Hold(const std::string& path, int fd, std::vector<MemoryRegion*> pins);
-  Status WaitForZombies(const std::string& path, int timeout_ms);
-  void ReapLoop();
+  void Hold(const std::string& path, int fd, std::vector<MemoryRegion*> pins)
+      MC_EXCLUDES(zombie_mu_);
+  Status WaitForZombies(const std::string& path, int timeout_ms) MC_EXCLUDES(zombie_mu_);
+  // True while a zombie of `path` is open.
+  bool HasZombie(const std::string& path) MC_REQUIRES(zombie_mu_);
+  void ReapLoop() MC_EXCLUDES(zombie_mu_);
+  // Closes the zombies the targets have closed (they finished or died); true if any.
+  bool ReapClosed() MC_REQUIRES(zombie_mu_);
 
   EngineOptions options_;
   std::function<void(const std::string&)> on_peer_failure_;
   std::string host_id_;
   MemoryRegistry* registry_ = nullptr;
   std::unique_ptr<ShmServer> server_;
-  std::shared_mutex mu_;
-  std::map<std::string, bool> reachable_;               // by socket path; GUARDED_BY(mu_)
-  std::map<std::string, std::shared_ptr<Peer>> peers_;  // by socket path; GUARDED_BY(mu_)
+  RwMutex mu_;
+  std::map<std::string, bool> reachable_ MC_GUARDED_BY(mu_);               // by socket path
+  std::map<std::string, std::shared_ptr<Peer>> peers_ MC_GUARDED_BY(mu_);  // by socket path
   // Memory each target lends us to copy ourselves (shm_exports.h), fetched with the first
-  // hello; by socket path; GUARDED_BY(mu_).
-  std::map<std::string, std::shared_ptr<const PeerExports>> exports_;
+  // hello; by socket path.
+  std::map<std::string, std::shared_ptr<const PeerExports>> exports_ MC_GUARDED_BY(mu_);
   ShmLimits export_limits_;  // caps on what we map of targets' memory
-  bool stopped_ = false;                                // GUARDED_BY(mu_)
+  bool stopped_ MC_GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> mapped_copies_{0};
 
-  std::mutex zombie_mu_;
-  std::condition_variable zombie_cv_;
-  std::vector<Zombie> zombies_;  // GUARDED_BY(zombie_mu_)
+  Mutex zombie_mu_;
+  CondVar zombie_cv_;
+  std::vector<Zombie> zombies_ MC_GUARDED_BY(zombie_mu_);
   std::atomic<size_t> zombie_count_{0};  // zombies_.size(), read without the lock
-  bool reaper_stop_ = false;     // GUARDED_BY(zombie_mu_)
+  bool reaper_stop_ MC_GUARDED_BY(zombie_mu_) = false;
   int reaper_wake_ = -1;         // eventfd: a new zombie, or stop
   std::thread reaper_;
 };

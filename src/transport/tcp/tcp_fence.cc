@@ -82,7 +82,7 @@ Result<ControlFrame> DecodeControlBody(uint8_t op, const uint8_t* body, size_t l
 PeerFence::PeerFence() : session_(RandomSession()) {}
 
 uint64_t PeerFence::Connected() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t id = ++last_id_;
   live_.push_back(id);
   return id;
@@ -90,7 +90,7 @@ uint64_t PeerFence::Connected() {
 
 void PeerFence::Abandoned(uint64_t conn_id) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = std::find(live_.begin(), live_.end(), conn_id);
     if (it != live_.end()) live_.erase(it);
   }
@@ -101,7 +101,7 @@ ControlFrame PeerFence::Snapshot(uint8_t op, uint64_t* epoch) {
   ControlFrame f;
   f.op = op;
   f.session = session_;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   *epoch = epoch_.load(std::memory_order_acquire);
   f.floor = last_id_;
   f.live = live_;
@@ -131,7 +131,7 @@ void FenceTable::MakeRoomLocked() {
 }
 
 Status FenceTable::Register(const std::shared_ptr<Conn>& conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = sessions_.find(conn->session);
   if (it == sessions_.end()) {
     MakeRoomLocked();
@@ -155,7 +155,7 @@ Status FenceTable::Register(const std::shared_ptr<Conn>& conn) {
 }
 
 void FenceTable::Unregister(const Conn& conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = sessions_.find(conn.session);
   if (it == sessions_.end()) return;
   auto c = it->second.conns.find(conn.id);
@@ -165,7 +165,7 @@ void FenceTable::Unregister(const Conn& conn) {
 void FenceTable::Fence(const ControlFrame& fence, const Conn* self) {
   std::vector<std::shared_ptr<Conn>> victims;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = sessions_.find(fence.session);
     if (it == sessions_.end()) {
       MakeRoomLocked();
@@ -189,7 +189,7 @@ void FenceTable::Fence(const ControlFrame& fence, const Conn* self) {
     }
   }
   for (auto& c : victims) {
-    std::lock_guard apply(c->apply_mu);  // waits for a write in progress
+    MutexLock apply(&c->apply_mu);  // waits for a write in progress
     if (!c->fenced) fenced_count_.fetch_add(1);
     c->fenced = true;
   }

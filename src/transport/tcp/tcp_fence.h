@@ -24,11 +24,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "mooncake/status.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -68,20 +68,20 @@ class PeerFence {
   PeerFence();
   uint64_t session() const { return session_; }
   // A connection was established: its id, now counted live.
-  uint64_t Connected();
+  uint64_t Connected() MC_EXCLUDES(mu_);
   // A connection went away (failed, timed out, closed): no longer live; bumps the epoch.
-  void Abandoned(uint64_t conn_id);
+  void Abandoned(uint64_t conn_id) MC_EXCLUDES(mu_);
   // How many connections were abandoned so far (cheap; streams compare it before sending).
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // The current fence: floor = the last id handed out, live = the connections alive now.
-  ControlFrame Snapshot(uint8_t op, uint64_t* epoch);
+  ControlFrame Snapshot(uint8_t op, uint64_t* epoch) MC_EXCLUDES(mu_);
 
  private:
   const uint64_t session_;
   std::atomic<uint64_t> epoch_{0};
-  std::mutex mu_;
-  uint64_t last_id_ = 0;        // GUARDED_BY(mu_)
-  std::vector<uint64_t> live_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  uint64_t last_id_ MC_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> live_ MC_GUARDED_BY(mu_);
 };
 
 // Target side: the connections that said HELLO, by session, and the latest fence of each.
@@ -93,8 +93,9 @@ class FenceTable {
     int fd = -1;
     uint64_t session = 0;
     uint64_t id = 0;
-    std::mutex apply_mu;
-    bool fenced = false;  // GUARDED_BY(apply_mu)
+    // Taken after FenceTable::mu_ is released (Fence), never inside it.
+    Mutex apply_mu;
+    bool fenced MC_GUARDED_BY(apply_mu) = false;
   };
 
   // Sessions remembered at most (those with no connection left are forgotten first).
@@ -102,16 +103,16 @@ class FenceTable {
 
   // Registers a connection after its HELLO. FailedPrecondition if a fence already named it,
   // ResourceExhausted if the table is full of sessions with live connections.
-  Status Register(const std::shared_ptr<Conn>& conn);
-  void Unregister(const Conn& conn);
+  Status Register(const std::shared_ptr<Conn>& conn) MC_EXCLUDES(mu_);
+  void Unregister(const Conn& conn) MC_EXCLUDES(mu_);
   // Applies a fence of `session` and returns once no fenced connection can apply another
   // byte. `self` (the connection carrying it) is never fenced by it.
-  void Fence(const ControlFrame& fence, const Conn* self);
+  void Fence(const ControlFrame& fence, const Conn* self) MC_EXCLUDES(mu_);
 
   // Connections fenced so far, and sessions remembered now (tests).
   uint64_t fenced_count() const { return fenced_count_.load(); }
-  size_t session_count() {
-    std::lock_guard lock(mu_);
+  size_t session_count() MC_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return sessions_.size();
   }
 
@@ -123,11 +124,11 @@ class FenceTable {
     uint64_t last_used = 0;
   };
   static bool IsFencedBy(uint64_t id, uint64_t floor, const std::vector<uint64_t>& live);
-  void MakeRoomLocked();
+  void MakeRoomLocked() MC_REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::unordered_map<uint64_t, Session> sessions_;  // GUARDED_BY(mu_)
-  uint64_t clock_ = 0;                              // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unordered_map<uint64_t, Session> sessions_ MC_GUARDED_BY(mu_);
+  uint64_t clock_ MC_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> fenced_count_{0};
 };
 

@@ -49,21 +49,21 @@ DeviceStager::~DeviceStager() { Stop(); }
 void DeviceStager::Stop() {
   bool first;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     first = !stopping_;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (first) thread_.join();
 }
 
 void DeviceStager::Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
                           size_t count) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!stopping_) {
       for (size_t i = 0; i < count; ++i) waiting_.push_back({slices[i], peer});
-      cv_.notify_all();
+      cv_.SignalAll();
       return;
     }
   }
@@ -74,9 +74,9 @@ void DeviceStager::Submit(const std::shared_ptr<const SegmentDesc>& peer, const 
 
 void DeviceStager::OnSliceDone(const Slice& slice, TransferStatusEnum result, uint64_t,
                                const char* message) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   net_done_.push_back({static_cast<size_t>(slice.hook_cookie), result, message ? message : ""});
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 // Reports buffer's slice to its owner and frees the buffer. Thread only.
@@ -84,7 +84,7 @@ void DeviceStager::Finish(size_t buffer, TransferStatusEnum result, const char* 
   Job job = std::move(jobs_[buffer]);
   jobs_[buffer] = Job{};
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     free_.push_back(buffer);
   }
   job.original.Done(result, result == COMPLETED ? job.original.length : 0, message);
@@ -100,88 +100,93 @@ void DeviceStager::ForwardBuffer(size_t buffer) {
 }
 
 void DeviceStager::Run() {
-  std::deque<size_t> copying;  // buffers with a copy in flight, in issue order
-  size_t in_flight = 0;        // buffers taken
-  std::vector<size_t> started;
-  std::vector<NetDone> done;
   for (;;) {
-    started.clear();
-    done.clear();
     std::vector<Waiting> failed;
-    {
-      std::unique_lock lock(mu_);
-      auto ready = [&] {
-        return !net_done_.empty() || (!waiting_.empty() && (!free_.empty() || stopping_)) ||
-               (stopping_ && in_flight == 0);
-      };
-      if (copying.empty()) cv_.wait(lock, ready);
-      done.swap(net_done_);
-      while (!waiting_.empty() && !free_.empty() && !stopping_) {
-        size_t b = free_.back();
-        free_.pop_back();
-        jobs_[b] = Job{waiting_.front().slice, std::move(waiting_.front().peer)};
-        waiting_.pop_front();
-        started.push_back(b);
-      }
-      if (stopping_) {
-        failed.assign(waiting_.begin(), waiting_.end());
-        waiting_.clear();
-      }
-      if (stopping_ && done.empty() && copying.empty() && in_flight == 0) {
-        lock.unlock();
-        for (auto& w : failed) w.slice.Done(FAILED, 0, "the TCP transport is stopping");
-        return;
-      }
-    }
+    const bool more = TakeWork(&failed);
     for (auto& w : failed) w.slice.Done(FAILED, 0, "the TCP transport is stopping");
-    in_flight += started.size();
-    for (const NetDone& d : done) {
-      const Slice& o = jobs_[d.buffer].original;
-      if (d.result == COMPLETED && o.opcode == TransferRequest::READ) {
-        Status s = ring_->CopyAsync(d.buffer, reinterpret_cast<void*>(o.local),
-                                    ring_->buffer(d.buffer), o.length);
-        if (s.ok()) {
-          copying.push_back(d.buffer);
-          continue;
-        }
-        --in_flight;
-        Finish(d.buffer, FAILED, ("copy to device memory: " + s.ToString()).c_str());
-        continue;
-      }
-      --in_flight;
-      Finish(d.buffer, d.result, d.message.empty() ? nullptr : d.message.c_str());
+    if (!more) return;
+    in_flight_ += started_.size();
+    for (const NetDone& d : done_) OnNetDone(d);
+    for (size_t b : started_) StartBuffer(b);
+    if (!copying_.empty()) WaitOldestCopy();
+  }
+}
+
+bool DeviceStager::HasWork() const {
+  return !net_done_.empty() || (!waiting_.empty() && (!free_.empty() || stopping_)) ||
+         (stopping_ && in_flight_ == 0);
+}
+
+bool DeviceStager::TakeWork(std::vector<Waiting>* failed) {
+  started_.clear();
+  done_.clear();
+  MutexLock lock(&mu_);
+  if (copying_.empty()) {
+    while (!HasWork()) cv_.Wait(&mu_);
+  }
+  done_.swap(net_done_);
+  while (!waiting_.empty() && !free_.empty() && !stopping_) {
+    size_t b = free_.back();
+    free_.pop_back();
+    jobs_[b] = Job{waiting_.front().slice, std::move(waiting_.front().peer)};
+    waiting_.pop_front();
+    started_.push_back(b);
+  }
+  if (stopping_) {
+    failed->assign(waiting_.begin(), waiting_.end());
+    waiting_.clear();
+  }
+  return !(stopping_ && done_.empty() && copying_.empty() && in_flight_ == 0);
+}
+
+void DeviceStager::OnNetDone(const NetDone& d) {
+  const Slice& o = jobs_[d.buffer].original;
+  if (d.result == COMPLETED && o.opcode == TransferRequest::READ) {
+    Status s = ring_->CopyAsync(d.buffer, reinterpret_cast<void*>(o.local),
+                                ring_->buffer(d.buffer), o.length);
+    if (s.ok()) {
+      copying_.push_back(d.buffer);
+      return;
     }
-    for (size_t b : started) {
-      const Slice& o = jobs_[b].original;
-      if (o.opcode == TransferRequest::READ) {
-        ForwardBuffer(b);
-        continue;
-      }
-      Status s = ring_->CopyAsync(b, ring_->buffer(b), reinterpret_cast<const void*>(o.local),
-                                  o.length);
-      if (s.ok()) {
-        copying.push_back(b);
-      } else {
-        --in_flight;
-        Finish(b, FAILED, ("copy from device memory: " + s.ToString()).c_str());
-      }
-    }
-    if (copying.empty()) continue;
-    // Copies on one stream finish in order: wait for the oldest, then look for new work.
-    size_t b = copying.front();
-    copying.pop_front();
-    Status s = ring_->Wait(b);
-    bool read = jobs_[b].original.opcode == TransferRequest::READ;
-    if (!s.ok()) {
-      --in_flight;
-      Finish(b, FAILED, (std::string(read ? "copy to" : "copy from") + " device memory: " +
-                         s.ToString()).c_str());
-    } else if (read) {
-      --in_flight;
-      Finish(b, COMPLETED, nullptr);
-    } else {
-      ForwardBuffer(b);
-    }
+    --in_flight_;
+    Finish(d.buffer, FAILED, ("copy to device memory: " + s.ToString()).c_str());
+    return;
+  }
+  --in_flight_;
+  Finish(d.buffer, d.result, d.message.empty() ? nullptr : d.message.c_str());
+}
+
+void DeviceStager::StartBuffer(size_t b) {
+  const Slice& o = jobs_[b].original;
+  if (o.opcode == TransferRequest::READ) {
+    ForwardBuffer(b);
+    return;
+  }
+  Status s = ring_->CopyAsync(b, ring_->buffer(b), reinterpret_cast<const void*>(o.local),
+                              o.length);
+  if (s.ok()) {
+    copying_.push_back(b);
+  } else {
+    --in_flight_;
+    Finish(b, FAILED, ("copy from device memory: " + s.ToString()).c_str());
+  }
+}
+
+void DeviceStager::WaitOldestCopy() {
+  // Copies on one stream finish in order: wait for the oldest, then look for new work.
+  size_t b = copying_.front();
+  copying_.pop_front();
+  Status s = ring_->Wait(b);
+  bool read = jobs_[b].original.opcode == TransferRequest::READ;
+  if (!s.ok()) {
+    --in_flight_;
+    Finish(b, FAILED, (std::string(read ? "copy to" : "copy from") + " device memory: " +
+                       s.ToString()).c_str());
+  } else if (read) {
+    --in_flight_;
+    Finish(b, COMPLETED, nullptr);
+  } else {
+    ForwardBuffer(b);
   }
 }
 

@@ -11,15 +11,14 @@
 // The target side (tcp_server.cc) uses a BounceRing per connection the same way.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/transport.h"
 #include "platform/device.h"
 
@@ -67,13 +66,13 @@ class DeviceStager final : public SliceHook {
   // REQUIRES: each slice's local memory is on ring's device and no longer than its buffers.
   // Never blocks; after Stop() the slices fail at once.
   void Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
-              size_t count);
+              size_t count) MC_EXCLUDES(mu_);
   // Fails waiting slices, waits for those in flight (the caller stopped the streams first,
   // so they report), joins the thread. Idempotent.
-  void Stop();
+  void Stop() MC_EXCLUDES(mu_);
 
   void OnSliceDone(const Slice& slice, TransferStatusEnum result, uint64_t bytes,
-                   const char* message) override;
+                   const char* message) override MC_EXCLUDES(mu_);
 
  private:
   struct Waiting {
@@ -89,20 +88,39 @@ class DeviceStager final : public SliceHook {
     TransferStatusEnum result;
     std::string message;
   };
-  void Run();
-  void Finish(size_t buffer, TransferStatusEnum result, const char* message);
+  // The thread's loop: takes work, finishes what the network reported, starts new
+  // buffers, waits for the oldest copy.
+  void Run() MC_EXCLUDES(mu_);
+  // Something for the thread to do (or it may stop).
+  bool HasWork() const MC_REQUIRES(mu_);
+  // Waits for work when no copy is in flight; takes the network's reports (into done_) and
+  // free buffers for waiting slices (started_); when stopping, the waiting slices go to
+  // *failed. False when the thread is done (stopping, nothing left in flight).
+  bool TakeWork(std::vector<Waiting>* failed) MC_EXCLUDES(mu_);
+  // A slice over a buffer ended on the network: a READ's bytes go on to the device.
+  void OnNetDone(const NetDone& d) MC_EXCLUDES(mu_);
+  // A slice got buffer b: a READ goes to the network, a WRITE first copies from the device.
+  void StartBuffer(size_t b) MC_EXCLUDES(mu_);
+  // Waits for the oldest copy on the stream and passes its buffer on.
+  void WaitOldestCopy() MC_EXCLUDES(mu_);
+  void Finish(size_t buffer, TransferStatusEnum result, const char* message) MC_EXCLUDES(mu_);
   void ForwardBuffer(size_t buffer);
 
   std::unique_ptr<BounceRing> ring_;
   const Forward forward_;
   std::vector<Job> jobs_;  // by buffer; owned by the thread while the buffer is busy
+  // Owned by the thread:
+  std::deque<size_t> copying_;     // buffers with a copy in flight, in issue order
+  size_t in_flight_ = 0;           // buffers taken
+  std::vector<size_t> started_;    // buffers taken by TakeWork
+  std::vector<NetDone> done_;      // network reports taken by TakeWork
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Waiting> waiting_;     // GUARDED_BY(mu_)
-  std::vector<size_t> free_;        // free buffers; GUARDED_BY(mu_)
-  std::vector<NetDone> net_done_;   // GUARDED_BY(mu_)
-  bool stopping_ = false;           // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Waiting> waiting_ MC_GUARDED_BY(mu_);
+  std::vector<size_t> free_ MC_GUARDED_BY(mu_);  // free buffers
+  std::vector<NetDone> net_done_ MC_GUARDED_BY(mu_);
+  bool stopping_ MC_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -42,7 +42,7 @@ TcpStream::~TcpStream() { Stop(); }
 
 void TcpStream::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -56,7 +56,7 @@ void TcpStream::Stop() {
 void TcpStream::Enqueue(const Slice* slices, size_t count, uint64_t bytes) {
   queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) {
       for (size_t i = 0; i < count; ++i) {
         queued_bytes_.fetch_sub(slices[i].length, std::memory_order_relaxed);
@@ -75,7 +75,7 @@ void TcpStream::Enqueue(const Slice* slices, size_t count, uint64_t bytes) {
 bool TcpStream::TakeIncoming() {
   std::vector<Slice> batch;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (incoming_.empty()) return false;
     batch.swap(incoming_);
   }
@@ -371,7 +371,7 @@ void TcpStream::Run() {
   for (;;) {
     TakeIncoming();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) break;
     }
     if (!q_.empty() && !fd_.valid()) {
@@ -397,7 +397,7 @@ void TcpStream::Run() {
     int nfds = fd_.valid() ? 2 : 1;
     sleeping_.store(true);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (!incoming_.empty() || stopping_) {
         sleeping_.store(false);
         continue;

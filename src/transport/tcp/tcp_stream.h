@@ -22,12 +22,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/net.h"
+#include "common/thread_annotations.h"
 #include "engine/transport.h"
 #include "mooncake/options.h"
 #include "transport/tcp/tcp_fence.h"
@@ -69,8 +69,8 @@ class TcpStream {
   enum class RxState { kStatus, kPayload };
   using Clock = std::chrono::steady_clock;
 
-  void Run();
-  bool TakeIncoming();  // moves incoming_ into q_; false if nothing was there
+  void Run() MC_EXCLUDES(mu_);
+  bool TakeIncoming() MC_EXCLUDES(mu_);  // moves incoming_ into q_; false if nothing was there
   Status Connect();
   Status SendSome();
   Status ReceiveSome();
@@ -91,9 +91,9 @@ class TcpStream {
   const std::function<void()> on_failure_;
   const std::shared_ptr<PeerFence> fence_;
 
-  std::mutex mu_;
-  std::vector<Slice> incoming_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;        // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<Slice> incoming_ MC_GUARDED_BY(mu_);
+  bool stopping_ MC_GUARDED_BY(mu_) = false;
   std::atomic<bool> sleeping_{false};
   std::atomic<uint64_t> queued_bytes_{0};
   int wake_fd_ = -1;  // eventfd

@@ -2,7 +2,6 @@
 
 #include <glog/logging.h>
 
-#include <mutex>
 
 #include "common/auth.h"
 
@@ -36,7 +35,7 @@ Status TcpTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
 void TcpTransport::Stop() {
   std::map<std::string, std::shared_ptr<Peer>> peers;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     peers.swap(peers_);
@@ -45,7 +44,7 @@ void TcpTransport::Stop() {
     for (auto& s : peer->streams) s->Stop();
   }
   {
-    std::lock_guard lock(stager_mu_);
+    MutexLock lock(&stager_mu_);
     for (auto& [device, stager] : stagers_) stager->Stop();
   }
   if (server_) server_->Stop();
@@ -64,12 +63,12 @@ std::string TcpTransport::PeerKey(const SegmentDesc& peer) {
 std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentDesc& desc) {
   std::string key = PeerKey(desc);
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(&mu_);
     if (stopped_) return nullptr;
     auto it = peers_.find(key);
     if (it != peers_.end()) return it->second;
   }
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   if (stopped_) return nullptr;
   auto& slot = peers_[key];
   if (!slot) {
@@ -101,11 +100,11 @@ std::shared_ptr<TcpTransport::Peer> TcpTransport::GetOrCreatePeer(const SegmentD
 }
 
 Result<DeviceStager*> TcpTransport::StagerFor(int device) {
-  std::lock_guard lock(stager_mu_);
+  MutexLock lock(&stager_mu_);
   auto& slot = stagers_[device];
   if (!slot) {
     {
-      std::shared_lock peers_lock(mu_);
+      ReaderLock peers_lock(&mu_);
       if (stopped_) return Status::FailedPrecondition("TCP transport is stopped");
     }
     MC_ASSIGN_OR_RETURN(std::unique_ptr<BounceRing> ring,
@@ -201,7 +200,7 @@ Status TcpTransport::SubmitHost(const std::shared_ptr<const SegmentDesc>& desc,
 void TcpTransport::DropPeer(const SegmentDesc& desc) {
   std::shared_ptr<Peer> peer;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     auto it = peers_.find(PeerKey(desc));
     if (it == peers_.end()) return;
     peer = std::move(it->second);

@@ -4,10 +4,11 @@
 
 #include <map>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
+#include "engine/rw_mutex.h"
 #include "engine/transport.h"
 #include "transport/tcp/tcp_server.h"
 #include "transport/tcp/tcp_staging.h"
@@ -39,25 +40,26 @@ class TcpTransport : public Transport {
     std::vector<std::unique_ptr<TcpStream>> streams;
   };
   static std::string PeerKey(const SegmentDesc& peer);
-  std::shared_ptr<Peer> GetOrCreatePeer(const SegmentDesc& peer);
+  std::shared_ptr<Peer> GetOrCreatePeer(const SegmentDesc& peer) MC_EXCLUDES(mu_);
   // Host-memory slices to the peer's streams.
   Status SubmitHost(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
                     size_t count);
   // The stager of `device`, created at first use.
-  Result<DeviceStager*> StagerFor(int device);
+  Result<DeviceStager*> StagerFor(int device) MC_EXCLUDES(stager_mu_, mu_);
 
   EngineOptions options_;
   std::function<void(const std::string&)> on_peer_failure_;
   uint16_t data_port_ = 0;
   std::unique_ptr<TcpServer> server_;
-  std::shared_mutex mu_;
-  std::map<std::string, std::shared_ptr<Peer>> peers_;  // GUARDED_BY(mu_)
+  RwMutex mu_;
+  std::map<std::string, std::shared_ptr<Peer>> peers_ MC_GUARDED_BY(mu_);
   // Fence sessions by peer key; kept when a peer is dropped, so that the connections it had
   // are still fenced by the next ones (tcp_fence.h).
-  std::map<std::string, std::shared_ptr<PeerFence>> fences_;  // GUARDED_BY(mu_)
-  bool stopped_ = false;                                // GUARDED_BY(mu_)
-  std::mutex stager_mu_;
-  std::map<int, std::unique_ptr<DeviceStager>> stagers_;  // by device; GUARDED_BY(stager_mu_)
+  std::map<std::string, std::shared_ptr<PeerFence>> fences_ MC_GUARDED_BY(mu_);
+  bool stopped_ MC_GUARDED_BY(mu_) = false;
+  // StagerFor reads stopped_ under it.
+  Mutex stager_mu_ MC_ACQUIRED_BEFORE(mu_);
+  std::map<int, std::unique_ptr<DeviceStager>> stagers_ MC_GUARDED_BY(stager_mu_);  // by device
 };
 
 }  // namespace mooncake::tcp

@@ -33,14 +33,14 @@ bool FromHex(const std::string& hex, std::string* out) {
 }
 
 MemoryTable::~MemoryTable() {
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   for (auto& [addr, e] : entries_) api_->mem_unmap(context_, e.memh);
   entries_.clear();
 }
 
 Status MemoryTable::Map(const RegionInfo& region) {
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(&mu_);
     if (entries_.count(region.addr)) {
       return Status::AlreadyExists("UCX: a range at this address is mapped already");
     }
@@ -70,10 +70,12 @@ Status MemoryTable::Map(const RegionInfo& region) {
   }
   std::string hex = ToHex(packed, packed_size);
   api_->rkey_buffer_release(packed);
-  std::unique_lock lock(mu_);
-  auto [it, inserted] = entries_.emplace(region.addr, Entry{region.length, memh, std::move(hex)});
+  bool inserted;
+  {
+    WriterLock lock(&mu_);
+    inserted = entries_.emplace(region.addr, Entry{region.length, memh, std::move(hex)}).second;
+  }
   if (!inserted) {  // a racing Map of the same address won
-    lock.unlock();
     api_->mem_unmap(context_, memh);
     return Status::AlreadyExists("UCX: a range at this address is mapped already");
   }
@@ -83,7 +85,7 @@ Status MemoryTable::Map(const RegionInfo& region) {
 void MemoryTable::Unmap(uint64_t addr) {
   ucp_mem_h memh = nullptr;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(&mu_);
     auto it = entries_.find(addr);
     if (it == entries_.end()) return;
     memh = it->second.memh;
@@ -93,13 +95,13 @@ void MemoryTable::Unmap(uint64_t addr) {
 }
 
 std::string MemoryTable::PackedKey(uint64_t addr) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   auto it = entries_.find(addr);
   return it == entries_.end() ? std::string() : it->second.rkey_hex;
 }
 
 ucp_mem_h MemoryTable::Find(uint64_t addr, uint64_t len) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   auto it = entries_.upper_bound(addr);
   if (it == entries_.begin()) return nullptr;
   --it;

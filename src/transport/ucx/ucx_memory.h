@@ -9,10 +9,11 @@
 
 #include <cstdint>
 #include <map>
-#include <shared_mutex>
 #include <string>
 
+#include "common/thread_annotations.h"
 #include "engine/memory_registry.h"
+#include "engine/rw_mutex.h"
 #include "transport/ucx/ucx_api.h"
 
 namespace mooncake::ucx {
@@ -41,8 +42,8 @@ class MemoryTable {
   const UcxApi* const api_;
   const ucp_context_h context_;
   const bool cuda_memory_;
-  mutable std::shared_mutex mu_;
-  std::map<uint64_t, Entry> entries_;  // by start address; GUARDED_BY(mu_)
+  mutable RwMutex mu_;
+  std::map<uint64_t, Entry> entries_ MC_GUARDED_BY(mu_);  // by start address
 };
 
 std::string ToHex(const void* data, size_t size);

@@ -76,13 +76,13 @@ Result<std::shared_ptr<UcxWorker::PeerState>> UcxWorker::PeerLocked(const Segmen
 }
 
 Result<std::string> UcxWorker::PeerLanes(const SegmentDesc& desc) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   MC_ASSIGN_OR_RETURN(std::shared_ptr<PeerState> st, PeerLocked(desc));
   return st->lanes;
 }
 
 void UcxWorker::DropPeer(const SegmentDesc& desc) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const std::string key = desc.lookup_name.empty() ? desc.name : desc.lookup_name;
   auto it = peers_.find(key);
   if (it == peers_.end() || it->second->head != nullptr) return;  // busy ones stay until done
@@ -188,6 +188,7 @@ void UcxWorker::OnEpError(void* arg, ucp_ep_h, ucs_status_t status) {
   // Called inside ucp_worker_progress, mu_ held; the endpoint is closed after it returns.
   // The PeerState outlives its endpoint (peers_ or closing_ holds it until the close ends).
   auto* st = static_cast<PeerState*>(arg);
+  st->worker->mu_.AssertHeld();
   st->worker->failed_.emplace_back(st, status);
 }
 

@@ -72,7 +72,7 @@ Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
 }
 
 void UcxTransport::Stop() {
-  std::unique_lock lock(state_mu_);
+  WriterLock lock(&state_mu_);
   if (worker_) worker_->Stop();
   stopped_ = true;
 }
@@ -83,7 +83,7 @@ bool UcxTransport::CanReach(const SegmentDesc& peer) {
   const std::string key = (peer.lookup_name.empty() ? peer.name : peer.lookup_name) + "|" +
                           peer.mc_ucx_worker;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = reach_.find(key);
     if (it != reach_.end()) return it->second;
   }
@@ -97,7 +97,7 @@ bool UcxTransport::CanReach(const SegmentDesc& peer) {
     LOG(INFO) << "UcxTransport: segment " << peer.name << ": RDMA-class/GPU lanes "
               << (lanes->empty() ? "none" : *lanes) << (reach ? "" : "; left to shm/tcp");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   reach_[key] = reach;
   return reach;
 }
@@ -117,7 +117,7 @@ Status UcxTransport::Submit(const std::shared_ptr<const SegmentDesc>& peer, cons
 void UcxTransport::DropPeer(const SegmentDesc& peer) {
   if (!worker_) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     const std::string name = peer.lookup_name.empty() ? peer.name : peer.lookup_name;
     for (auto it = reach_.lower_bound(name + "|"); it != reach_.end() &&
                                                    it->first.compare(0, name.size() + 1, name + "|") == 0;) {
@@ -128,18 +128,18 @@ void UcxTransport::DropPeer(const SegmentDesc& peer) {
 }
 
 Status UcxTransport::RegisterMemory(const RegionInfo& region) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(&state_mu_);
   if (!worker_ || stopped_) return Status::FailedPrecondition("UCX transport is not running");
   return worker_->memory().Map(region);
 }
 
 void UcxTransport::UnregisterMemory(uint64_t addr) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(&state_mu_);
   if (worker_ && !stopped_) worker_->memory().Unmap(addr);
 }
 
 void UcxTransport::DescribeBuffer(const RegionInfo& region, BufferDesc* out) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(&state_mu_);
   if (worker_ && !stopped_) out->ucx_rkey = worker_->memory().PackedKey(region.addr);
 }
 

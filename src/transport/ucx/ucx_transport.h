@@ -9,10 +9,10 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 
+#include "common/thread_annotations.h"
+#include "engine/rw_mutex.h"
 #include "engine/transport.h"
 #include "transport/ucx/ucx_worker.h"
 
@@ -47,10 +47,10 @@ class UcxTransport : public Transport {
   bool chosen_by_name_ = false;
   // Registration calls may come after Stop (an engine unregistering memory as it shuts
   // down): they find the worker's memory table gone and do nothing.
-  std::shared_mutex state_mu_;
-  bool stopped_ = false;  // GUARDED_BY(state_mu_)
-  std::mutex mu_;
-  std::map<std::string, bool> reach_;  // by peer name + worker address; GUARDED_BY(mu_)
+  RwMutex state_mu_;
+  bool stopped_ MC_GUARDED_BY(state_mu_) = false;
+  Mutex mu_;
+  std::map<std::string, bool> reach_ MC_GUARDED_BY(mu_);  // by peer name + worker address
 };
 
 }  // namespace mooncake::ucx

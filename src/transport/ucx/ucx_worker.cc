@@ -95,7 +95,7 @@ UcxWorker::~UcxWorker() { Stop(); }
 
 void UcxWorker::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -105,7 +105,7 @@ void UcxWorker::Stop() {
   }
   if (thread_.joinable()) thread_.join();
   if (worker_ != nullptr) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<std::shared_ptr<PeerState>> all;
     for (auto& [key, st] : peers_) all.push_back(st);
     for (auto& st : all) ClosePeerLocked(st, "UCX transport stopped", false);
@@ -180,6 +180,7 @@ void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
 void UcxWorker::OnOpDone(void* request, ucs_status_t status, void* user_data) {
   auto* p = static_cast<Pending*>(user_data);
   UcxWorker* w = p->worker;
+  w->mu_.AssertHeld();  // inside ucp_worker_progress
   w->api_->request_free(request);
   if (status != UCS_OK && p->status == UCS_OK) p->status = status;
   if (--p->ops > 0) return;
@@ -193,14 +194,37 @@ void UcxWorker::OnOpDone(void* request, ucs_status_t status, void* user_data) {
 
 Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
                          size_t count) {
-  std::unique_lock lock(mu_);
-  MC_ASSIGN_OR_RETURN(std::shared_ptr<PeerState> st, PeerLocked(*desc));
-  const auto now = Clock::now();
-  if (st->head == nullptr) st->last_progress = now;  // an idle peer's clock starts now
+  std::shared_ptr<PeerState> st;
+  size_t next = 0;
+  {
+    MutexLock lock(&mu_);
+    MC_ASSIGN_OR_RETURN(st, PeerLocked(*desc));
+    if (st->head == nullptr) st->last_progress = Clock::now();  // an idle peer's clock starts now
+    next = PostLocked(st, desc, slices, count, 0);
+  }
+  while (next < count) {
+    // Let the progress thread in between groups: a long Submit must not hold back the
+    // completions (and so the progress clock) of what it posted first.
+    WakeProgress();
+    MutexLock lock(&mu_);
+    if (st->failed) {  // closed meanwhile (failure, timeout, Stop): the rest fails now
+      const std::string msg = "UCX transfer to segment '" + st->key + "' failed: " + st->why;
+      for (size_t k = next; k < count; ++k) slices[k].Done(FAILED, 0, msg.c_str());
+      return Status::OK();
+    }
+    next = PostLocked(st, desc, slices, count, next);
+  }
+  WakeProgress();
+  return Status::OK();
+}
+
+size_t UcxWorker::PostLocked(const std::shared_ptr<PeerState>& st,
+                             const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
+                             size_t count, size_t from) {
   const BufferDesc* first = desc->buffers.data();
   Pending* p = nullptr;
   uint64_t group_bytes = 0;
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = from; i < count; ++i) {
     const Slice& s = slices[i];
     const size_t index = static_cast<size_t>(s.remote_buffer - first);
     if (s.remote_buffer < first || index >= desc->buffers.size() ||
@@ -253,20 +277,7 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
     group_bytes += s.length;
     if (group_bytes >= kFlushGroupBytes || p->slices.size() >= kFlushGroupSlices) {
       FlushLocked(st, p);
-      p = nullptr;
-      group_bytes = 0;
-      if (i + 1 < count) {
-        // Let the progress thread in between groups: a long Submit must not hold back the
-        // completions (and so the progress clock) of what it posted first.
-        lock.unlock();
-        WakeProgress();
-        lock.lock();
-        if (st->failed) {  // closed meanwhile (failure, timeout, Stop): the rest fails now
-          const std::string msg = "UCX transfer to segment '" + st->key + "' failed: " + st->why;
-          for (size_t k = i + 1; k < count; ++k) slices[k].Done(FAILED, 0, msg.c_str());
-          return Status::OK();
-        }
-      }
+      return i + 1;  // a full group: the caller lets the progress thread in
     }
   }
   if (p != nullptr) {
@@ -277,9 +288,7 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
       FlushLocked(st, p);
     }
   }
-  lock.unlock();
-  WakeProgress();
-  return Status::OK();
+  return count;
 }
 
 void UcxWorker::WakeProgress() {
@@ -348,7 +357,7 @@ void UcxWorker::Run() {
     int timeout_ms = 0;
     std::vector<std::string> names;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) break;
       unsigned progressed = 0;
       for (int i = 0; i < 64; ++i) {

@@ -22,12 +22,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/transport.h"
 #include "transport/ucx/ucx_api.h"
 #include "transport/ucx/ucx_memory.h"
@@ -51,7 +51,7 @@ class UcxWorker {
   static Result<std::unique_ptr<UcxWorker>> Create(const UcxApi* api, Config config);
   ~UcxWorker();
   // Fails what is outstanding, closes every endpoint, destroys the worker. Idempotent.
-  void Stop();
+  void Stop() MC_EXCLUDES(mu_);
 
   const std::string& address_hex() const { return address_hex_; }
   // The RDMA-class and GPU transports this worker opened, "" when none (ucx_env.h).
@@ -66,12 +66,12 @@ class UcxWorker {
   // The RDMA-class lanes of the endpoint to `peer` ("" when UCX reaches it over sockets or
   // shared memory only; the endpoint is created on first use). Error when UCX cannot create
   // one (a malformed worker address, no common transport).
-  Result<std::string> PeerLanes(const SegmentDesc& peer);
+  Result<std::string> PeerLanes(const SegmentDesc& peer) MC_EXCLUDES(mu_);
   // REQUIRES: every slice's remote_buffer points into peer->buffers. Slices whose buffer has
   // no key end FAILED at once; an error is returned only when nothing was queued.
   Status Submit(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
-                size_t count);
-  void DropPeer(const SegmentDesc& peer);
+                size_t count) MC_EXCLUDES(mu_);
+  void DropPeer(const SegmentDesc& peer) MC_EXCLUDES(mu_);
 
  private:
   struct PeerState;
@@ -127,29 +127,35 @@ class UcxWorker {
 
   UcxWorker(const UcxApi* api, Config config) : api_(api), config_(std::move(config)) {}
   Status Init();
-  void Run();
+  void Run() MC_EXCLUDES(mu_);
   void WakeProgress();  // when the progress thread sleeps
 
   // A get's or a group flush's completion: the group ends when its last one calls back.
+  // Both are called inside ucp_worker_progress, which runs with mu_ held.
   static void OnOpDone(void* request, ucs_status_t status, void* user_data);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  // REQUIRES: mu_ held (all below).
-  Result<std::shared_ptr<PeerState>> PeerLocked(const SegmentDesc& desc);
+  Result<std::shared_ptr<PeerState>> PeerLocked(const SegmentDesc& desc) MC_REQUIRES(mu_);
   Result<ucp_rkey_h> RkeyLocked(PeerState* st, const std::shared_ptr<const SegmentDesc>& desc,
-                                size_t index);
-  Pending* NewPendingLocked();
+                                size_t index) MC_REQUIRES(mu_);
+  Pending* NewPendingLocked() MC_REQUIRES(mu_);
+  // Posts slices [from, count) to the peer in flush groups; returns where it stopped: after
+  // a full group (more to post), or count.
+  size_t PostLocked(const std::shared_ptr<PeerState>& st,
+                    const std::shared_ptr<const SegmentDesc>& desc, const Slice* slices,
+                    size_t count, size_t from) MC_REQUIRES(mu_);
   // Closes the group `p`: links it to the peer's outstanding batches and, when it has puts,
   // posts the ep flush that reports them; ends it at once when nothing is owed.
-  void FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p);
-  void FinishLocked(Pending* p, ucs_status_t status, bool abandon = false);
+  void FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p) MC_REQUIRES(mu_);
+  void FinishLocked(Pending* p, ucs_status_t status, bool abandon = false) MC_REQUIRES(mu_);
   // Marks the peer failed with `why`, takes it out of peers_ and force-closes its endpoint;
   // its outstanding batches end TIMEOUT when `timeout`, else FAILED.
-  void ClosePeerLocked(std::shared_ptr<PeerState> st, const std::string& why, bool timeout);
+  void ClosePeerLocked(std::shared_ptr<PeerState> st, const std::string& why, bool timeout)
+      MC_REQUIRES(mu_);
   // `force`: do not wait for UCX's callbacks (Stop, after its grace period).
-  void ReapClosingLocked(bool force = false);
-  void ScanTimeoutsLocked(std::chrono::steady_clock::time_point now);
-  void DestroyRkeysLocked(PeerState* st);
+  void ReapClosingLocked(bool force = false) MC_REQUIRES(mu_);
+  void ScanTimeoutsLocked(std::chrono::steady_clock::time_point now) MC_REQUIRES(mu_);
+  void DestroyRkeysLocked(PeerState* st) MC_REQUIRES(mu_);
 
   const UcxApi* const api_;
   const Config config_;
@@ -164,18 +170,18 @@ class UcxWorker {
   bool peer_failure_lanes_ = false;  // a local transport reports peer failures (ucx_env.h)
   std::unique_ptr<MemoryTable> memory_;
 
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<PeerState>> peers_;  // by key; GUARDED_BY(mu_)
-  std::vector<Closing> closing_;                             // GUARDED_BY(mu_)
+  Mutex mu_;  // also serializes every call into the worker (UCS_THREAD_MODE_SINGLE)
+  std::map<std::string, std::shared_ptr<PeerState>> peers_ MC_GUARDED_BY(mu_);  // by key
+  std::vector<Closing> closing_ MC_GUARDED_BY(mu_);
   // Peers whose endpoint failed (from OnEpError, inside progress): closed after it returns.
-  std::vector<std::pair<PeerState*, ucs_status_t>> failed_;  // GUARDED_BY(mu_)
-  std::vector<std::string> failed_names_;                     // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<Pending>> pool_;                // GUARDED_BY(mu_)
+  std::vector<std::pair<PeerState*, ucs_status_t>> failed_ MC_GUARDED_BY(mu_);
+  std::vector<std::string> failed_names_ MC_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Pending>> pool_ MC_GUARDED_BY(mu_);
   // Reported by us, still owed callbacks by UCX (shared-memory endpoints closed under
   // requests); freed by OnOpDone or, at the latest, when the worker is destroyed.
-  std::set<Pending*> abandoned_;                              // GUARDED_BY(mu_)
-  size_t outstanding_ = 0;                                    // GUARDED_BY(mu_)
-  bool stopping_ = false;                                     // GUARDED_BY(mu_)
+  std::set<Pending*> abandoned_ MC_GUARDED_BY(mu_);
+  size_t outstanding_ MC_GUARDED_BY(mu_) = 0;
+  bool stopping_ MC_GUARDED_BY(mu_) = false;
   std::atomic<bool> sleeping_{false};
   std::thread thread_;
 };
