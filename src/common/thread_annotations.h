@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define MC_THREAD_ANNOTATION(x) __attribute__((x))
@@ -30,6 +31,11 @@
 #define MC_EXCLUDES(...) MC_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define MC_ASSERT_CAPABILITY(x) MC_THREAD_ANNOTATION(assert_capability(x))
 #define MC_RETURN_CAPABILITY(x) MC_THREAD_ANNOTATION(lock_returned(x))
+// Shared (reader) holds of an RwMutex.
+#define MC_ACQUIRE_SHARED(...) MC_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define MC_RELEASE_SHARED(...) MC_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
+#define MC_RELEASE_GENERIC(...) MC_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
+#define MC_REQUIRES_SHARED(...) MC_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 // For the few functions whose locking the analysis cannot follow; say why beside it.
 #define MC_NO_THREAD_SAFETY_ANALYSIS MC_THREAD_ANNOTATION(no_thread_safety_analysis)
 
@@ -93,6 +99,46 @@ class CondVar {
 
  private:
   std::condition_variable cv_;
+};
+
+// A std::shared_mutex the analysis knows.
+class MC_CAPABILITY("mutex") RwMutex {
+ public:
+  RwMutex() = default;
+  RwMutex(const RwMutex&) = delete;
+  RwMutex& operator=(const RwMutex&) = delete;
+
+  void Lock() MC_ACQUIRE() { mu_.lock(); }
+  void Unlock() MC_RELEASE() { mu_.unlock(); }
+  void ReaderLock() MC_ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void ReaderUnlock() MC_RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds `mu` exclusively for its scope.
+class MC_SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(RwMutex* mu) MC_ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  ~WriterLock() MC_RELEASE() { mu_->Unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  RwMutex* const mu_;
+};
+
+// Holds `mu` shared for its scope.
+class MC_SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(RwMutex* mu) MC_ACQUIRE_SHARED(mu) : mu_(mu) { mu_->ReaderLock(); }
+  ~ReaderLock() MC_RELEASE_GENERIC() { mu_->ReaderUnlock(); }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+ private:
+  RwMutex* const mu_;
 };
 
 }  // namespace mooncake

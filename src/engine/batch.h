@@ -15,7 +15,6 @@
 
 #include "common/thread_annotations.h"
 #include "engine/memory_registry.h"
-#include "engine/rw_mutex.h"
 #include "mooncake/status.h"
 #include "mooncake/types.h"
 

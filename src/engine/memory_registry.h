@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
-#include "engine/rw_mutex.h"
 #include "mooncake/status.h"
 
 namespace mooncake {

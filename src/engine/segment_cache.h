@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
-#include "engine/rw_mutex.h"
 #include "metadata/segment_desc.h"
 #include "mooncake/status.h"
 #include "mooncake/types.h"

@@ -20,7 +20,6 @@
 #include "common/conn_server.h"
 #include "common/net.h"
 #include "common/thread_annotations.h"
-#include "engine/rw_mutex.h"
 #include "engine/transport.h"
 #include "transport/shm/shm_exports.h"
 #include "transport/shm/shm_maps.h"

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
-#include "engine/rw_mutex.h"
 #include "engine/transport.h"
 #include "transport/tcp/tcp_server.h"
 #include "transport/tcp/tcp_staging.h"

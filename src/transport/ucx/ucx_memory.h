@@ -13,7 +13,6 @@
 
 #include "common/thread_annotations.h"
 #include "engine/memory_registry.h"
-#include "engine/rw_mutex.h"
 #include "transport/ucx/ucx_api.h"
 
 namespace mooncake::ucx {

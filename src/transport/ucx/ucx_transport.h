@@ -12,7 +12,6 @@
 #include <string>
 
 #include "common/thread_annotations.h"
-#include "engine/rw_mutex.h"
 #include "engine/transport.h"
 #include "transport/ucx/ucx_worker.h"
 
