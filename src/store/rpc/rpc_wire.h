@@ -60,6 +60,10 @@ enum class RpcStatus : uint16_t {
   kUnknownMethod = 1,  // the server has no such method (a newer client?)
   kBadRequest = 2,     // the payload is not the method's request message
   kTooLarge = 3,       // length over kMaxMessageBytes; the server closes the connection
+  // This master does not serve Store calls now (an HA standby, or a leader that lost its
+  // lease); the payload is a message naming the leader it knows of, if any. Changes the
+  // request asked for were not made (or, for a reply held until durable, not made durable).
+  kNotLeader = 4,
 };
 
 struct FrameHeader {
