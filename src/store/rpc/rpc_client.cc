@@ -10,6 +10,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kFirstRead = 64 << 10;
 // How long a lone call polls for its reply before sleeping (RpcClient::RoundTrip).
 constexpr std::chrono::microseconds kSpin{50};
+// What a kNotLeader answer's message says after the master's address (IsNotLeader).
+constexpr char kNotLeaderText[] = " is not the leader: ";
 
 int64_t MsLeft(Clock::time_point deadline) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -159,7 +162,8 @@ Status RpcClient::TimedOut(MasterMethod method) const {
 
 Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::MessageLite& request,
                        Clock::time_point call_start, Clock::time_point deadline,
-                       bool* closed_before_reply) {
+                       bool* closed_before_reply, bool* all_sent) {
+  *all_sent = false;
   const size_t size = request.ByteSizeLong();
   if (size > static_cast<size_t>(kMaxMessageBytes)) {
     return Status::InvalidArgument(std::string(MethodName(static_cast<uint16_t>(method))) +
@@ -195,6 +199,7 @@ Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::Mes
     *closed_before_reply = errno == EPIPE || errno == ECONNRESET;
     return Status::Unavailable(who() + ": connection lost (" + std::strerror(errno) + ")");
   }
+  *all_sent = true;
   return MsLeft(deadline) <= 0 ? timed_out() : Status::OK();
 }
 
@@ -263,6 +268,10 @@ Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::Messag
   }
   if (got != need) return Status::Internal(who() + " sent more than one reply");
   const char* payload = c->in.data() + kFrameHeaderBytes;
+  if (h.status == static_cast<uint16_t>(RpcStatus::kNotLeader)) {
+    return Status::FailedPrecondition(who() + kNotLeaderText +
+                                      std::string(payload, std::min<size_t>(h.length, 4096)));
+  }
   if (h.status != static_cast<uint16_t>(RpcStatus::kOk)) {
     return Status::InvalidArgument(who() + " refused " + MethodName(h.method) + ": " +
                                    std::string(payload, h.length));
@@ -295,7 +304,7 @@ RpcClient::PendingCall RpcClient::Start(MasterMethod method,
   p.reused_ = p.conn_.fd >= 0;
   if (!p.reused_) p.sent_ = Connect(&p.conn_, p.deadline_);
   if (p.sent_.ok()) {
-    p.sent_ = Send(&p.conn_, method, request, p.start_, p.deadline_, &p.closed_);
+    p.sent_ = Send(&p.conn_, method, request, p.start_, p.deadline_, &p.closed_, &p.arrived_);
   }
   return p;
 }
@@ -322,7 +331,9 @@ Status RpcClient::Finish(PendingCall* p, google::protobuf::MessageLite* response
     *c = Conn{};
     s = Connect(c, p->deadline_);
     bool ignored = false;
-    if (s.ok()) s = Send(c, p->method_, *p->request_, p->start_, p->deadline_, &ignored);
+    bool whole = false;
+    if (s.ok()) s = Send(c, p->method_, *p->request_, p->start_, p->deadline_, &ignored, &whole);
+    p->arrived_ = p->arrived_ || whole;
     if (s.ok()) s = Receive(c, p->method_, response, p->deadline_, false, &ignored);
   }
   if (s.ok()) {
@@ -348,6 +359,7 @@ RpcClient::PendingCall& RpcClient::PendingCall::operator=(PendingCall&& o) noexc
   deadline_ = o.deadline_;
   reused_ = o.reused_;
   closed_ = o.closed_;
+  arrived_ = o.arrived_;
   sent_ = o.sent_;
   o.owner_ = nullptr;
   return *this;
@@ -361,6 +373,10 @@ void RpcClient::PendingCall::Abandon() {
   conn_ = Conn{};
   owner_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
   owner_ = nullptr;
+}
+
+bool IsNotLeader(const Status& s) {
+  return s.IsFailedPrecondition() && s.message().find(kNotLeaderText) != std::string::npos;
 }
 
 }  // namespace store

@@ -49,8 +49,10 @@ class RpcClient {
   // Sends `request` as `method` and parses the reply into *response, all within `timeout`.
   // Errors (with a message naming the master and what happened): Unavailable (cannot
   // connect, connection lost), DeadlineExceeded, InvalidArgument (the master refused the
-  // request: too large, unknown method, not parseable), Internal (a reply that is not this
-  // protocol or not the method's response).
+  // request: too large, unknown method, not parseable), FailedPrecondition (the master is
+  // not the HA leader, RpcStatus::kNotLeader: "the master at X is not the leader: <its
+  // message>"; IsNotLeader says so; it did not act on the request), Internal (a reply that
+  // is not this protocol or not the method's response).
   Status Call(MasterMethod method, const google::protobuf::MessageLite& request,
               google::protobuf::MessageLite* response, std::chrono::milliseconds timeout);
 
@@ -76,6 +78,7 @@ class RpcClient {
     std::chrono::steady_clock::time_point start_, deadline_;
     bool reused_ = false;
     bool closed_ = false;  // the send found the connection closed
+    bool arrived_ = false;  // the request's last send put all of its bytes on the wire
     Status sent_;
   };
   PendingCall Start(MasterMethod method, const google::protobuf::MessageLite& request,
@@ -83,15 +86,21 @@ class RpcClient {
   // `own_calls`: how many of the caller's calls are in flight, this one included (a lone
   // caller waits for its reply awake for a short while first; see RoundTrip).
   Status Finish(PendingCall* call, google::protobuf::MessageLite* response, int own_calls = 1);
+  // After Finish failed: false when the request provably never reached the master whole
+  // (no connection could be made, or a send failed before its last byte), so the master
+  // cannot have acted on it; true otherwise (it may have).
+  static bool MayHaveArrived(const PendingCall& call) { return call.arrived_; }
 
   const std::string& address() const { return address_; }
 
  private:
   Status Connect(Conn* c, std::chrono::steady_clock::time_point deadline);
   // A request on c (its seq the next of c's); then its reply into *response.
+  // *all_sent: every byte of the request was sent (it may have reached the master).
   Status Send(Conn* c, MasterMethod method, const google::protobuf::MessageLite& request,
               std::chrono::steady_clock::time_point call_start,
-              std::chrono::steady_clock::time_point deadline, bool* closed_before_reply);
+              std::chrono::steady_clock::time_point deadline, bool* closed_before_reply,
+              bool* all_sent);
   Status Receive(Conn* c, MasterMethod method, google::protobuf::MessageLite* response,
                  std::chrono::steady_clock::time_point deadline, bool spin,
                  bool* closed_before_reply);
@@ -105,6 +114,9 @@ class RpcClient {
   std::vector<Conn> idle_;
   std::atomic<int> in_flight_{0};  // calls in progress
 };
+
+// Whether `s` is RpcClient's answer for a master that is not the HA leader (kNotLeader).
+bool IsNotLeader(const Status& s);
 
 }  // namespace store
 }  // namespace mooncake
