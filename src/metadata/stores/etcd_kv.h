@@ -6,15 +6,21 @@
 //   - Endpoints are tried in turn: a transport failure (refused, reset, timeout) or a gateway
 //     "Unavailable" moves on to the next; the last one that answered is tried first next
 //     time. When all fail the status is Unavailable and names each ("etcd 10.0.0.1:2379:
-//     connect: Connection refused; etcd 10.0.0.2:2379: timed out after 1000 ms").
+//     connect: Connection refused; etcd 10.0.0.2:2379: timed out: Operation timed out after
+//     1000 milliseconds ...").
+//   - A write whose reply was lost (a timeout after the request went out) is sent again to
+//     the next member and may then run twice; a Txn's compares then see the first run's
+//     effect (a create-if-absent answers "failed" with the caller's own value in its range).
 //   - Every call is bounded: connect by Options::connect_timeout_ms, the whole exchange by
 //     Options::request_timeout_ms (or the call's timeout_ms when > 0), per endpoint tried; so
 //     a call takes at most endpoints x that. A member that is SIGSTOPped (accepts, never
 //     answers) costs one timeout, then the next member answers.
-//   - etcd's errors map to Status: InvalidArgument (bad request), NotFound ("lease not
-//     found", code 5), FailedPrecondition, ResourceExhausted ("request is too large",
-//     "database space exceeded"), PermissionDenied, DeadlineExceeded, else Unavailable; the
-//     message carries etcd's.
+//   - etcd's errors map to Status: InvalidArgument (bad request; also OutOfRange, code 11:
+//     a compacted or future revision), NotFound ("lease not found", code 5), AlreadyExists,
+//     FailedPrecondition, ResourceExhausted ("request is too large", which etcd sends as
+//     code 3, and "database space exceeded"), PermissionDenied, DeadlineExceeded, else
+//     Unavailable; the message carries etcd's, after "etcd h:p: ".
+//   - A reply etcd sends but this client cannot read (not JSON, bad base64) is DataLoss.
 // Thread-safe: concurrent calls use separate connections (one curl handle per call in flight,
 // pooled), so a slow call does not hold up another.
 #pragma once
@@ -75,7 +81,8 @@ struct EtcdOp {
 struct EtcdTxnResult {
   bool succeeded = false;  // the compares held: the "Then" ops ran (else the "Else" ops)
   int64_t revision = 0;    // the store's revision after the transaction
-  // Per op that ran, in order: its range (kRange), or for kDeleteRange `count` = keys deleted.
+  // Per op that ran, in order: its range (kRange); for kDeleteRange `count` = keys deleted;
+  // for kPut an empty range. `revision` of each: the store's revision after that op.
   std::vector<EtcdRange> responses;
 };
 
@@ -108,7 +115,7 @@ class EtcdKv {
                             const std::vector<EtcdOp>& success,
                             const std::vector<EtcdOp>& failure = {}, int timeout_ms = 0);
 
-  // A lease of `ttl_s` seconds: its id (etcd picks it).
+  // A lease of `ttl_s` seconds: its id (etcd picks it). InvalidArgument when ttl_s <= 0.
   Result<int64_t> LeaseGrant(int64_t ttl_s, int timeout_ms = 0);
   // One keep-alive: the TTL the lease has again, in seconds; NotFound when the lease is gone
   // (expired or revoked).
@@ -117,10 +124,11 @@ class EtcdKv {
   Status LeaseRevoke(int64_t lease, int timeout_ms = 0);
 
   // Compacts the key history up to `revision` (older revisions can no longer be read; etcd
-  // frees their space for reuse). A revision already compacted is OK.
+  // frees their space for reuse), waiting until that is done (etcd's "physical"). A revision
+  // already compacted is OK; a future one is InvalidArgument.
   Status Compact(int64_t revision, int timeout_ms = 0);
-  // The answering member's database size in bytes (maintenance status: dbSize) and the
-  // store's revision.
+  // The answering member's database size in bytes (maintenance status: dbSize, and
+  // dbSizeInUse), the store's revision, and that member's "host:port".
   struct MemberStatus {
     int64_t db_size = 0;
     int64_t db_size_in_use = 0;

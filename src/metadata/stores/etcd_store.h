@@ -1,5 +1,5 @@
-// EtcdStore: etcd v3 through its JSON gateway (grpc-gateway, "/v3/..." on the client port;
-// etcd 3.4 and later), spoken with libcurl. Keys and values travel base64-encoded.
+// EtcdStore: the MetadataStore over etcd v3, spoken through EtcdKv (etcd_kv.h: the JSON
+// gateway, etcd 3.4 and later).
 //
 // Contract:
 //   - Endpoints are tried in turn: a transport failure (or a gateway "Unavailable") moves on to
@@ -25,11 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/net.h"
 #include "metadata/metadata_store.h"
-#include "metadata/stores/curl_client.h"
+#include "metadata/stores/etcd_kv.h"
 
 namespace mooncake {
 
@@ -47,24 +45,18 @@ class EtcdStore final : public MetadataStore {
   std::string Describe() const override;
 
  private:
-  EtcdStore(std::vector<HostPort> endpoints, const StoreOptions& options);
+  EtcdStore(std::vector<HostPort> endpoints, const StoreOptions& options,
+            std::unique_ptr<EtcdKv> kv);
 
-  // POSTs `request` to `path` ("/v3/kv/put") on the endpoints in turn; returns the reply
-  // object of the first endpoint that answers. `timeout_ms` > 0 overrides the request timeout.
-  Result<nlohmann::json> Call(CurlClient& client, const std::string& path,
-                              const nlohmann::json& request, int timeout_ms = 0);
-  // With mu_ held: writes one key, under `lease_id` when non-zero.
-  Status PutLocked(CurlClient& client, const std::string& key, const std::string& value,
-                   int64_t lease_id);
   // With mu_ held: grants a new lease and writes every key in leased_ again under it.
-  Status RenewLeaseLocked(CurlClient& client);
+  Status RenewLeaseLocked();
   void KeepAliveLoop();
 
   const std::vector<HostPort> endpoints_;
   const StoreOptions options_;
-  std::atomic<size_t> current_{0};  // the endpoint tried first
-  CurlClient client_;               // Get/Put/Remove
-  CurlClient keepalive_client_;     // the keep-alive thread, so it never waits behind a call
+  // Thread-safe; each call in flight has its own connection, so the keep-alive thread never
+  // waits behind a Get/Put/Remove.
+  const std::unique_ptr<EtcdKv> kv_;
 
   std::mutex mu_;  // serializes writes and lease renewal
   std::atomic<int64_t> lease_id_{0};

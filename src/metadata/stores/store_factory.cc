@@ -11,6 +11,7 @@
 
 #include "common/net.h"
 #include "metadata/metadata_store.h"
+#include "metadata/stores/etcd_kv.h"
 #include "metadata/stores/etcd_store.h"
 #include "metadata/stores/http_store.h"
 #include "metadata/stores/redis_store.h"
@@ -18,7 +19,6 @@
 namespace mooncake {
 namespace {
 
-constexpr uint16_t kEtcdDefaultPort = 2379;
 constexpr uint16_t kRedisDefaultPort = 6379;
 
 Result<HostPort> ParseAddress(const std::string& s, uint16_t default_port,
@@ -32,23 +32,11 @@ Result<HostPort> ParseAddress(const std::string& s, uint16_t default_port,
   return hp;
 }
 
-Result<std::vector<HostPort>> ParseEtcdEndpoints(const std::string& list,
-                                                 const std::string& conn) {
-  std::vector<HostPort> endpoints;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find_first_of(",;", start);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(start, end - start);
-    if (item.rfind("http://", 0) == 0) item = item.substr(7);
-    while (!item.empty() && item.back() == '/') item.pop_back();
-    if (item.empty()) {
-      return Status::InvalidArgument("metadata connection string '" + conn +
-                                     "': empty etcd endpoint");
-    }
-    MC_ASSIGN_OR_RETURN(HostPort hp, ParseAddress(item, kEtcdDefaultPort, conn));
-    endpoints.push_back(hp);
-    start = end + 1;
+// etcd_kv.h's ParseEtcdEndpoints, naming the whole connection string on failure.
+Result<std::vector<HostPort>> EtcdEndpointsOf(const std::string& list, const std::string& conn) {
+  auto endpoints = ParseEtcdEndpoints(list);
+  if (!endpoints.ok()) {
+    return endpoints.status().WithContext("metadata connection string '" + conn + "'");
   }
   return endpoints;
 }
@@ -63,7 +51,7 @@ Result<std::unique_ptr<MetadataStore>> CreateMetadataStore(const std::string& co
   }
   const size_t sep = conn.find("://");
   if (sep == std::string::npos) {
-    MC_ASSIGN_OR_RETURN(auto endpoints, ParseEtcdEndpoints(conn, conn));
+    MC_ASSIGN_OR_RETURN(auto endpoints, EtcdEndpointsOf(conn, conn));
     return EtcdStore::Create(std::move(endpoints), options);
   }
   std::string scheme = conn.substr(0, sep);
@@ -71,7 +59,7 @@ Result<std::unique_ptr<MetadataStore>> CreateMetadataStore(const std::string& co
                  [](unsigned char c) { return char(std::tolower(c)); });
   const std::string rest = conn.substr(sep + 3);
   if (scheme == "etcd") {
-    MC_ASSIGN_OR_RETURN(auto endpoints, ParseEtcdEndpoints(rest, conn));
+    MC_ASSIGN_OR_RETURN(auto endpoints, EtcdEndpointsOf(rest, conn));
     return EtcdStore::Create(std::move(endpoints), options);
   }
   if (scheme == "redis") {
