@@ -15,6 +15,7 @@ class RpcPending final : public MasterStub::Pending {
   Status Finish(google::protobuf::MessageLite* response, int own_calls) override {
     return client_->Finish(&call_, response, own_calls);
   }
+  bool MayHaveArrived() const override { return RpcClient::MayHaveArrived(call_); }
 
  private:
   RpcClient* const client_;

@@ -8,7 +8,9 @@
 // that a caller may send its next request before it waits: the pipelined gets and puts),
 // and Name does both at once. A Status that is not OK says the call did not complete (the
 // master did not answer, the connection failed, the reply was not the method's): the
-// master may or may not have acted on it.
+// master may or may not have acted on it, unless the Reply's MayHaveArrived says the request
+// never reached it whole, or the status is RpcClient's IsNotLeader (rpc_client.h: a master
+// that is not the HA leader did nothing).
 #pragma once
 
 #include <google/protobuf/message_lite.h>
@@ -34,6 +36,9 @@ class MasterStub {
     // `own_calls`: the caller's calls in flight, this one included (a lone caller may wait
     // awake for a short while; see RpcClient::Finish).
     virtual Status Finish(google::protobuf::MessageLite* response, int own_calls) = 0;
+    // After Finish failed: false when the request provably never reached the master whole
+    // (no connection, or its send failed), so the master cannot have acted on it.
+    virtual bool MayHaveArrived() const { return true; }
   };
 
   // The reply of a StartName: finish it once. Dropped unfinished, the call is abandoned
@@ -45,6 +50,7 @@ class MasterStub {
     Status Finish(Response* response, int own_calls = 1) {
       return p_->Finish(response, own_calls);
     }
+    bool MayHaveArrived() const { return p_->MayHaveArrived(); }
 
    private:
     std::unique_ptr<Pending> p_;
