@@ -86,6 +86,10 @@ struct EngineOptions {
   uint16_t store_client_min_port = 12300;
   uint16_t store_client_max_port = 14300;
   int store_client_setup_retries = 20;
+  // The Store HA cluster a client given master_server_addr "etcd://..." follows (the etcd key
+  // mooncake-store/<id>/master_view). MC_STORE_CLUSTER_ID, "mooncake_cluster" (checked at
+  // store setup: 1..128 characters of [0-9A-Za-z_.-]).
+  std::string store_cluster_id = "mooncake_cluster";
   // Key prefix mooncake/<id>/ instead of mooncake/. MC_METADATA_CLUSTER_ID, unset.
   std::string metadata_cluster_id;
   // Shared secret: when set, every connection (handshake, data, same-host) runs the mutual

@@ -81,6 +81,7 @@ EngineOptions EngineOptions::FromEnvironment() {
   if (const char* v = Env("MC_TCP_BIND_ADDRESS")) o.tcp_bind_address = v;
   o.legacy_rpc_port_binding = Env("MC_LEGACY_RPC_PORT_BINDING") != nullptr;
   if (const char* v = Env("MC_METADATA_CLUSTER_ID")) o.metadata_cluster_id = v;
+  if (const char* v = Env("MC_STORE_CLUSTER_ID")) o.store_cluster_id = v;
   if (const char* v = Env("MC_AUTH_SECRET")) o.auth_secret = v;
   if (EnvInt("MC_SHM_SPLIT_SIZE", 4096, 1L << 30, &n)) o.shm_split_size = n;
   if (EnvInt("MC_SHM_STREAMS_PER_PEER", 1, 16, &n)) o.shm_streams_per_peer = static_cast<int>(n);

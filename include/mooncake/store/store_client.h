@@ -49,7 +49,17 @@ struct StoreClientOptions {
   uint64_t global_segment_size = 0;              // bytes contributed to the pool (0: none)
   uint64_t local_buffer_size = 16 << 20;  // staging buffer; 0: none (only registered memory moves)
   std::string protocol = "tcp";
+  // The master: "host:port" (or "[v6]:port"), or "etcd://h1:2379;h2:2379" (',' also) to
+  // follow the leader of an HA cluster through etcd (src/store/client/leader_stub.h: its
+  // resends and bound). Other schemes (upstream's redis://, k8s://) are INVALID_PARAMS; no
+  // leader named in etcd within failover_timeout makes setup UNAVAILABLE_IN_CURRENT_STATUS.
   std::string master_server_addr = "127.0.0.1:50051";
+  // The HA cluster followed through etcd ("": MC_STORE_CLUSTER_ID, else "mooncake_cluster");
+  // 1..128 characters of [0-9A-Za-z_.-]; must match the masters' --cluster_id.
+  std::string cluster_id;
+  // etcd:// only: how long after its start a call that finds the leader gone may wait for the
+  // next one and be sent to it (and how long setup waits for a leader to be named).
+  std::chrono::milliseconds failover_timeout{10000};
   // A running engine to share (the Python `engine=` argument); null: the client makes its own.
   std::shared_ptr<TransferEngine> engine;
   // The master to call in place of master_server_addr's (tests: an in-process master,

@@ -42,12 +42,31 @@ int StoreClient::Impl::Start(std::string* message) {
                     " bytes (it stages puts and gets of unregistered memory)");
   }
   // A call connects (again, after a master restart) when it has no connection: no backoff.
-  master = opt.master ? opt.master : MakeRpcMasterStub(opt.master_server_addr, opt.rpc_timeout);
+  if (opt.master) {
+    master = opt.master;
+  } else {
+    const std::string cluster = opt.cluster_id.empty()
+                                    ? EngineOptions::FromEnvironment().store_cluster_id
+                                    : opt.cluster_id;
+    auto m = MakeMasterStub(opt.master_server_addr, cluster, opt.rpc_timeout,
+                            opt.failover_timeout);
+    if (!m.ok()) {
+      const bool bad = m.status().IsInvalidArgument() ||
+                       m.status().code() == Status::Code::kUnimplemented;
+      return fail(bad ? ErrorCode::INVALID_PARAMS : ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                  m.status().message());
+    }
+    master = std::move(m).value();
+  }
   {
     rpc::PingRequest req;
     req.set_client_id(client_id);
     rpc::PingResponse resp;
-    if (Checked("store setup (ping)", master->Ping(req, &resp)) != 0) {
+    const Status s = master->Ping(req, &resp);
+    if (IsNotLeader(s)) {
+      return fail(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, s.message() + kNotLeaderHint);
+    }
+    if (Checked("store setup (ping)", s) != 0) {
       return fail(ErrorCode::RPC_FAIL, "the master at " + master->address() +
                                            " does not answer: is mooncake_master running there?");
     }

@@ -137,10 +137,8 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
   lapsed->assign(keys.size(), 0);
   if (keys.empty()) return out;
   auto& resp = *google::protobuf::Arena::CreateMessage<rpc::GetReplicaListResponse>(&st->arena);
-  Status s = st->reply->Finish(&resp, own_calls);
-  if (!s.ok()) {
-    LOG(ERROR) << "GetReplicaList: " << s.message();
-    std::fill(out.begin(), out.end(), ToInt(ErrorCode::RPC_FAIL));
+  if (int rc = Checked("GetReplicaList", st->reply->Finish(&resp, own_calls)); rc != 0) {
+    std::fill(out.begin(), out.end(), rc);
     return out;
   }
   if (resp.code() != 0) {

@@ -1,6 +1,7 @@
 // StoreClient::Impl: the client, composed of its collaborators (each its own header, state
 // and lock):
 //   master_stub.h      the master's RPCs (over the wire, or an in-process master in tests)
+//   leader_stub.h      ... or following the HA leader through etcd (master_server_addr etcd://)
 //   registrations.h    which local memory the engine knows
 //   staging.h          the local buffer that stages other memory
 //   opened_segments.h  the engine handles of the segments copied to or from
@@ -33,12 +34,14 @@
 #include "store/client/copier.h"
 #include "store/client/heartbeat.h"
 #include "store/client/master_stub.h"
+#include "store/client/leader_stub.h"
 #include "store/client/opened_segments.h"
 #include "store/client/read_marks.h"
 #include "store/client/registrations.h"
 #include "store/client/sessions.h"
 #include "store/client/staging.h"
 #include "store/common/limits.h"
+#include "store/rpc/rpc_client.h"
 
 namespace google {
 namespace protobuf {
@@ -68,12 +71,21 @@ class StoreClient::Impl {
   int Start(std::string* message);
   int Close();
 
-  // 0 for an RPC that completed, else RPC_FAIL after a log line saying why.
+  // 0 for an RPC that completed; UNAVAILABLE_IN_CURRENT_STATUS for a master that is not the
+  // HA leader (IsNotLeader); else RPC_FAIL; after a log line saying why.
   static int Checked(const char* what, const Status& s) {
     if (s.ok()) return 0;
+    if (IsNotLeader(s)) {
+      LOG(ERROR) << what << ": " << s.message() << kNotLeaderHint;
+      return ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+    }
     LOG(ERROR) << what << ": " << s.message();
     return ToInt(ErrorCode::RPC_FAIL);
   }
+  static constexpr char kNotLeaderHint[] =
+      " (this client was given the host:port of a master that is not the HA leader, a "
+      "standby: set master_server_addr to etcd://<etcd endpoints> to follow the leader, or "
+      "to the leader's address, which the master's message names when it knows it)";
 
   // False (after a log line) when `parts` need staging and there is no local buffer.
   bool Stageable(const char* what, const std::string& key, const std::vector<Span>& parts);

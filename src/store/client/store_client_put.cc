@@ -180,11 +180,8 @@ void StoreClient::Impl::WriteHalf(PutBatch* b, size_t h) {
   const size_t at = b->halves[h].at, n = b->halves[h].end - at;
   auto fill = [&](int code) { std::fill(b->codes.begin() + at, b->codes.begin() + at + n, code); };
   auto& resp = *google::protobuf::Arena::CreateMessage<rpc::PutStartResponse>(&b->arena);
-  Status s = b->halves[h].reply->Finish(&resp, static_cast<int>(b->halves.size() - h));
-  if (!s.ok()) {
-    LOG(ERROR) << "PutStart: " << s.message();
-    return fill(ToInt(ErrorCode::RPC_FAIL));
-  }
+  const Status s = b->halves[h].reply->Finish(&resp, static_cast<int>(b->halves.size() - h));
+  if (int rc = Checked("PutStart", s); rc != 0) return fill(rc);
   if (resp.code() != 0) {
     LOG(WARNING) << "put: the master refused the request: " << resp.message();
     return fill(resp.code());
