@@ -76,9 +76,9 @@ class DummyClient::Impl {
         if (!fd.ok()) continue;
         if (!SameCluster(c, config)) {
           LOG(ERROR) << "dummy client: the real client at " << address
-                     << " is back with another master or metadata server ("
-                     << c.master_server_address << ", " << c.metadata_server
-                     << "); staying disconnected";
+                     << " is back with another master, cluster or metadata server ("
+                     << c.master_server_address << ", '" << c.store_cluster_id << "', "
+                     << c.metadata_server << "); staying disconnected";
           continue;
         }
         LOG(WARNING) << "dummy client: the real client at " << address << " is back (segment "
@@ -168,6 +168,7 @@ std::unique_ptr<DummyClient> DummyClient::Create(uint64_t mem_pool_size,
   o.metadata_server = rc.metadata_server;
   o.protocol = rc.protocol.empty() ? "tcp" : rc.protocol;
   o.master_server_addr = rc.master_server_address;
+  o.cluster_id = rc.store_cluster_id;  // "": this process's MC_STORE_CLUSTER_ID
   o.global_segment_size = 0;
   o.local_buffer_size = local_buffer_size;
   int c = 0;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/net.h"
+#include "mooncake/options.h"
 #include "mooncake/store/store_client.h"
 #include "store/common/binary_main.h"
 #include "store/real_client/real_client_server.h"
@@ -30,7 +31,9 @@ DEFINE_string(host, "0.0.0.0",
 DEFINE_string(metadata_server, "http://127.0.0.1:8080/metadata",
               "Metadata server connection string (P2PHANDSHAKE, etcd://, redis://, http://)");
 DEFINE_string(device_names, "", "Device names (no RDMA transport in this build: ignored)");
-DEFINE_string(master_server_address, "127.0.0.1:50051", "Master server address");
+DEFINE_string(master_server_address, "127.0.0.1:50051",
+              "Master server address: host:port, or etcd://h1:2379;h2:2379 to follow the HA "
+              "leader (of the cluster MC_STORE_CLUSTER_ID names; dummies follow it too)");
 DEFINE_string(protocol, "tcp", "Protocol");
 DEFINE_int32(port, 50052, "Port serving dummy clients");
 DEFINE_string(global_segment_size, "4 GB", "Size of the global segment (e.g. 4 GB, 512MB, 1.5G)");
@@ -130,6 +133,7 @@ int main(int argc, char* argv[]) {
     config.host = hp.ok() ? hp->host : o.local_hostname;  // dummies add ports of their own
   }
   config.segment_name = segment;
+  config.store_cluster_id = mooncake::EngineOptions::FromEnvironment().store_cluster_id;
   mooncake::store::RealClientServer server(config);
   auto bind = mooncake::ParseHostPort(FLAGS_host);
   const mooncake::Status started = server.Start(bind.ok() ? bind->host : FLAGS_host, FLAGS_port);

@@ -11,7 +11,8 @@ std::string EncodeConfig(const RealClientConfig& c) {
                       {"protocol", c.protocol},
                       {"device_names", c.device_names},
                       {"host", c.host},
-                      {"segment_name", c.segment_name}};
+                      {"segment_name", c.segment_name},
+                      {"store_cluster_id", c.store_cluster_id}};
   // JSON carries UTF-8 only: a byte that is not (a flag's value can be anything) becomes
   // U+FFFD, where the strict default would throw out of the real client's constructor.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -35,6 +36,10 @@ Result<RealClientConfig> DecodeConfig(const std::string& line) {
       return Status::DataLoss(std::string("real client config lacks the string '") + name + "'");
     }
     *out = it->get<std::string>();
+  }
+  if (auto it = j.find("store_cluster_id"); it != j.end()) {
+    if (!it->is_string()) return Status::DataLoss("real client config: store_cluster_id is not a string");
+    c.store_cluster_id = it->get<std::string>();
   }
   if (c.master_server_address.empty() || c.metadata_server.empty() || c.host.empty()) {
     return Status::DataLoss("real client config has an empty master, metadata server or host");

@@ -34,18 +34,24 @@ struct RealClientConfig {
   std::string device_names;
   std::string host;          // the host part of the real client's segment name
   std::string segment_name;  // the real client's segment (where dummies' objects go)
+  // The HA cluster a master_server_address "etcd://..." names (the real client's
+  // MC_STORE_CLUSTER_ID), so that its dummies follow the same leader whatever their own
+  // environment says. Optional on the wire ("store_cluster_id"): absent from an older real
+  // client, it is "" (the dummy's own MC_STORE_CLUSTER_ID).
+  std::string store_cluster_id;
 };
 
 // Same master and metadata server: a restarted real client the dummy's own client still fits.
 inline bool SameCluster(const RealClientConfig& a, const RealClientConfig& b) {
   return a.master_server_address == b.master_server_address &&
-         a.metadata_server == b.metadata_server;
+         a.metadata_server == b.metadata_server && a.store_cluster_id == b.store_cluster_id;
 }
 
 // One line, '\n' included. Never throws: bytes of a field that are not UTF-8 are each
 // replaced by U+FFFD (so such a field does not survive DecodeConfig unchanged).
 std::string EncodeConfig(const RealClientConfig& c);
-// Errors: DataLoss (not a JSON object of strings with the fields above, or too long).
+// Errors: DataLoss (not a JSON object of strings with the fields above, store_cluster_id
+// optional, or too long). The master address is carried as given (host:port or etcd://...).
 Result<RealClientConfig> DecodeConfig(const std::string& line);
 
 }  // namespace store

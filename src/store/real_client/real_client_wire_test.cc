@@ -40,6 +40,27 @@ TEST(RealClientWire, EncodeReplacesBytesThatAreNotUtf8InsteadOfThrowing) {
   EXPECT_EQ(back->host, c.host);
 }
 
+TEST(RealClientWire, AnEtcdMasterAndItsClusterTravelUnchanged) {
+  RealClientConfig c = Sample();
+  c.master_server_address = "etcd://10.0.0.1:2379;10.0.0.2:2379,[::1]:2379";
+  c.store_cluster_id = "prod-a.1";
+  const std::string line = EncodeConfig(c);
+  auto back = DecodeConfig(line.substr(0, line.size() - 1));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->master_server_address, c.master_server_address);
+  EXPECT_EQ(back->store_cluster_id, "prod-a.1");
+  EXPECT_TRUE(SameCluster(*back, c));
+  RealClientConfig other = c;
+  other.store_cluster_id = "prod-b";
+  EXPECT_FALSE(SameCluster(other, c));
+  // An older real client sends no store_cluster_id: the dummy's own environment decides.
+  auto old = DecodeConfig(
+      "{\"master_server_address\":\"etcd://h:2379\",\"metadata_server\":\"P2PHANDSHAKE\","
+      "\"protocol\":\"tcp\",\"device_names\":\"\",\"host\":\"h\",\"segment_name\":\"h:1\"}");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->store_cluster_id, "");
+}
+
 TEST(RealClientWire, DecodeRefusesWhatIsNotAConfig) {
   EXPECT_FALSE(DecodeConfig("").ok());
   EXPECT_FALSE(DecodeConfig("[]").ok());
