@@ -169,6 +169,66 @@ bool OffsetAllocator::Free(OffsetAllocation a) {
   return true;
 }
 
+std::optional<OffsetAllocation> OffsetAllocator::ClaimAscending(uint64_t offset, uint64_t size) {
+  const uint64_t rounded = (size + alignment_ - 1) & ~(alignment_ - 1);
+  if (size == 0 || (offset & (alignment_ - 1)) != 0 || offset < claim_end_ ||
+      offset > capacity_ || rounded > capacity_ - offset || claim_tail_ == kNone ||
+      claim_tail_ >= nodes_) {
+    return std::nullopt;
+  }
+  const uint32_t t = claim_tail_;
+  if (N(t).used || N(t).offset > offset || N(t).offset + N(t).size < offset + rounded) {
+    return std::nullopt;  // something else allocated from it
+  }
+  // [tail.offset, offset) stays free in t; [offset, +rounded) is the claim; the rest a new tail.
+  const bool gap = N(t).offset < offset;
+  const bool rest = N(t).offset + N(t).size > offset + rounded;
+  uint32_t u = t, r = kNone;
+  if (gap) {
+    u = NewNode();
+    if (u == kNone) return std::nullopt;
+  }
+  if (rest) {
+    r = NewNode();
+    if (r == kNone) {
+      if (gap) ReleaseNode(u);
+      return std::nullopt;
+    }
+  }
+  Unlink(t);
+  const uint64_t end = N(t).offset + N(t).size;
+  const uint32_t after = N(t).next;
+  if (gap) {
+    N(t).size = offset - N(t).offset;
+    Node& un = N(u);
+    un.offset = offset;
+    un.prev = t;
+    N(t).next = u;
+    Link(t);
+  }
+  Node& un = N(u);
+  un.offset = offset;
+  un.size = rounded;
+  un.used = 1;
+  un.next = after;
+  if (after != kNone) N(after).prev = u;
+  if (rest) {
+    Node& rn = N(r);
+    rn.offset = offset + rounded;
+    rn.size = end - (offset + rounded);
+    rn.prev = u;
+    rn.next = un.next;
+    if (un.next != kNone) N(un.next).prev = r;
+    un.next = r;
+    Link(r);
+  }
+  allocated_ += rounded;
+  ++live_;
+  claim_end_ = offset + rounded;
+  claim_tail_ = r;
+  return OffsetAllocation{offset, u};
+}
+
 uint64_t OffsetAllocator::largest_free() const {
   for (int w = static_cast<int>(kBins / 64) - 1; w >= 0; --w) {
     if (bin_bits_[w] == 0) continue;

@@ -40,6 +40,13 @@ class OffsetAllocator {
   // Releases what Allocate returned. Returns false (and changes nothing) for a handle that
   // does not name a live allocation at that offset (a handle names it until it is freed).
   bool Free(OffsetAllocation a);
+  // Rebuilding an allocator from placements made elsewhere (an HA standby promoted to
+  // leader: src/store/master/master_replica.cc): takes exactly [offset, offset + size
+  // rounded up to the alignment) as allocated. Calls must come in increasing offset order on
+  // an allocator nothing else has allocated from, each range after the previous one's end;
+  // nullopt (nothing changes) for a range out of order, overlapping the previous one, past
+  // the capacity, misaligned or empty.
+  std::optional<OffsetAllocation> ClaimAscending(uint64_t offset, uint64_t size);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t allocated() const { return allocated_; }
@@ -86,6 +93,8 @@ class OffsetAllocator {
   std::unique_ptr<Node[]> chunks_[kChunks];
   uint32_t nodes_ = 0;        // slots handed out of chunks_ so far
   uint32_t spare_ = kNone;    // released slots
+  uint32_t claim_tail_ = 0;   // ClaimAscending: the free range at the end (kNone: none)
+  uint64_t claim_end_ = 0;    // ClaimAscending: the end of the last range claimed
   uint32_t heads_[kBins];     // each class's list
   uint64_t bin_bits_[kBins / 64] = {};
   uint8_t word_bits_ = 0;     // which bin_bits_ words are non-zero

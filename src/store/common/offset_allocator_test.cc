@@ -288,6 +288,63 @@ TEST(AddressedAllocatorTest, RandomizedAgainstShadowModel) {
       a, kCapacity, 128, &AddressedAllocator::Allocate, +[](const uint64_t& o) { return o; });
 }
 
+
+// ClaimAscending rebuilds an allocator from placements made elsewhere: the claimed ranges are
+// exactly where they were, the gaps stay free, and freeing merges as for Allocate's ranges.
+TEST(OffsetAllocatorClaimTest, ClaimsInOrderLeaveTheGapsFree) {
+  OffsetAllocator a(1 << 20, 64);
+  auto c1 = a.ClaimAscending(0, 100);      // 128 bytes
+  auto c2 = a.ClaimAscending(4096, 64);    // a gap of 3968 before it
+  auto c3 = a.ClaimAscending(4160, 1000);  // right after c2
+  ASSERT_TRUE(c1 && c2 && c3);
+  EXPECT_EQ(c1->offset, 0u);
+  EXPECT_EQ(c2->offset, 4096u);
+  EXPECT_EQ(c3->offset, 4160u);
+  EXPECT_EQ(a.allocated(), 128u + 64u + 1024u);
+  EXPECT_EQ(a.live_allocations(), 3u);
+  // Out of order, overlapping, misaligned, empty, past the end: refused, nothing changes.
+  EXPECT_FALSE(a.ClaimAscending(64, 64));
+  EXPECT_FALSE(a.ClaimAscending(5000, 64));
+  EXPECT_FALSE(a.ClaimAscending(8192 + 1, 64));
+  EXPECT_FALSE(a.ClaimAscending(8192, 0));
+  EXPECT_FALSE(a.ClaimAscending(1 << 20, 64));
+  EXPECT_EQ(a.allocated(), 128u + 64u + 1024u);
+  // The gaps are free and the claims are not: 64-byte allocations fill exactly the rest, none
+  // inside a claimed range.
+  EXPECT_EQ(a.free_ranges(), 2u);
+  std::vector<OffsetAllocation> rest;
+  while (auto g = a.Allocate(64)) {
+    EXPECT_FALSE(g->offset < 128 || (g->offset >= 4096 && g->offset < 4096 + 64 + 1024))
+        << g->offset;
+    rest.push_back(*g);
+  }
+  EXPECT_EQ(a.allocated(), uint64_t{1} << 20);
+  for (const auto& g : rest) EXPECT_TRUE(a.Free(g));
+  // Freeing a claim merges with its free neighbours like any allocation.
+  EXPECT_TRUE(a.Free(*c3));
+  EXPECT_TRUE(a.Free(*c2));
+  EXPECT_TRUE(a.Free(*c1));
+  EXPECT_EQ(a.allocated(), 0u);
+  EXPECT_EQ(a.free_ranges(), 1u);
+  EXPECT_EQ(a.largest_free(), uint64_t{1} << 20);
+}
+
+TEST(OffsetAllocatorClaimTest, ClaimAfterAllocateIsRefused) {
+  OffsetAllocator a(1 << 20, 64);
+  ASSERT_TRUE(a.Allocate(64));
+  EXPECT_FALSE(a.ClaimAscending(4096, 64));  // the tail is not the whole free range any more
+}
+
+TEST(OffsetAllocatorClaimTest, ClaimToTheEndLeavesNoTail) {
+  OffsetAllocator a(4096, 64);
+  auto c = a.ClaimAscending(1024, 3072);
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(a.ClaimAscending(4096, 64));
+  EXPECT_EQ(a.largest_free(), 1024u);
+  EXPECT_TRUE(a.Free(*c));
+  EXPECT_EQ(a.largest_free(), 4096u);
+}
+
 }  // namespace
 }  // namespace store
 }  // namespace mooncake

@@ -27,6 +27,9 @@ void MasterService::ListLocked(ObjectEntry* e) {
 }
 
 uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
+  // Just promoted: what eviction frees waits out the previous leader's leases (lease_floor_),
+  // so evicting now would lose objects and free nothing usable.
+  if (lease_floor_ > now) return 0;
   const uint64_t capacity = CapacityLocked();
   const uint64_t allocated = AllocatedLocked();
   const double target_ratio =

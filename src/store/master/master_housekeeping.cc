@@ -31,6 +31,10 @@ void MasterService::Tick() {
 void MasterService::HousekeepUnderLock(std::vector<uint64_t>* dropped) {
   MutexLock lock(&mu_);
   const auto now = now_();
+  if (standby_) {  // the leader decides; a standby only lets held space go
+    while (!held_.empty() && held_.front().free_at <= now) held_.pop_front();
+    return;
+  }
   for (auto it = clients_.begin(); it != clients_.end();) {
     if (it->second.last_ping + std::chrono::seconds(config_.client_ttl_s) > now) {
       ++it;

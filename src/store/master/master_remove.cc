@@ -14,13 +14,17 @@ namespace mooncake {
 namespace store {
 
 void MasterService::FreeObjectLocked(const Object& obj, Clock::time_point now) {
-  const bool leased = obj.lease_until > now;
+  if (standby_) return HoldLocked(obj, nullptr, now);
+  // After a promotion, readers of the previous leader may hold leases this master never
+  // granted: until lease_floor_ every object counts as leased.
+  const bool leased = obj.lease_until > now || lease_floor_ > now;
+  const auto free_at = std::max(obj.lease_until, lease_floor_);
   for (const auto& p : obj.replicas) {
     auto seg = segments_.find(p.segment_id);
     if (seg == segments_.end()) continue;
     if (leased) {
       // A reader may be copying these bytes now: the space is reused only after its lease.
-      graveyard_.push({p.segment_id, {p.offset, p.handle}, obj.size, obj.lease_until});
+      graveyard_.push({p.segment_id, {p.offset, p.handle}, obj.size, free_at});
       graveyard_bytes_ += obj.size;
       ++counters_.deferred_frees;
     } else {
@@ -199,7 +203,7 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     // Only the writer's own, complete objects that nobody holds a lease on (upstream's rule;
     // as upstream, a write counts as a lease of one TTL from its PutEnd).
     if (it == objects_.end() || !it->second.complete || it->second.owner != req.client_id() ||
-        Leased(it->second, now) ||
+        Leased(it->second, now) || lease_floor_ > now ||
         it->second.stamp + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms) > now) {
       VLOG(1) << "ReplicaClear: " << key << " skipped (absent, in flight, another client's or "
               << "leased)";
@@ -223,8 +227,11 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     }
     if (reps.size() == before) continue;  // no replica there
     if (reps.empty()) {
+      LogKeyLocked(oplog::Entry::ERASE, it->first);
       UnlistLocked(&*it);
       objects_.erase(it);
+    } else {
+      LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);
     }
     resp.add_cleared_keys(key);
   }

@@ -14,6 +14,7 @@ namespace store {
 
 MasterService::MasterService(MasterConfig config, NowFn now)
     : config_(config), now_(std::move(now)) {
+  standby_ = config_.standby;
   std::random_device rd;
   lease_ids_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
 }
@@ -106,6 +107,16 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
   client.segments.insert(id);
   ++view_version_;
   ++counters_.mounts;
+  if (sink_ != nullptr) {
+    oplog::Entry e;
+    e.set_kind(oplog::Entry::MOUNT);
+    e.set_segment_id(static_cast<uint32_t>(id));
+    e.set_segment_name(req.segment_name());
+    e.set_base(req.base());
+    e.set_size(req.size());
+    e.set_client_id(req.client_id());
+    LogLocked(std::move(e));
+  }
   LOG(INFO) << "mounted segment " << req.segment_name() << " (" << req.size() << " bytes at 0x"
             << std::hex << req.base() << std::dec << ") of client " << req.client_id();
   resp.set_code(Code(ErrorCode::OK));
@@ -130,6 +141,7 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
 MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::iterator it,
                                                                    Clock::time_point now) {
   if (!it->second.complete) ReleaseLocked(it->second.owner, InFlightBytes(it->second));
+  LogKeyLocked(oplog::Entry::ERASE, it->first);
   UnlistLocked(&*it);
   FreeObjectLocked(it->second, now);
   return objects_.erase(it);
@@ -289,7 +301,9 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       continue;
     }
     ReserveLocked(owner, InFlightBytes(obj));
-    in_flight_.push_back(&*objects_.emplace(item.key(), std::move(obj)).first);
+    ObjectEntry* placed = &*objects_.emplace(item.key(), std::move(obj)).first;
+    in_flight_.push_back(placed);
+    LogObjectLocked(oplog::Entry::OBJECT, placed->first, placed->second);
   }
   return;
 }
@@ -413,6 +427,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       it->second.last_access = now;
       it->second.stamp = now;
       ListLocked(&*it);
+      LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);
     }
     resp.add_codes(Code(code));
   }

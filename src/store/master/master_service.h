@@ -48,6 +48,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +61,8 @@
 
 #include "common/thread_annotations.h"
 #include "master.pb.h"
+#include "mooncake/status.h"
+#include "oplog.pb.h"
 #include "mooncake/store/error_code.h"
 #include "store/master/master_records.h"
 #include "store/common/offset_allocator.h"
@@ -80,6 +83,19 @@ struct MasterConfig {
   // A client with nothing in flight may always start one object. Clients name themselves, so
   // this bounds a buggy or greedy client, not one that takes many ids.
   double max_client_inflight_ratio = 0.5;
+  // An HA standby (src/store/ha): the state is only what Apply() is given, serving calls are
+  // not made on it (the HA layer answers them), Tick() changes nothing, and Promote() makes
+  // it a serving master.
+  bool standby = false;
+};
+
+// Where a serving master's changes go: an HA leader's operation log (src/store/ha). Called
+// with the master's lock held, in the order of the changes, so it must be quick (queue the
+// entry); returns the entry's sequence number (> 0, growing).
+class ChangeSink {
+ public:
+  virtual ~ChangeSink() = default;
+  virtual uint64_t Append(oplog::Entry&& entry) = 0;
 };
 
 // Counters and gauges for /metrics.
@@ -150,6 +166,30 @@ class MasterService {
     uint64_t segments = 0, clients = 0;
   };
   Summary GetSummary() const;
+
+  // --- HA (master_replica.cc; the design in src/store/ha/README.md) ---
+  // Every change from now on goes to `sink` as an entry (null: none). Set before serving.
+  void SetChangeSink(ChangeSink* sink);
+  // The sequence number of the last entry this thread's calls appended since the last take
+  // (0: none), and resets it: what an RPC's reply waits on to be durable.
+  static uint64_t TakeLogPosition();
+  // A standby applies the log, entry by entry, in order (and a checkpoint's entries into a
+  // fresh standby). An entry that does not fit the state (an unknown segment, a kind it does
+  // not know) is FailedPrecondition, naming it: the log and this state have diverged.
+  Status Apply(const oplog::Entry& entry);
+  // The state as entries that Apply() on a fresh standby turns back into it (a checkpoint):
+  // segments, then objects, then upserts in flight; under the lock throughout.
+  void ExportState(const std::function<void(oplog::Entry&&)>& emit) const;
+  // This standby's state came from a checkpoint just now (not from the whole log): space
+  // free in it may have been freed by the old leader less than a lease TTL ago.
+  void MarkLoadedFromCheckpoint();
+  // Standby to serving: rebuilds every segment's allocator from the placements, keeps the
+  // space freed less than a lease TTL ago (held) out of use until then, treats every object
+  // as leased by the previous leader's readers for one lease TTL (its space is not reused
+  // before, though it may be removed), and gives every client a fresh heartbeat.
+  // FailedPrecondition (and the master stays a standby) when placements overlap.
+  Status Promote();
+  bool standby() const;
 
   const MasterConfig& config() const { return config_; }
   // Objects one eviction pass takes beyond what the allocation at hand needs: above the high
@@ -247,9 +287,36 @@ class MasterService {
   uint64_t CapacityLocked() const MC_REQUIRES(mu_);
   uint64_t AllocatedLocked() const MC_REQUIRES(mu_);
 
+  // The HA log's entries (no-ops without a sink): an object's state, a key's end.
+  void LogObjectLocked(oplog::Entry::Kind kind, const std::string& key, const Object& obj)
+      MC_REQUIRES(mu_);
+  void LogKeyLocked(oplog::Entry::Kind kind, const std::string& key) MC_REQUIRES(mu_);
+  void LogLocked(oplog::Entry&& entry) MC_REQUIRES(mu_);
+  // Standby: the placements of `old` that `now_in` (may be null) no longer has, held out of
+  // use for one lease TTL (the old leader's readers may still read them).
+  void HoldLocked(const Object& old, const Object* now_in, Clock::time_point now) MC_REQUIRES(mu_);
+  Status ApplyLocked(const oplog::Entry& e, Clock::time_point now) MC_REQUIRES(mu_);
+  void SetStateLocked(const oplog::ObjectState& st, Object* obj, Clock::time_point now)
+      MC_REQUIRES(mu_);
+
   const MasterConfig config_;
   const NowFn now_;
   mutable Mutex mu_;  // every member below
+  ChangeSink* sink_ MC_GUARDED_BY(mu_) = nullptr;
+  bool standby_ MC_GUARDED_BY(mu_) = false;
+  // Standby: space the log freed, not yet reusable (one lease TTL after it was applied).
+  struct Held {
+    uint32_t segment_id;
+    uint64_t offset;
+    uint64_t size;
+    Clock::time_point free_at;
+  };
+  std::deque<Held> held_ MC_GUARDED_BY(mu_);
+  // After a promotion: until then, space freed (removals, eviction) is not reused, since
+  // the previous leader's readers may hold leases this master does not know of.
+  Clock::time_point lease_floor_ MC_GUARDED_BY(mu_){};
+  // MarkLoadedFromCheckpoint's time (zero: the state came from the whole log).
+  Clock::time_point checkpoint_loaded_at_ MC_GUARDED_BY(mu_){};
   uint64_t next_segment_id_ MC_GUARDED_BY(mu_) = 1;
   uint64_t view_version_ MC_GUARDED_BY(mu_) = 1;
   size_t placement_cursor_ MC_GUARDED_BY(mu_) = 0;

@@ -48,13 +48,22 @@ void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
   for (ObjectEntry* e = in_flight_.front(); e != nullptr;) {
     ObjectEntry* put = e;
     e = in_flight_.next(e);
-    if (OnDrainingLocked(put->second) && drop(&put->second)) {
+    if (!OnDrainingLocked(put->second)) continue;
+    if (drop(&put->second)) {
       EraseObjectLocked(objects_.find(put->first), now);
+    } else {
+      LogObjectLocked(oplog::Entry::OBJECT, put->first, put->second);
     }
   }
   for (auto up = upserts_.begin(); up != upserts_.end();) {
-    up = OnDrainingLocked(up->second) && drop(&up->second) ? EraseUpsertLocked(up, now)
-                                                            : std::next(up);
+    if (!OnDrainingLocked(up->second)) {
+      ++up;
+    } else if (drop(&up->second)) {
+      up = EraseUpsertLocked(up, now);
+    } else {
+      LogObjectLocked(oplog::Entry::UPSERT_OBJECT, up->first, up->second);
+      ++up;
+    }
   }
   // Readers may hold addresses in these segments for one more lease TTL, and writers whose
   // put had a replica there may write there until their put is discarded: a segment mounted
@@ -119,10 +128,18 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
         const uint64_t before = InFlightBytes(it->second);
         const bool none_left = DropDrainingLocked(&it->second);
         ReleaseLocked(it->second.owner, before - InFlightBytes(it->second));
-        if (none_left) EraseObjectLocked(it, now);
+        if (none_left) {
+          EraseObjectLocked(it, now);
+        } else {
+          LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);
+        }
         continue;
       }
-      if (DropDrainingLocked(&it->second)) EraseObjectLocked(it, now);
+      if (DropDrainingLocked(&it->second)) {
+        EraseObjectLocked(it, now);
+      } else {
+        LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);
+      }
     }
     hit.clear();
   }
@@ -136,6 +153,12 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
       draining_.erase(id);
       segments_.erase(it);
       ++counters_.unmounts;
+      if (sink_ != nullptr) {
+        oplog::Entry e;
+        e.set_kind(oplog::Entry::UNMOUNT);
+        e.set_segment_id(static_cast<uint32_t>(id));
+        LogLocked(std::move(e));
+      }
     }
   }
   constexpr size_t kNamed = 8;  // a client's expiry may drop many: the first few by name

@@ -38,16 +38,21 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
   if (!PlaceOrFailLocked(key, item.size(), req.config(), &obj, result, now)) return;
   ReserveLocked(owner, InFlightBytes(obj));
   if (objects_.count(key)) {
-    upserts_.emplace(key, std::move(obj));  // the old value stays visible until PutEnd
+    // The old value stays visible until PutEnd.
+    auto up = upserts_.emplace(key, std::move(obj)).first;
+    LogObjectLocked(oplog::Entry::UPSERT_OBJECT, key, up->second);
   } else {
     // Nothing to replace: a plain put.
-    in_flight_.push_back(&*objects_.emplace(key, std::move(obj)).first);
+    ObjectEntry* placed = &*objects_.emplace(key, std::move(obj)).first;
+    in_flight_.push_back(placed);
+    LogObjectLocked(oplog::Entry::OBJECT, key, placed->second);
   }
 }
 
 std::unordered_map<std::string, MasterService::Object>::iterator MasterService::EraseUpsertLocked(
     std::unordered_map<std::string, Object>::iterator it, Clock::time_point now) {
   ReleaseLocked(it->second.owner, InFlightBytes(it->second));
+  LogKeyLocked(oplog::Entry::UPSERT_ERASE, it->first);
   FreeObjectLocked(it->second, now);
   return upserts_.erase(it);
 }
@@ -76,7 +81,9 @@ bool MasterService::UpsertEndLocked(const std::string& key, const std::string& c
     EraseObjectLocked(old, now);
   }
   obj.keep_soft_pin = false;
-  ListLocked(&*objects_.emplace(key, std::move(obj)).first);
+  ObjectEntry* done = &*objects_.emplace(key, std::move(obj)).first;
+  ListLocked(done);
+  LogObjectLocked(oplog::Entry::UPSERT_COMMIT, key, done->second);
   return true;
 }
 
