@@ -9,6 +9,8 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libprotobuf-dev protobuf-compiler
       # The master's remove_by_regex (linear-time regular expressions).
       libre2-dev
+      # mooncake_master's --config_path in YAML.
+      libyaml-cpp-dev
       # Servers the metadata-store tests start on 127.0.0.1.
       etcd-server redis-server
       python3 python3-venv python3-pip

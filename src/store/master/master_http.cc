@@ -19,8 +19,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr char kEndpoints[] =
-    "/metrics /metrics/summary /health /role /ha_status /get_all_keys /get_all_segments "
-    "/query_segment?segment= /query_key?key= /batch_query_keys?keys=";
+    "/metrics /metrics/summary /health /leader /role /ha_status /get_all_keys "
+    "/get_all_segments /query_segment?segment= /query_key?key= /batch_query_keys?keys=";
 
 HttpReply Reply(int status, std::string content_type, std::string body) {
   HttpReply r;
@@ -132,10 +132,50 @@ HttpReply Listing(const std::vector<std::string>& items, size_t total) {
   return r;
 }
 
-HttpReply Summary(MasterService& master) {
+// "service plane is not active: ..." (upstream's words first), saying where to go instead.
+std::string NotActiveMessage(const HaView& view) {
+  std::string m = "service plane is not active: ";
+  if (view.role == "leader") {
+    return m + "this master is the leader, in state " + view.ha_state + "; retry shortly";
+  }
+  m += "this master is a standby; ";
+  m += view.leader_address.empty() ? "no leader is known yet"
+                                   : "the leader is " + view.leader_address;
+  if (view.ha_state != "standby") m += " (ha_state " + view.ha_state + ")";
+  return m;
+}
+
+// Upstream's reply of the table endpoints on a master that is not serving.
+HttpReply NotActive(const HaView& view) {
+  HttpReply r =
+      ErrorJson(503, ErrorCode::UNAVAILABLE_IN_CURRENT_MODE, NotActiveMessage(view));
+  if (view.role == "leader") r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+// The summary's tail: the HA counters and the leader, when HA is on.
+std::string HaSummary(const HaView& view) {
+  if (!view.enabled) return "";
+  std::string text = ", ha={applied_seq: " + std::to_string(view.applied_seq) +
+                     " | durable_seq: " + std::to_string(view.durable_seq) +
+                     " | pending: " + std::to_string(view.pending_entries) +
+                     " | checkpoint_seq: " + std::to_string(view.checkpoint_seq) + "}";
+  if (!view.leader_address.empty()) {
+    text += ", leader=" + view.leader_address +
+            ", view_version=" + std::to_string(view.view_version);
+  }
+  return text;
+}
+
+HttpReply Summary(MasterService& master, const HaView& view) {
+  std::string text = "role=" + view.role + ", state=" + view.ha_state +
+                     ", service_ready=" + (view.service_ready ? "true" : "false");
+  if (!view.service_ready) {
+    return Reply(200, "text/plain; version=0.0.4",
+                 text + ", master={" + NotActiveMessage(view) + "}" + HaSummary(view));
+  }
   const auto s = master.GetSummary();
-  std::string text = "role=leader, state=serving, service_ready=true, master={Mem Storage: " +
-                     Bytes(s.allocated) + " / " + Bytes(s.capacity);
+  text += ", master={Mem Storage: " + Bytes(s.allocated) + " / " + Bytes(s.capacity);
   if (s.capacity > 0) {
     char pct[32];
     std::snprintf(pct, sizeof(pct), " (%.1f%%)",
@@ -144,7 +184,7 @@ HttpReply Summary(MasterService& master) {
   }
   text += " | Keys: " + std::to_string(s.keys) + " (soft-pinned: " +
           std::to_string(s.soft_pinned_keys) + ") | Clients: " + std::to_string(s.clients) +
-          " | Segments: " + std::to_string(s.segments) + "}";
+          " | Segments: " + std::to_string(s.segments) + "}" + HaSummary(view);
   return Reply(200, "text/plain; version=0.0.4", text);
 }
 
@@ -243,22 +283,83 @@ bool WalksATable(const std::string& path) {
          path == "/batch_query_keys" || path == "/metrics/summary";
 }
 
-HttpReply Route(MasterService& master, const std::string& path,
+// The endpoints that read the master's tables: only a serving master answers them.
+bool NeedsService(const std::string& path) {
+  return path == "/get_all_keys" || path == "/get_all_segments" || path == "/query_segment" ||
+         path == "/batch_query_keys" || path == "/query_key";
+}
+
+// Upstream's HA metrics (ha_*) and ours (master_ha_*), for a master run with HA.
+std::string HaMetricsText(const HaView& view) {
+  std::string out;
+  auto metric = [&](const char* type, const char* name, const char* help, uint64_t v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(v) + "\n";
+  };
+  const bool leader = view.role == "leader";
+  const uint64_t lag =
+      !leader && view.durable_seq > view.applied_seq ? view.durable_seq - view.applied_seq : 0;
+  metric("gauge", "ha_oplog_applied_sequence_id",
+         "Last log sequence this master applied (standby) or appended (leader)",
+         view.applied_seq);
+  metric("gauge", "ha_oplog_last_sequence_id", "Last log sequence durable in etcd",
+         view.durable_seq);
+  metric("gauge", "ha_oplog_standby_lag",
+         "Durable log entries this standby has not applied yet (0 on the leader)", lag);
+  metric("gauge", "ha_oplog_pending_entries", "Log entries appended, not yet durable in etcd",
+         view.pending_entries);
+  metric("counter", "ha_batch_record_durable_batches_total", "Log batches written to etcd",
+         view.durable_batches);
+  metric("counter", "ha_batch_record_durable_entries_total",
+         "Log entries in the batches written to etcd", view.durable_entries);
+  metric("counter", "master_ha_fenced_writes_total",
+         "Log batches refused because another master leads", view.fenced_writes);
+  metric("counter", "master_ha_promotions_total", "Times this master became the leader",
+         view.promotions);
+  metric("gauge", "master_ha_checkpoint_sequence_id",
+         "Log sequence the latest metadata checkpoint covers", view.checkpoint_seq);
+  metric("gauge", "master_ha_role", "1 on the leader, 0 on a standby", leader ? 1 : 0);
+  metric("gauge", "master_ha_service_ready", "1 while this master serves Store calls",
+         view.service_ready ? 1 : 0);
+  return out;
+}
+
+HttpReply Health(const HaView& view) {
+  Json j;
+  j["status"] = "ok";
+  j["role"] = view.role;
+  j["ha_state"] = view.ha_state;
+  j["service_ready"] = view.service_ready;
+  if (!view.leader_address.empty()) {
+    j["leader_address"] = view.leader_address;
+    j["view_version"] = view.view_version;
+  }
+  return JsonReply(200, j);
+}
+
+HttpReply Leader(const HaView& view) {
+  Json j;
+  j["present"] = !view.leader_address.empty();
+  if (!view.leader_address.empty()) {
+    j["leader_address"] = view.leader_address;
+    j["view_version"] = view.view_version;
+  }
+  return JsonReply(200, j);
+}
+
+HttpReply Route(MasterService& master, const HaView& view, const std::string& path,
                 const std::map<std::string, std::string>& params) {
   if (path == "/metrics") {
-    return Reply(200, "text/plain; version=0.0.4", master.MetricsText());
+    std::string text = master.MetricsText();
+    if (view.enabled) text += HaMetricsText(view);
+    return Reply(200, "text/plain; version=0.0.4", std::move(text));
   }
-  if (path == "/metrics/summary") return Summary(master);
-  if (path == "/health") {
-    Json j;
-    j["status"] = "ok";
-    j["role"] = "leader";
-    j["ha_state"] = "serving";
-    j["service_ready"] = true;
-    return JsonReply(200, j);
-  }
-  if (path == "/role") return Reply(200, "text/plain; charset=utf-8", "leader");
-  if (path == "/ha_status") return Reply(200, "text/plain; charset=utf-8", "serving");
+  if (path == "/metrics/summary") return Summary(master, view);
+  if (path == "/health") return Health(view);
+  if (path == "/leader") return Leader(view);
+  if (path == "/role") return Reply(200, "text/plain; charset=utf-8", view.role);
+  if (path == "/ha_status") return Reply(200, "text/plain; charset=utf-8", view.ha_state);
+  if (NeedsService(path) && !view.service_ready) return NotActive(view);
   if (path == "/get_all_keys") {
     size_t total = 0;
     auto keys = master.ListKeys(kMaxListed, kMaxListedBytes, &total);
@@ -291,7 +392,9 @@ HttpReply MasterHttp::Serve(const std::string& target) {
   if (q != std::string::npos && !ParseQuery(target.substr(q + 1), &params)) {
     return Reply(400, "text/plain", "bad percent-encoding in the query\n");
   }
-  if (!WalksATable(path)) return Route(*master_, path, params);
+  const HaView view = ha_view_ ? ha_view_() : HaView{};
+  // A master that does not serve walks no table: it answers without waiting its turn.
+  if (!WalksATable(path) || !view.service_ready) return Route(*master_, view, path, params);
   const auto start = now_();
   {
     MutexLock lock(&mu_);
@@ -305,7 +408,7 @@ HttpReply MasterHttp::Serve(const std::string& target) {
       return r;
     }
   }
-  HttpReply r = Route(*master_, path, params);
+  HttpReply r = Route(*master_, view, path, params);
   const auto took = now_() - start;
   if (took >= std::chrono::milliseconds(1)) {
     MutexLock lock(&mu_);

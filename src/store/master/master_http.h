@@ -2,10 +2,28 @@
 // of upstream's master, in upstream's formats. None changes state: /query_key and
 // /batch_query_keys grant no lease (upstream's do) and count as no access.
 //
-//   GET /metrics            Prometheus text (MasterService::MetricsText)
-//   GET /metrics/summary    one line: role, state, storage, keys, clients, segments
-//   GET /health             {"status":"ok","role":"leader","ha_state":"serving","service_ready":true}
-//   GET /role, /ha_status   "leader", "serving" (this master has no HA: it always serves)
+//   GET /metrics            Prometheus text (MasterService::MetricsText); with HA also
+//                           upstream's ha_oplog_{applied,last}_sequence_id,
+//                           ha_oplog_standby_lag, ha_oplog_pending_entries,
+//                           ha_batch_record_durable_{batches,entries}_total and ours,
+//                           master_ha_{fenced_writes_total,promotions_total,
+//                           checkpoint_sequence_id,role,service_ready}
+//   GET /metrics/summary    one line: role, state, service_ready, master={storage, keys,
+//                           clients, segments}; with HA ", ha={...}" and the leader
+//   GET /health             {"status":"ok","role":R,"ha_state":S,"service_ready":B} and, when
+//                           a leader is known, "leader_address":"ip:port","view_version":N
+//   GET /leader             {"present":false} or {"present":true,"leader_address":..,
+//                           "view_version":N}
+//   GET /role, /ha_status   the role (leader | standby) and the state as text
+// The HA fields come from the HaView function given to the constructor (ha/ha_view.h);
+// without one, the fixed non-HA view: leader, serving, ready, no leader address (so /leader
+// is {"present":false}, as upstream's master without HA).
+// Service plane: on a master whose view is not service_ready, the endpoints below that read
+// the tables (/get_all_keys, /get_all_segments, /query_segment, /query_key,
+// /batch_query_keys) answer 503 {"success":false,"error_code":-1011,"error_message":
+// "service plane is not active: this master is a standby; the leader is ADDR"} (a leader
+// still warming up says so and adds Retry-After: 1), and /metrics/summary puts that message in
+// place of its master={...} part; /metrics, /health, /leader, /role, /ha_status always answer.
 //   GET /get_all_keys       keys of complete objects, one per line
 //   GET /get_all_segments   names of the mounted segments, one per line (mount order)
 //   GET /query_segment?segment=NAME
@@ -23,8 +41,8 @@
 //
 // Bounds: a listing holds at most kMaxListed entries and kMaxListedBytes bytes; a cut listing
 // says so in the headers X-Mooncake-Truncated: true and X-Mooncake-Total-Count: <all>.
-// The endpoints that walk a table under the master's lock (all but /metrics, /health, /role,
-// /ha_status, /query_key) take at most a fifth of the time: after one that took d >= 1 ms,
+// The endpoints that walk a table under the master's lock (all but /metrics, /health, /leader,
+// /role, /ha_status, /query_key) take at most a fifth of the time: after one that took d >= 1 ms,
 // such requests are answered 503 (Retry-After: 1) for 4 d, so that a client polling big
 // listings cannot starve the RPCs.
 // A bad query (no key, a key over kMaxKeyBytes, over kMaxBatchItems keys, bad percent-
@@ -37,6 +55,7 @@
 #include <string>
 
 #include "common/thread_annotations.h"
+#include "store/ha/ha_view.h"
 #include "store/master/master_service.h"
 #include "store/master/metrics_server.h"
 
@@ -51,15 +70,22 @@ class MasterHttp {
   using Clock = std::chrono::steady_clock;
   using NowFn = std::function<Clock::time_point()>;
 
+  // This master's place in an HA cluster, read on each request (so it must be cheap and
+  // thread-safe); null: the non-HA view.
+  using HaViewFn = std::function<HaView()>;
+
   // `master` must outlive this.
   explicit MasterHttp(MasterService* master, NowFn now = &Clock::now)
-      : master_(master), now_(std::move(now)) {}
+      : MasterHttp(master, nullptr, std::move(now)) {}
+  MasterHttp(MasterService* master, HaViewFn ha_view, NowFn now = &Clock::now)
+      : master_(master), ha_view_(std::move(ha_view)), now_(std::move(now)) {}
 
   // The reply to GET `target` (path and query as sent). Thread-safe.
   HttpReply Serve(const std::string& target);
 
  private:
   MasterService* const master_;
+  const HaViewFn ha_view_;
   const NowFn now_;
   Mutex mu_;
   Clock::time_point heavy_after_ MC_GUARDED_BY(mu_){};  // table walks wait until then

@@ -265,6 +265,156 @@ TEST_F(MasterHttpTest, SegmentsHealthSummaryAndUnknownPaths) {
   EXPECT_NE(u.body.find("/get_all_segments"), std::string::npos);
 }
 
+HaView StandbyView() {
+  HaView v;
+  v.enabled = true;
+  v.role = "standby";
+  v.ha_state = "standby";
+  v.service_ready = false;
+  v.leader_address = "10.0.0.1:50051";
+  v.view_version = 42;
+  v.applied_seq = 90;
+  v.durable_seq = 100;
+  v.checkpoint_seq = 50;
+  return v;
+}
+
+HaView LeaderView() {
+  HaView v;
+  v.enabled = true;
+  v.leader_address = "10.0.0.2:50051";
+  v.view_version = 43;
+  v.applied_seq = 120;
+  v.durable_seq = 110;
+  v.pending_entries = 10;
+  v.checkpoint_seq = 100;
+  v.durable_batches = 7;
+  v.durable_entries = 110;
+  v.fenced_writes = 1;
+  v.promotions = 2;
+  return v;
+}
+
+TEST_F(MasterHttpTest, WithoutHaLeaderIsAbsentAndNoHaMetrics) {
+  json l = Json("/leader", 200);
+  EXPECT_EQ(l, json::parse(R"({"present":false})"));
+  json h = Json("/health", 200);
+  EXPECT_EQ(h, json::parse(
+                   R"({"status":"ok","role":"leader","ha_state":"serving","service_ready":true})"));
+  const std::string m = Serve("/metrics").body;
+  EXPECT_EQ(m.find("ha_oplog_"), std::string::npos);
+  EXPECT_EQ(m.find("master_ha_"), std::string::npos);
+  EXPECT_EQ(Serve("/metrics/summary").body.find("ha={"), std::string::npos);
+}
+
+// A standby: the state endpoints answer, the table endpoints 503 naming the leader.
+TEST_F(MasterHttpTest, AStandbyAnswersItsStateAndRefusesTheTables) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "k", 10), kOk);
+  HaView view = StandbyView();
+  MasterHttp http(master_.get(), [&] { return view; });
+  auto json_of = [&](const std::string& target, int status) {
+    HttpReply r = http.Serve(target);
+    EXPECT_EQ(r.status, status) << target << ": " << r.body;
+    EXPECT_EQ(r.content_type, "application/json; charset=utf-8") << target;
+    return json::parse(r.body, nullptr, false);
+  };
+  json h = json_of("/health", 200);
+  EXPECT_EQ(h, json::parse(R"({"status":"ok","role":"standby","ha_state":"standby",
+                               "service_ready":false,"leader_address":"10.0.0.1:50051",
+                               "view_version":42})"));
+  EXPECT_EQ(json_of("/leader", 200),
+            json::parse(R"({"present":true,"leader_address":"10.0.0.1:50051",
+                            "view_version":42})"));
+  EXPECT_EQ(http.Serve("/role").body, "standby");
+  EXPECT_EQ(http.Serve("/ha_status").body, "standby");
+  const std::string want =
+      "service plane is not active: this master is a standby; the leader is 10.0.0.1:50051";
+  for (const std::string t : {"/get_all_keys", "/get_all_segments", "/query_segment?segment=seg",
+                              "/query_key?key=k", "/batch_query_keys?keys=k"}) {
+    json e = json_of(t, 503);
+    EXPECT_EQ(e["success"], false) << t;
+    EXPECT_EQ(e["error_code"], C(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE)) << t;
+    EXPECT_EQ(e["error_message"], want) << t;
+    EXPECT_EQ(Header(http.Serve(t), "Retry-After"), "") << t;  // go to the leader instead
+  }
+  HttpReply s = http.Serve("/metrics/summary");
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.body, "role=standby, state=standby, service_ready=false, master={" + want +
+                        "}, ha={applied_seq: 90 | durable_seq: 100 | pending: 0 | "
+                        "checkpoint_seq: 50}, leader=10.0.0.1:50051, view_version=42");
+  // /metrics always answers, the HA metrics appended.
+  HttpReply m = http.Serve("/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("master_key_count 1\n"), std::string::npos);
+  for (const std::string line :
+       {"ha_oplog_applied_sequence_id 90", "ha_oplog_last_sequence_id 100",
+        "ha_oplog_standby_lag 10", "ha_oplog_pending_entries 0", "master_ha_role 0",
+        "master_ha_service_ready 0", "master_ha_checkpoint_sequence_id 50"}) {
+    EXPECT_NE(m.body.find("\n" + line + "\n"), std::string::npos) << line << "\n" << m.body;
+  }
+  EXPECT_NE(m.body.find("# TYPE ha_oplog_standby_lag gauge\n"), std::string::npos);
+
+  // Other standby states and no leader known: said so; the leader's ("standby" role) too.
+  view.ha_state = "catching_up";
+  view.leader_address.clear();
+  view.view_version = 0;
+  EXPECT_EQ(json_of("/get_all_keys", 503)["error_message"],
+            "service plane is not active: this master is a standby; no leader is known yet "
+            "(ha_state catching_up)");
+  EXPECT_EQ(json_of("/leader", 200), json::parse(R"({"present":false})"));
+  json h2 = json_of("/health", 200);
+  EXPECT_FALSE(h2.contains("leader_address"));
+  EXPECT_FALSE(h2.contains("view_version"));
+  EXPECT_EQ(http.Serve("/ha_status").body, "catching_up");
+}
+
+// A leader warming up is not ready either: 503 with Retry-After; once serving, everything.
+TEST_F(MasterHttpTest, ALeaderServesOnceReady) {
+  ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
+  ASSERT_EQ(Put("c1", "k", 10), kOk);
+  HaView view = LeaderView();
+  view.ha_state = "leader_warmup";
+  view.service_ready = false;
+  MasterHttp http(master_.get(), [&] { return view; });
+  HttpReply warm = http.Serve("/query_key?key=k");
+  EXPECT_EQ(warm.status, 503);
+  EXPECT_EQ(Header(warm, "Retry-After"), "1");
+  EXPECT_NE(warm.body.find("service plane is not active: this master is the leader, in state "
+                           "leader_warmup; retry shortly"),
+            std::string::npos)
+      << warm.body;
+  EXPECT_EQ(http.Serve("/role").body, "leader");
+
+  view.ha_state = "serving";
+  view.service_ready = true;
+  EXPECT_EQ(http.Serve("/query_key?key=k").status, 200);
+  EXPECT_EQ(http.Serve("/get_all_keys").body, "k\n");
+  json h = json::parse(http.Serve("/health").body);
+  EXPECT_EQ(h, json::parse(R"({"status":"ok","role":"leader","ha_state":"serving",
+                               "service_ready":true,"leader_address":"10.0.0.2:50051",
+                               "view_version":43})"));
+  EXPECT_EQ(http.Serve("/ha_status").body, "serving");
+  HttpReply s = http.Serve("/metrics/summary");
+  EXPECT_NE(s.body.find("role=leader, state=serving, service_ready=true, master={Mem Storage: "),
+            std::string::npos)
+      << s.body;
+  EXPECT_NE(s.body.find("Segments: 1}, ha={applied_seq: 120 | durable_seq: 110 | pending: 10 "
+                        "| checkpoint_seq: 100}, leader=10.0.0.2:50051, view_version=43"),
+            std::string::npos)
+      << s.body;
+  const std::string m = http.Serve("/metrics").body;
+  for (const std::string line :
+       {"ha_oplog_applied_sequence_id 120", "ha_oplog_last_sequence_id 110",
+        "ha_oplog_standby_lag 0", "ha_oplog_pending_entries 10",
+        "ha_batch_record_durable_batches_total 7", "ha_batch_record_durable_entries_total 110",
+        "master_ha_fenced_writes_total 1", "master_ha_promotions_total 2",
+        "master_ha_checkpoint_sequence_id 100", "master_ha_role 1", "master_ha_service_ready 1"}) {
+    EXPECT_NE(m.find("\n" + line + "\n"), std::string::npos) << line << "\n" << m;
+  }
+  EXPECT_NE(m.find("# TYPE master_ha_promotions_total counter\n"), std::string::npos);
+}
+
 // A walk that took d >= 1 ms holds the next ones off for 4 d (503 + Retry-After), then they
 // are served again; cheap endpoints are never held off.
 TEST_F(MasterHttpTest, TableWalksTakeAtMostAFifthOfTheTime) {
