@@ -1,5 +1,7 @@
 #include "store/master/master_flags.h"
 
+#include "metadata/stores/etcd_kv.h"
+
 #include <glog/logging.h>
 #include <yaml-cpp/yaml.h>
 
@@ -223,38 +225,14 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-// The etcd members in `conn`, as etcd_kv.h's ParseEtcdEndpoints documents them (kept here
-// until that function's implementation lands; then this becomes a call to it).
+// The etcd members in `conn` (etcd_kv.h's ParseEtcdEndpoints), the flag named in an error.
 Status ParseEndpoints(const std::string& flag, const std::string& conn,
                       std::vector<HostPort>* out) {
-  size_t start = 0;
-  while (start <= conn.size()) {
-    size_t end = conn.find_first_of(",;", start);
-    if (end == std::string::npos) end = conn.size();
-    std::string item = Trim(conn.substr(start, end - start));
-    start = end + 1;
-    if (Lower(item).rfind("https://", 0) == 0) {
-      return Status::InvalidArgument(flag + "='" + conn + "': " + item +
-                                     ": https is not supported (this build speaks plain HTTP "
-                                     "to etcd): give http:// or host:port");
-    }
-    if (Lower(item).rfind("http://", 0) == 0) item = item.substr(7);
-    while (!item.empty() && item.back() == '/') item.pop_back();
-    if (item.empty()) {
-      return Status::InvalidArgument(flag + "='" + conn +
-                                     "': an empty endpoint: separate host:port items with "
-                                     "';' or ','");
-    }
-    auto hp = ParseHostPort(item);
-    if (!hp.ok()) {
-      return Status::InvalidArgument(flag + "='" + conn + "': " + hp.status().message());
-    }
-    if (!hp->has_port) {
-      hp->port = 2379;
-      hp->has_port = true;
-    }
-    out->push_back(*hp);
+  auto parsed = ParseEtcdEndpoints(conn);
+  if (!parsed.ok()) {
+    return Status::InvalidArgument(flag + "='" + conn + "': " + parsed.status().message());
   }
+  *out = std::move(*parsed);
   return Status::OK();
 }
 
