@@ -564,6 +564,8 @@ class Cluster:
 
     @property
     def venv_python(self):
+        if getattr(self, "_venv_python", None):
+            return self._venv_python
         venv = pathlib.Path(os.environ.get("MC_PY_VENV", REPO / "build" / "py-venv"))
         py = venv / "bin" / "python"
         ok = py.exists() and subprocess.run([py, "-c", "import mooncake.store"],
@@ -571,7 +573,8 @@ class Cluster:
         if not ok:
             _skip_or_fail(f"{py} cannot import mooncake.store: install the package first "
                           "(MC_PY_INSTALL_ONLY=1 scripts/python_test.sh)")
-        return str(py)
+        self._venv_python = str(py)
+        return self._venv_python
 
     def etcd(self, hosts, heartbeat_ms=100, election_ms=1000, extra_args=(), timeout=20.0):
         """Starts one etcd member on each of `hosts` (an --initial-cluster of them) and waits
