@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make demo   installs what is needed, builds, and runs the main job (target + initiator,
 #               two processes on 127.0.0.1 with P2PHANDSHAKE, 1 GiB moved and verified)
-#   make test   builds and runs every test (C++ unit and multi-process suites, Python suites)
+#   make test   builds and runs every test (C++ unit and multi-process suites, Python suites,
+#               tests/multihost: hosts as network namespaces on a bridge)
 #   make store-demo  installs the Python package into build/py-venv and runs the Store example:
 #               mooncake_master + a writer client + a reader client (three processes)
 BUILD ?= build
@@ -38,7 +39,8 @@ pytest: build
 pytest-python:
 	JOBS=$(JOBS) scripts/python_test.sh
 
-test: unit pytest pytest-python
+# pytest-python before pytest: tests/multihost runs Store clients with build/py-venv's package.
+test: unit pytest-python pytest
 
 clean:
 	rm -rf $(BUILD)

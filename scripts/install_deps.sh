@@ -11,8 +11,8 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libre2-dev
       # mooncake_master's --config_path in YAML.
       libyaml-cpp-dev
-      # Servers the metadata-store tests start on 127.0.0.1.
-      etcd-server redis-server
+      # Servers the metadata-store tests start on 127.0.0.1; etcdctl for tests/multihost.
+      etcd-server etcd-client redis-server
       python3 python3-venv python3-pip
       # Upstream's CPU wheel (interop tests and side-by-side benchmarks) loads these.
       libibverbs1 libnuma1 libcurl4

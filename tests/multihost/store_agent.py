@@ -1,0 +1,67 @@
+"""A Store client driven over stdin/stdout, one JSON object a line each way (run on a host with
+the project's venv: host.run([cluster.venv_python, AGENT], pipe=True)). Prints {"ready": true},
+then answers each request with one line:
+  {"op": "setup", "host": ip, "master": "ip:port", "segment": n, "buffer": n}  -> {"rc": 0}
+  {"op": "put_random", "prefix": p, "count": n, "size": s}  -> {"rcs": [...], "sha": {key: hex},
+      "seconds": t}   (random bytes from os.urandom, key = prefix + index)
+  {"op": "get", "keys": [...], "size": s}  -> {"rc": {key: bytes read or a negative code},
+      "sha": {key: hex of the bytes read}, "seconds": t, "max_seconds": slowest get}
+  {"op": "close"}  -> {"rc": ...}   and EOF on stdin ends it.
+"""
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mooncake.store import MooncakeDistributedStore
+
+
+def reply(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    store = None
+    reply({"ready": True})
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req["op"]
+        if op == "setup":
+            store = MooncakeDistributedStore()
+            rc = store.setup(req["host"], "P2PHANDSHAKE", req["segment"], req["buffer"], "tcp",
+                             "", req["master"])
+            reply({"rc": rc})
+        elif op == "put_random":
+            rcs, sha = [], {}
+            t0 = time.monotonic()
+            for i in range(req["count"]):
+                key = f"{req['prefix']}{i}"
+                data = os.urandom(req["size"])
+                rcs.append(store.put(key, data))
+                sha[key] = hashlib.sha256(data).hexdigest()
+            reply({"rcs": rcs, "sha": sha, "seconds": time.monotonic() - t0})
+        elif op == "get":
+            buf = np.zeros(req["size"], dtype=np.uint8)
+            rcs, sha, slowest = {}, {}, 0.0
+            t0 = time.monotonic()
+            for key in req["keys"]:
+                t = time.monotonic()
+                n = store.get_into(key, buf.ctypes.data, buf.nbytes)
+                slowest = max(slowest, time.monotonic() - t)
+                rcs[key] = n
+                if n >= 0:
+                    sha[key] = hashlib.sha256(buf[:n].tobytes()).hexdigest()
+            reply({"rc": rcs, "sha": sha, "seconds": time.monotonic() - t0,
+                   "max_seconds": slowest})
+        elif op == "close":
+            reply({"rc": store.close() if store else 0})
+            store = None
+        else:
+            reply({"error": f"unknown op {op}"})
+
+
+if __name__ == "__main__":
+    main()
