@@ -11,8 +11,9 @@ std::string EncodeConfig(const RealClientConfig& c) {
                       {"protocol", c.protocol},
                       {"device_names", c.device_names},
                       {"host", c.host},
-                      {"segment_name", c.segment_name},
-                      {"store_cluster_id", c.store_cluster_id}};
+                      {"segment_name", c.segment_name}};
+  // Optional (newer real clients): absent when empty, so the line is what older ones send.
+  if (!c.store_cluster_id.empty()) j["store_cluster_id"] = c.store_cluster_id;
   // JSON carries UTF-8 only: a byte that is not (a flag's value can be anything) becomes
   // U+FFFD, where the strict default would throw out of the real client's constructor.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
