@@ -192,24 +192,17 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
     }
     case oplog::Entry::OBJECT: {
       auto it = objects_.find(e.key());
-      Object next;
-      SetStateLocked(e.object(), &next, now);
       if (it == objects_.end()) {
-        ListLocked(&*objects_.emplace(e.key(), std::move(next)).first);
+        Object obj;
+        SetStateLocked(e.object(), &obj, now);
+        ListLocked(&*objects_.emplace(e.key(), std::move(obj)).first);
         return Status::OK();
       }
-      HoldLocked(it->second, &next, now);
-      Object& obj = it->second;  // its list links stay
-      obj.size = next.size;
-      obj.replicas = std::move(next.replicas);
-      obj.owner = std::move(next.owner);
-      obj.complete = next.complete;
-      obj.soft_pin = next.soft_pin;
-      obj.hard_pin = next.hard_pin;
-      obj.soft_pin_ttl = next.soft_pin_ttl;
-      obj.keep_soft_pin = next.keep_soft_pin;
-      obj.stamp = next.stamp;
-      obj.last_access = next.last_access;
+      Object old;  // its placements, to hold those the new state no longer has
+      old.size = it->second.size;
+      old.replicas = it->second.replicas;
+      SetStateLocked(e.object(), &it->second, now);  // in place: its list links stay
+      HoldLocked(old, &it->second, now);
       ListLocked(&*it);
       return Status::OK();
     }
