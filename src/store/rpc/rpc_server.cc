@@ -54,7 +54,9 @@ std::string PeerOf(int fd) {
 using namespace rpc_internal;  // NOLINT
 
 RpcServer::RpcServer(Options options, Handler handler)
-    : options_(std::move(options)), handler_(std::move(handler)) {}
+    : options_(std::move(options)),
+      handler_(std::move(handler)),
+      holds_(std::make_unique<Holds>()) {}
 
 RpcServer::~RpcServer() { Stop(); }
 
@@ -100,6 +102,10 @@ Status RpcServer::Start(const std::string& host, int port) {
   }
   worker_ = std::make_unique<Worker>();
   worker_->thread = std::thread([this] { RunWorker(); });
+  {
+    MutexLock lock(&holds_->mu);
+    holds_->live = true;
+  }
   for (auto& l : loops_) {
     Loop* p = l.get();
     l->thread = std::thread([this, p] { RunLoop(p); });
@@ -121,8 +127,15 @@ void RpcServer::Stop() {
     uint64_t one = 1;
     (void)!write(l->wake, &one, sizeof(one));
   }
+  for (auto& l : loops_) l->thread.join();
+  {
+    // Nothing parks any more (the worker and the loops are gone); a release from now on
+    // finds nothing and delivers nowhere.
+    MutexLock lock(&holds_->mu);
+    holds_->live = false;
+    holds_->jobs.clear();
+  }
   for (auto& l : loops_) {
-    l->thread.join();
     for (auto& [fd, c] : l->conns) {
       buffered_ -= c->in.size();
       held_ -= c->held;
@@ -159,14 +172,96 @@ void RpcServer::RunWorker() {
     h.seq = job->seq;
     h.length = static_cast<uint32_t>(job->reply.size() - kFrameHeaderBytes);
     EncodeHeader(&job->reply[0], h);
-    Loop* loop = job->loop;
-    {
-      MutexLock l(&loop->done_mu);
-      loop->done.push_back(std::move(job));
+    if (options_.hold_position) {
+      const uint64_t pos = options_.hold_position(job->method, st);
+      if (pos != 0 && Park(pos, &job)) continue;
     }
-    uint64_t one = 1;
-    (void)!write(loop->wake, &one, sizeof(one));
+    Deliver(std::move(job));
   }
+}
+
+void RpcServer::Deliver(std::unique_ptr<Job> job) {
+  Loop* loop = job->loop;
+  {
+    MutexLock l(&loop->done_mu);
+    loop->done.push_back(std::move(job));
+  }
+  uint64_t one = 1;
+  (void)!write(loop->wake, &one, sizeof(one));
+}
+
+namespace {
+
+// The frame of a reply that may not be acknowledged: same method and seq, kNotLeader.
+void FailFrame(std::string* frame, uint16_t method, uint32_t seq, const std::string& message) {
+  frame->assign(kFrameHeaderBytes, '\0');
+  frame->append(message);
+  EncodeHeader(&(*frame)[0], FrameHeader{method, static_cast<uint16_t>(RpcStatus::kNotLeader),
+                                         seq, static_cast<uint32_t>(message.size())});
+}
+
+}  // namespace
+
+bool RpcServer::Park(uint64_t pos, std::unique_ptr<Job>* job) {
+  Holds& h = *holds_;
+  MutexLock lock(&h.mu);
+  if (pos <= h.durable) return false;  // durable already: sent as it is
+  if (h.failed) {
+    FailFrame(&(*job)->reply, (*job)->method, (*job)->seq, h.message);
+    return false;
+  }
+  h.jobs.emplace(pos, std::move(*job));
+  return true;
+}
+
+void RpcServer::ReleaseHeld(uint64_t durable) {
+  Holds& h = *holds_;
+  MutexLock lock(&h.mu);
+  if (durable <= h.durable) return;
+  h.durable = durable;
+  auto end = h.jobs.upper_bound(durable);
+  // Delivered under the mutex: Stop clears `live` under it before it destroys the loops.
+  if (h.live) {
+    for (auto it = h.jobs.begin(); it != end; ++it) Deliver(std::move(it->second));
+  }
+  h.jobs.erase(h.jobs.begin(), end);
+}
+
+void RpcServer::FailHeld(const std::string& message) {
+  Holds& h = *holds_;
+  MutexLock lock(&h.mu);
+  h.failed = true;
+  h.message = message;
+  if (h.live) {
+    for (auto& [pos, job] : h.jobs) {
+      FailFrame(&job->reply, job->method, job->seq, message);
+      Deliver(std::move(job));
+    }
+  }
+  h.jobs.clear();
+}
+
+void RpcServer::ResetHeld(uint64_t durable) {
+  Holds& h = *holds_;
+  MutexLock lock(&h.mu);
+  // Replies still held wait for positions of the old log, which the new one does not reach.
+  const std::string message =
+      h.failed ? h.message : "the operation log was reset before the reply was durable";
+  if (h.live) {
+    for (auto& [pos, job] : h.jobs) {
+      FailFrame(&job->reply, job->method, job->seq, message);
+      Deliver(std::move(job));
+    }
+  }
+  h.jobs.clear();
+  h.failed = false;
+  h.message.clear();
+  h.durable = durable;
+}
+
+size_t RpcServer::held_replies() const {
+  MutexLock lock(&holds_->mu);
+  return holds_->jobs.size();
 }
 
 void RpcServer::RunLoop(Loop* loop) {
@@ -212,7 +307,14 @@ void RpcServer::TakeReplies(Loop* loop) {
     c->busy = false;
     c->job_bytes = 0;
     Charge(loop, c);
-    c->out = std::move(job->reply);
+    if (c->sent == c->out.size()) {
+      c->out = std::move(job->reply);
+    } else {
+      // Replies of its earlier requests are still unsent (the socket did not take them all):
+      // this one goes after them.
+      c->out.erase(0, c->sent);
+      c->out += job->reply;
+    }
     c->sent = 0;
     Account(c);
     c->last_active = Clock::now();

@@ -35,6 +35,25 @@
 //     turns with the other connections of its loop, and what it sent past its turn stays in
 //     the socket until its next one. A small call waits for at most one turn of each other
 //     connection of its loop (the handler's work on each request bounded by master_rpc.h).
+// Held replies (the master's HA mode: "durable before acknowledged"). With
+// Options::hold_position set, it is called on the handler's thread right after the handler
+// returned (the loop's inline call, or the worker's) and answers the operation-log position
+// the reply waits for (0: none). A reply whose position is above the durable one
+// (ReleaseHeld's largest) is parked whole (its frame as produced) off the loop instead of
+// being sent; ReleaseHeld(durable) hands every parked reply at or below `durable` to its
+// loop (the worker's path: Loop::done, the loop's eventfd), which sends it on its thread, so
+// no loop thread ever waits for durability. The decision to park and ReleaseHeld take one
+// mutex (with the durable value and FailHeld's state), so a reply parked just as the
+// durable value passes it is sent at once, never stranded. While its reply is parked a
+// connection is busy, exactly as with a request on the worker: nothing more is read or
+// served from it (its order is kept; the replies of its earlier pipelined requests go out
+// first), its request's bytes stay charged to it, it is never the victim at the cap. So a
+// held reply holds its connection: at most one is held per connection, at most
+// max_connections in all (held replies count against no other bound). FailHeld replaces
+// every parked reply, and every one that would be parked until ResetHeld, with a kNotLeader
+// reply (same method and seq, payload its message): a client sees a failed call, never a
+// false OK. A connection closed while its reply is held loses that reply at release; Stop()
+// drops every held reply.
 // The victim choice at the cap is common/admission.h's (with the ranks above); the cap itself
 // is counted across loops without a lock (open_connections()). The port is bound by ListenTcp
 // (common/net.h), without SO_REUSEPORT: a port in use is refused.
@@ -69,6 +88,9 @@ class RpcServer {
     std::chrono::milliseconds header_deadline{2000};  // an incomplete 16-byte header
     size_t max_buffered_bytes = 1ull << 30;
     std::function<bool(uint16_t method)> slow;  // run on the worker thread
+    // Called on the handler's thread right after the handler returned (loop or worker): the
+    // log position the reply waits for (0: send it now). Null: replies are never held.
+    std::function<uint64_t(uint16_t method, RpcStatus status)> hold_position;
   };
 
   RpcServer(Options options, Handler handler);
@@ -92,6 +114,20 @@ class RpcServer {
   size_t buffered_bytes() const { return buffered_.load(); }
   size_t buffer_capacity() const { return held_.load(); }
 
+  // Held replies (the header comment). Thread-safe, callable from any thread, cheap.
+  // Every held reply whose position <= durable is sent; from now on positions <= durable are
+  // not held at all. durable only grows (a smaller value is ignored).
+  void ReleaseHeld(uint64_t durable);
+  // Every held reply, and every reply held from now on until ResetHeld, is replaced by a
+  // reply with RpcStatus::kNotLeader whose payload is `message` (the client sees a failed
+  // call, never a false OK). Replies at positions <= the durable value are sent as they are.
+  void FailHeld(const std::string& message);
+  // Ends FailHeld's state: positions start again from `durable` (a new log; it may be
+  // smaller than the old durable value). A reply still held then (ResetHeld without FailHeld)
+  // belongs to the old log: it fails as FailHeld's would.
+  void ResetHeld(uint64_t durable);
+  size_t held_replies() const;  // replies held now
+
  private:
   using Clock = std::chrono::steady_clock;
   struct Conn;
@@ -104,6 +140,11 @@ class RpcServer {
   void OnEvent(Loop* loop, uint64_t tag, uint32_t events);
   void CloseLate(Loop* loop, Clock::time_point now);
   void RunWorker();
+  // A reply whose handler ran with hold position pos: true when it is parked (*job taken),
+  // false when it is to be sent now (its frame rewritten to kNotLeader in FailHeld's state).
+  bool Park(uint64_t pos, std::unique_ptr<Job>* job);
+  // A reply to its loop (Loop::done, then TakeReplies on the loop's thread).
+  static void Deliver(std::unique_ptr<Job> job);
   void Accept(Loop* loop);
   // Reads what is there; false when the connection is to be closed.
   bool OnReadable(Loop* loop, Conn* c);
@@ -123,6 +164,9 @@ class RpcServer {
   // to the worker; the bytes handled dropped and the pending time accounted.
   bool RefuseFrame(Conn* c, HeaderCheck check, const FrameHeader& h, size_t at);
   void HandOff(Loop* loop, Conn* c, const FrameHeader& h, const char* payload);
+  // The reply just appended to c->out at base, held at pos: true when it is parked (taken
+  // out of c->out, c busy until it is released), false when it stays to be sent now.
+  bool HoldInline(Loop* loop, Conn* c, const FrameHeader& h, size_t base, uint64_t pos);
   void EndTurn(Loop* loop, Conn* c, size_t at);
   // Gives the connections on the loop's ready list their next turn (Serve's budget).
   void ServeReady(Loop* loop);
@@ -146,6 +190,8 @@ class RpcServer {
   std::atomic<uint64_t> next_id_{1};
   struct Worker;
   std::unique_ptr<Worker> worker_;
+  struct Holds;
+  const std::unique_ptr<Holds> holds_;  // held replies, the durable value, FailHeld's state
   bool started_ = false;
 };
 

@@ -145,6 +145,10 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
                   static_cast<uint32_t>(c->out.size() - base - kFrameHeaderBytes)};
     EncodeHeader(&c->out[base], r);
     at += kFrameHeaderBytes + h.length;
+    if (options_.hold_position) {
+      const uint64_t pos = options_.hold_position(h.method, st);
+      if (pos != 0 && HoldInline(loop, c, h, base, pos)) break;
+    }
   }
   EndTurn(loop, c, at);
   if (!ok) {
@@ -182,6 +186,27 @@ bool RpcServer::RefuseFrame(Conn* c, HeaderCheck check, const FrameHeader& h, si
   EncodeHeader(&c->out[base], r);
   c->close_after_flush = true;
   return true;
+}
+
+bool RpcServer::HoldInline(Loop* loop, Conn* c, const FrameHeader& h, size_t base,
+                           uint64_t pos) {
+  auto job = std::make_unique<Job>();
+  job->loop = loop;
+  job->fd = c->fd;
+  job->conn_id = c->id;
+  job->method = h.method;
+  job->seq = h.seq;
+  job->reply.assign(c->out, base, std::string::npos);
+  c->out.resize(base);
+  // Set before Park: once parked, a release on another thread may deliver it at once (the
+  // loop takes it only after this turn, on this thread).
+  c->busy = true;
+  c->job_bytes = h.length;  // charged until the reply goes, as for a request on the worker
+  if (Park(pos, &job)) return true;
+  c->busy = false;
+  c->job_bytes = 0;
+  c->out += job->reply;  // durable already (or failed): sent with the others
+  return false;
 }
 
 void RpcServer::HandOff(Loop* loop, Conn* c, const FrameHeader& h, const char* payload) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -58,7 +59,7 @@ struct RpcServer::Conn {
   std::string in;      // bytes received, not yet handled
   std::string out;     // reply bytes not yet sent
   size_t sent = 0;     // of out
-  bool busy = false;   // a request is on the worker
+  bool busy = false;   // a request is on the worker, or its reply is held (Holds)
   bool eof = false;    // the client sent FIN: serve what came, then close
   bool close_after_flush = false;
   bool more = false;    // requests left in `in` when its turn ended (Serve's budget)
@@ -68,7 +69,7 @@ struct RpcServer::Conn {
   Clock::time_point partial_since = Clock::time_point::max();  // an incomplete request began
   Clock::time_point created;
   Clock::duration pending_total{0};  // with an incomplete request, before partial_since
-  size_t job_bytes = 0;  // the payload of its request on the worker
+  size_t job_bytes = 0;  // the payload of its request on the worker / of its held reply
   size_t charged = 0;    // in.size() + job_bytes beyond kConnAllowance, charged to its loop
   size_t held = 0;      // in's and out's capacity, as counted in RpcServer::held_
   size_t reserved = 0;  // in's capacity reserved for its large first request (OnReadable)
@@ -81,7 +82,19 @@ struct RpcServer::Job {
   uint16_t method;
   uint32_t seq;
   std::string payload;
-  std::string reply;  // the whole frame, filled by the worker
+  std::string reply;  // the whole frame, filled by the worker (or the loop, for a held one)
+};
+
+// Replies held until their log position is durable (rpc_server.h), with what decides it.
+// Lock order: mu before a Loop's done_mu (a release delivers under mu, so that Stop, which
+// clears `live` under mu, never races a delivery to a loop it is about to destroy).
+struct RpcServer::Holds {
+  mutable Mutex mu;
+  uint64_t durable MC_GUARDED_BY(mu) = 0;
+  bool failed MC_GUARDED_BY(mu) = false;  // FailHeld's state, until ResetHeld
+  std::string message MC_GUARDED_BY(mu);  // FailHeld's
+  bool live MC_GUARDED_BY(mu) = false;    // the loops run (Start .. Stop): replies may go
+  std::multimap<uint64_t, std::unique_ptr<Job>> jobs MC_GUARDED_BY(mu);  // by position
 };
 
 struct RpcServer::Loop {
