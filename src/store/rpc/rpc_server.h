@@ -53,7 +53,9 @@
 // every parked reply, and every one that would be parked until ResetHeld, with a kNotLeader
 // reply (same method and seq, payload its message): a client sees a failed call, never a
 // false OK. A connection closed while its reply is held loses that reply at release; Stop()
-// drops every held reply.
+// drops every held reply. A held connection keeps no deadline of its own, but a next request
+// it has begun to send behind the held one still has Options::request_deadline (as behind a
+// request on the worker): durability is expected well within it.
 // The victim choice at the cap is common/admission.h's (with the ranks above); the cap itself
 // is counted across loops without a lock (open_connections()). The port is bound by ListenTcp
 // (common/net.h), without SO_REUSEPORT: a port in use is refused.
