@@ -11,6 +11,8 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libre2-dev
       # mooncake_master's --config_path in YAML.
       libyaml-cpp-dev
+      # The HA operation log's CRC32 (zlib).
+      zlib1g-dev
       # Servers the metadata-store tests start on 127.0.0.1; etcdctl for tests/multihost.
       etcd-server etcd-client redis-server
       python3 python3-venv python3-pip

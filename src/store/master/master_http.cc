@@ -394,7 +394,8 @@ HttpReply MasterHttp::Serve(const std::string& target) {
   }
   const HaView view = ha_view_ ? ha_view_() : HaView{};
   // A master that does not serve walks no table: it answers without waiting its turn.
-  if (!WalksATable(path) || !view.service_ready) return Route(*master_, view, path, params);
+  const std::shared_ptr<MasterService> master = master_();
+  if (!WalksATable(path) || !view.service_ready) return Route(*master, view, path, params);
   const auto start = now_();
   {
     MutexLock lock(&mu_);
@@ -408,7 +409,7 @@ HttpReply MasterHttp::Serve(const std::string& target) {
       return r;
     }
   }
-  HttpReply r = Route(*master_, view, path, params);
+  HttpReply r = Route(*master, view, path, params);
   const auto took = now_() - start;
   if (took >= std::chrono::milliseconds(1)) {
     MutexLock lock(&mu_);

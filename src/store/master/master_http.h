@@ -52,6 +52,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/thread_annotations.h"
@@ -78,13 +79,22 @@ class MasterHttp {
   explicit MasterHttp(MasterService* master, NowFn now = &Clock::now)
       : MasterHttp(master, nullptr, std::move(now)) {}
   MasterHttp(MasterService* master, HaViewFn ha_view, NowFn now = &Clock::now)
-      : master_(master), ha_view_(std::move(ha_view)), now_(std::move(now)) {}
+      : master_([master] {  // not owned: an aliasing pointer that deletes nothing
+          return std::shared_ptr<MasterService>(std::shared_ptr<MasterService>(), master);
+        }),
+        ha_view_(std::move(ha_view)),
+        now_(std::move(now)) {}
+  // An HA master replaces its MasterService when it steps down: each request asks for the
+  // current one (kept alive for the request).
+  using MasterFn = std::function<std::shared_ptr<MasterService>()>;
+  MasterHttp(MasterFn master, HaViewFn ha_view, NowFn now = &Clock::now)
+      : master_(std::move(master)), ha_view_(std::move(ha_view)), now_(std::move(now)) {}
 
   // The reply to GET `target` (path and query as sent). Thread-safe.
   HttpReply Serve(const std::string& target);
 
  private:
-  MasterService* const master_;
+  const MasterFn master_;
   const HaViewFn ha_view_;
   const NowFn now_;
   Mutex mu_;

@@ -21,6 +21,7 @@
 
 #include "store/common/binary_main.h"
 #include "store/common/limits.h"
+#include "store/ha/ha_master.h"
 #include "store/master/master_flags.h"
 #include "store/master/master_rpc.h"
 #include "store/master/master_service.h"
@@ -102,8 +103,29 @@ int main(int argc, char** argv) {
   if (flags.ok()) flags = mooncake::store::MasterConfigFromFlags(&config);
   if (flags.ok()) flags = mooncake::store::ResolveHaSettings(rpc_port, &ha);
   if (!flags.ok()) return Fail(flags.message());
-  if (ha.enabled) return Fail("--enable_ha=true: the HA machinery is not in this build yet");
-  MasterService master(config);
+  // With --enable_ha the MasterService is HaMaster's (a standby's until it leads).
+  std::unique_ptr<MasterService> alone;
+  std::unique_ptr<mooncake::store::ha::HaMaster> ha_master;
+  if (ha.enabled) {
+    mooncake::store::ha::HaMaster::Options o;
+    o.endpoints = ha.endpoints;
+    o.cluster_id = ha.cluster_id;
+    o.advertise_address = ha.advertise_address;
+    o.config = config;
+    o.oplog = ha.oplog;
+    o.lease_ttl_sec = ha.lease_ttl_sec;
+    o.poll_interval_ms = ha.oplog_poll_interval_ms;
+    o.batch_max_entries = ha.oplog_batch_max_entries;
+    o.retry_timeout_sec = ha.batch_oplog_retry_timeout_sec;
+    o.ack_before_durable = ha.ack_before_durable;
+    auto created = mooncake::store::ha::HaMaster::Create(std::move(o));
+    if (!created.ok()) return Fail("--enable_ha: " + created.status().message());
+    ha_master = std::move(*created);
+  } else {
+    alone = std::make_unique<MasterService>(config);
+  }
+  mooncake::store::ha::HaMaster* const ha_ptr = ha_master.get();
+  MasterService* const alone_ptr = alone.get();
 
   std::signal(SIGPIPE, SIG_IGN);  // a peer that closes early is an error on the send, not a kill
   // The metadata server first: engines started once the master says it is up may use it.
@@ -115,31 +137,52 @@ int main(int argc, char** argv) {
   mooncake::store::RpcServer::Options rpc_options;
   rpc_options.threads = rpc_threads;
   rpc_options.slow = &mooncake::store::IsSlowMasterMethod;
+  if (ha_ptr != nullptr) {
+    // Replies wait until their changes are durable in etcd (ha_master.h).
+    rpc_options.hold_position = [ha_ptr](uint16_t method, mooncake::store::RpcStatus st) {
+      return ha_ptr->HoldPosition(method, st);
+    };
+  }
   mooncake::store::RpcServer server(
-      rpc_options, [&master](uint16_t method, const char* data, size_t n, std::string* out) {
-        return mooncake::store::ServeMasterRpc(&master, method, data, n, out);
+      rpc_options,
+      [ha_ptr, alone_ptr](uint16_t method, const char* data, size_t n, std::string* out) {
+        if (ha_ptr != nullptr) return ha_ptr->Serve(method, data, n, out);
+        return mooncake::store::ServeMasterRpc(alone_ptr, method, data, n, out);
       });
   started = server.Start(FLAGS_rpc_address, rpc_port);
   if (!started.ok()) return Fail(started.message() + " (choose another port with --rpc_port)");
+  if (ha_ptr != nullptr) ha_ptr->Start(&server);
 
-  mooncake::store::MasterHttp http(&master);
+  auto http = ha_ptr != nullptr ? std::make_unique<mooncake::store::MasterHttp>(
+                                      [ha_ptr] { return ha_ptr->master(); },
+                                      [ha_ptr] { return ha_ptr->View(); })
+                                : std::make_unique<mooncake::store::MasterHttp>(alone_ptr);
   std::unique_ptr<mooncake::store::MetricsServer> metrics;
-  started = StartMetrics(&http, &metrics);
+  started = StartMetrics(http.get(), &metrics);
   if (!started.ok()) return Fail(started.message());
   LOG(INFO) << "Master service started on " << address << " (lease " << config.default_kv_lease_ttl_ms
             << " ms, client ttl " << config.client_ttl_s << " s, eviction at "
             << config.eviction_high_watermark_ratio << " freeing " << config.eviction_ratio
             << ", " << rpc_threads << " RPC loops)"
             << (metrics ? ", HTTP endpoints on :" + std::to_string(metrics->port()) : "")
-            << (metadata ? ", HTTP metadata on :" + std::to_string(metadata->port()) : "");
+            << (metadata ? ", HTTP metadata on :" + std::to_string(metadata->port()) : "")
+            << (ha_ptr ? ", HA on " + ha.advertise_address + " (cluster " + ha.cluster_id +
+                             (ha.oplog ? ", oplog" : ", no oplog: a new leader starts empty") +
+                             "; a standby until it wins master_view)"
+                       : std::string());
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   while (!g_stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    master.Tick();
+    if (ha_ptr != nullptr) {
+      ha_ptr->Tick();
+    } else {
+      alone->Tick();
+    }
   }
   LOG(INFO) << "Master service stopping";
+  if (ha_ptr != nullptr) ha_ptr->Stop();  // steps down first: the lease is revoked
   server.Stop();
   if (metrics) metrics->Stop();
   if (metadata) metadata->Stop();
