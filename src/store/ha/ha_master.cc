@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "store/ha/checkpoint.h"
 #include "store/ha/master_view.h"
 #include "store/ha/oplog_codec.h"
 #include "store/master/master_rpc.h"
@@ -20,9 +21,16 @@ thread_local uint64_t tl_term = 0;
 thread_local uint64_t tl_wait = 0;
 
 constexpr auto kViewPoll = std::chrono::milliseconds(200);
-constexpr auto kRenewEvery = std::chrono::seconds(1);
+// The lease is renewed every min(1 s, TTL / 3), and the master serves until the last
+// renewal sent + TTL - min(1 s, TTL / 4): with the default 5 s, every second and 4 s.
+std::chrono::milliseconds RenewEvery(uint32_t ttl_s) {
+  return std::chrono::milliseconds(std::min<int64_t>(1000, ttl_s * 1000 / 3));
+}
+std::chrono::milliseconds ServeFor(int64_t ttl_s) {
+  return std::chrono::milliseconds(ttl_s * 1000 - std::min<int64_t>(1000, ttl_s * 1000 / 4));
+}
 constexpr auto kStep = std::chrono::milliseconds(20);
-constexpr auto kRetryFailed = std::chrono::seconds(5);
+constexpr auto kRetryFailed = std::chrono::seconds(2);
 // Batches read at once (each at most kMaxBatchBytes: 32 MiB, under EtcdKv's 64 MiB reply cap).
 constexpr int64_t kTailBatches = 64;
 
@@ -154,6 +162,7 @@ HaView HaMaster::View() const {
     v.applied_seq = applied_seq_;
     v.durable_seq = applied_seq_;  // a standby applies only what is durable
   }
+  v.checkpoint_seq = checkpoint_seq_;
   return v;
 }
 
@@ -169,46 +178,81 @@ void HaMaster::BecomeStandby() {
   std::lock_guard<std::mutex> l(mu_);
   master_ = std::move(fresh);
   applied_seq_ = 0;
-  next_batch_id_ = 1;
+  next_batch_id_ = 0;
+  need_checkpoint_ = true;
   state_ = State::kStandby;
 }
 
 Status HaMaster::TailOnce(int64_t limit, bool* more) {
   *more = false;
   uint64_t next, applied;
+  bool load;
   std::shared_ptr<MasterService> m;
   {
     std::lock_guard<std::mutex> l(mu_);
     next = next_batch_id_;
     applied = applied_seq_;
+    load = need_checkpoint_;
     m = master_;
   }
-  auto r = kv_->Range(OplogKey(options_.cluster_id, next),
-                      EtcdPrefixEnd(OplogPrefix(options_.cluster_id)), limit);
+  if (load) {
+    auto cp = LoadCheckpoint(kv_.get(), options_.cluster_id, m.get(), options_.etcd_timeout_ms);
+    if (!cp.ok() && !cp.status().IsNotFound()) {
+      // Partly applied: this state is thrown away (the caller starts a fresh standby).
+      return Status::DataLoss("loading the checkpoint: " + cp.status().message());
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    need_checkpoint_ = false;
+    if (cp.ok()) {
+      applied_seq_ = applied = cp->seq;
+      checkpoint_seq_ = cp->seq;
+      checkpoint_last_batch_ = cp->last_batch;
+      LOG(INFO) << "HA: loaded checkpoint " << cp->seq << " (" << cp->entries << " entries in "
+                << cp->chunks << " chunks)";
+    }
+  }
+  const std::string start =
+      next == 0 ? OplogPrefix(options_.cluster_id) : OplogKey(options_.cluster_id, next);
+  auto r = kv_->Range(start, EtcdPrefixEnd(OplogPrefix(options_.cluster_id)), limit);
   if (!r.ok()) return Status::Unavailable("reading the oplog: " + r.status().message());
   for (const EtcdKeyValue& kv : r->kvs) {
     auto id = ParseOplogKey(options_.cluster_id, kv.key);
     if (!id.ok()) return Status::DataLoss(id.status().message());
-    if (*id != next) {
+    if (next != 0 && *id != next) {
       return Status::DataLoss("the oplog jumps from batch " + std::to_string(next - 1) + " to " +
                               std::to_string(*id) +
-                              " (batches removed by hand? this build writes no checkpoints, so "
-                              "it needs the whole log)");
+                              " (compacted past this standby: it starts again from the "
+                              "checkpoint)");
     }
     auto b = DecodeBatch(kv.value, *id);
     if (!b.ok()) return b.status();
-    if (b->first_seq() != applied + 1) {
+    const uint64_t last = b->first_seq() + static_cast<uint64_t>(b->entries_size()) - 1;
+    if (b->first_seq() > applied + 1) {
+      return Status::DataLoss("oplog batch " + std::to_string(*id) + " starts at sequence " +
+                              std::to_string(b->first_seq()) + ", expected " +
+                              std::to_string(applied + 1) +
+                              (next == 0 ? " (the log after the checkpoint is not there)" : ""));
+    }
+    if (next != 0 && b->first_seq() != applied + 1) {
       return Status::DataLoss("oplog batch " + std::to_string(*id) + " starts at sequence " +
                               std::to_string(b->first_seq()) + ", expected " +
                               std::to_string(applied + 1));
     }
-    for (const oplog::Entry& e : b->entries()) {
+    next = *id;
+    if (last <= applied) {  // covered by the checkpoint
+      ++next;
+      std::lock_guard<std::mutex> l(mu_);
+      next_batch_id_ = next;
+      continue;
+    }
+    for (int i = static_cast<int>(applied + 1 - b->first_seq()); i < b->entries_size(); ++i) {
+      const oplog::Entry& e = b->entries(i);
       Status s = m->Apply(e);
       if (!s.ok()) {
         return Status::DataLoss("oplog batch " + std::to_string(*id) + ": " + s.message());
       }
     }
-    applied += static_cast<uint64_t>(b->entries_size());
+    applied = last;
     ++next;
     std::lock_guard<std::mutex> l(mu_);
     applied_seq_ = applied;
@@ -235,7 +279,7 @@ void HaMaster::Run() {
         Status t = TailOnce(kTailBatches, &more);
         next_poll = more ? now : now + std::chrono::milliseconds(options_.poll_interval_ms);
         if (!t.ok() && t.code() == Status::Code::kDataLoss) {
-          LOG(ERROR) << "HA: " << t.message() << "; this master does not serve (retrying in 5 s)";
+          LOG(ERROR) << "HA: " << t.message() << "; this master does not serve (starting again from etcd in 2 s)";
           std::lock_guard<std::mutex> l(mu_);
           failure_ = t.message();
           state_ = State::kFailed;
@@ -270,6 +314,7 @@ void HaMaster::Run() {
         StepDown("the oplog writer stopped: " + why);
       } else {
         Renew(now);
+        if (options_.oplog && s == State::kServing && serving_.load()) Checkpoint();
       }
     } else if (s == State::kFailed && now >= retry_at) {
       BecomeStandby();
@@ -282,8 +327,9 @@ void HaMaster::Run() {
 
 void HaMaster::Renew(Clock::time_point now) {
   if (Ticks(now) >= serve_until_ticks_.load()) {
-    StepDown("the lease was not renewed in time (last renewal sent more than " +
-             std::to_string(options_.lease_ttl_sec - 1) + " s ago)");
+    StepDown("the lease was not renewed in time (no renewal answered for " +
+             std::to_string(ServeFor(options_.lease_ttl_sec).count()) + " ms of its " +
+             std::to_string(options_.lease_ttl_sec) + " s)");
     return;
   }
   if (now < next_renew_) return;
@@ -291,8 +337,8 @@ void HaMaster::Renew(Clock::time_point now) {
   auto r = kv_->LeaseKeepAlive(lease_, options_.etcd_timeout_ms);
   if (r.ok()) {
     const int64_t ttl = std::min<int64_t>(*r, options_.lease_ttl_sec);
-    serve_until_ticks_ = Ticks(sent + std::chrono::seconds(ttl) - std::chrono::seconds(1));
-    next_renew_ = sent + kRenewEvery;
+    serve_until_ticks_ = Ticks(sent + ServeFor(ttl));
+    next_renew_ = sent + RenewEvery(options_.lease_ttl_sec);
   } else if (r.status().IsNotFound()) {
     StepDown("the lease is gone in etcd: " + r.status().message());
   } else {
@@ -326,8 +372,8 @@ void HaMaster::Campaign() {
   }
   lease_ = *lease;
   serve_until_ticks_ =
-      Ticks(sent + std::chrono::seconds(options_.lease_ttl_sec) - std::chrono::seconds(1));
-  next_renew_ = sent + kRenewEvery;
+      Ticks(sent + ServeFor(options_.lease_ttl_sec));
+  next_renew_ = sent + RenewEvery(options_.lease_ttl_sec);
   const int64_t version = won->revision;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -355,7 +401,8 @@ void HaMaster::Campaign() {
     {
       std::lock_guard<std::mutex> l(mu_);
       applied = applied_seq_;
-      next_id = next_batch_id_;
+      // Batch ids keep growing past a compaction (a standby waits at the id after its last).
+      next_id = next_batch_id_ != 0 ? next_batch_id_ : checkpoint_last_batch_ + 1;
     }
     OplogWriter::Options wo;
     wo.cluster_id = options_.cluster_id;
@@ -413,6 +460,70 @@ void HaMaster::Campaign() {
   serving_ = true;
   LOG(INFO) << "HA: serving as the leader at " << options_.advertise_address << " (view version "
             << version << ")";
+}
+
+void HaMaster::Checkpoint() {
+  std::shared_ptr<MasterService> m;
+  std::shared_ptr<OplogWriter> w;
+  uint64_t since;
+  int64_t version;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    m = master_;
+    w = writer_;
+    since = checkpoint_seq_;
+    version = view_version_;
+  }
+  if (!w || w->durable() < since + options_.checkpoint_entries) return;
+  const auto t0 = Clock::now();
+  uint64_t seq = 0, entries = 0;
+  std::vector<std::string> chunks =
+      ExportCheckpoint(*m, [&w] { return w->last_appended(); }, &seq, &entries);
+  const auto exported = Clock::now();
+  if (seq <= since) return;  // changes raced an empty export: next time
+  // Only what is durable may be checkpointed (a new leader's log must reach it).
+  while (w->durable() < seq) {
+    if (stop_.load() || !serving_.load() || Clock::now() - exported > std::chrono::seconds(10)) {
+      return;
+    }
+    Renew(Clock::now());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CheckpointManifest manifest;
+  manifest.seq = seq;
+  manifest.last_batch = w->LastBatchUpTo(seq);
+  manifest.chunks = chunks.size();
+  manifest.entries = entries;
+  manifest.view_version = version;
+  manifest.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  Status s = WriteCheckpoint(kv_.get(), options_.cluster_id, version, manifest, chunks,
+                             options_.etcd_timeout_ms);
+  if (s.IsFailedPrecondition()) return StepDown("writing a checkpoint: " + s.message());
+  if (!s.ok()) {
+    LOG(WARNING) << "HA: checkpoint " << seq << " not written: " << s.message();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    checkpoint_seq_ = seq;
+    checkpoint_last_batch_ = manifest.last_batch;
+    ++checkpoints_;
+  }
+  auto compacted = CompactLog(kv_.get(), options_.cluster_id, version, manifest.last_batch, seq,
+                              options_.etcd_timeout_ms);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const double export_ms = std::chrono::duration<double, std::milli>(exported - t0).count();
+  if (compacted.ok()) {
+    LOG(INFO) << "HA: checkpoint " << seq << ": " << entries << " entries in " << chunks.size()
+              << " chunks (exported in " << export_ms << " ms, " << ms
+              << " ms in all); the log before it deleted, etcd compacted to revision "
+              << *compacted;
+  } else {
+    LOG(WARNING) << "HA: checkpoint " << seq << " written; compacting failed: "
+                 << compacted.status().message();
+  }
 }
 
 void HaMaster::StepDown(const std::string& why) {

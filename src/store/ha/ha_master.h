@@ -13,16 +13,16 @@
 //               the RPC server until the writer has its log position in etcd (hold_position
 //               / RpcServer::ReleaseHeld), and a read waits for everything appended before
 //               it (no client sees what a failover could take back). The lease is renewed
-//               every second; the master serves only until (last renewal sent + TTL - 1 s),
-//               so it has stopped before etcd can let another master win.
+//               every min(1 s, TTL/3); the master serves only until (last renewal sent + TTL
+//               - min(1 s, TTL/4)), so it has stopped before etcd can let another master win.
 // Stepping down (lease lost or not renewed in time, the writer fenced or failing, Stop):
 // stops serving at once, fails every held reply with kNotLeader, revokes the lease (another
 // master may win at once), and starts again as a standby with a fresh state read from the
 // log. Without --enable_oplog nothing is replicated: a new leader starts empty (upstream's
 // behaviour without its oplog).
 //
-// Not built yet: checkpoints and the log's compaction (the log grows with every change until
-// they exist; a standby started late reads the whole log).
+// Checkpoints (checkpoint.h): the leader writes one each --oplog_checkpoint_entries entries
+// and deletes the log before it; a fresh standby loads the latest, then the log after it.
 #pragma once
 
 #include <atomic>
@@ -57,6 +57,7 @@ class HaMaster {
     uint32_t batch_max_entries = 1024;
     uint32_t retry_timeout_sec = 180;
     bool ack_before_durable = false;
+    uint64_t checkpoint_entries = 100000;  // --oplog_checkpoint_entries
     int etcd_timeout_ms = 1000;  // each etcd call (the lease is renewed every second)
   };
 
@@ -88,6 +89,8 @@ class HaMaster {
   // *more: batches are left. An error: the log and this state diverged, or etcd failed.
   Status TailOnce(int64_t limit, bool* more);
   void Campaign();
+  // The leader: a checkpoint of the state, then the log it covers deleted (checkpoint.h).
+  void Checkpoint();
   void Renew(Clock::time_point now);
   void StepDown(const std::string& why);
   void BecomeStandby();  // a fresh standby MasterService, the log from its start
@@ -107,7 +110,11 @@ class HaMaster {
   std::string leader_address_;
   int64_t view_version_ = 0;
   uint64_t applied_seq_ = 0;     // standby: entries applied; leader: where its log began
-  uint64_t next_batch_id_ = 1;
+  uint64_t next_batch_id_ = 0;   // 0: the first batch in etcd (after a checkpoint)
+  bool need_checkpoint_ = true;  // a fresh standby loads the latest checkpoint first
+  uint64_t checkpoint_seq_ = 0;  // the latest checkpoint's (loaded or written)
+  uint64_t checkpoint_last_batch_ = 0;  // and the last batch it covers
+  uint64_t checkpoints_ = 0;     // written by this master
   uint64_t promotions_ = 0;
   uint64_t fenced_total_ = 0;
   uint64_t batches_total_ = 0, entries_total_ = 0;  // of writers gone
@@ -123,7 +130,7 @@ class HaMaster {
 
   // The leader's lease and its deadline (control thread only).
   int64_t lease_ = 0;
-  // Serving ends at (last renewal sent + TTL - 1 s), in steady-clock ticks: Serve() checks it
+  // Serving ends at (last renewal sent + TTL - min(1 s, TTL/4)), in steady-clock ticks: Serve() checks it
   // on every call, so a master stopped past it (SIGSTOP) answers nothing once resumed.
   std::atomic<int64_t> serve_until_ticks_{0};
   Clock::time_point next_renew_{};

@@ -15,6 +15,7 @@
 #include "metadata/stores/etcd_kv.h"
 #include "mooncake/store/error_code.h"
 #include "mooncake/store/store_client.h"
+#include "store/ha/checkpoint.h"
 #include "store/ha/master_view.h"
 #include "store/ha/oplog_codec.h"
 #include "store/ha/oplog_writer.h"
@@ -88,7 +89,7 @@ class HaMasterTest : public ::testing::Test {
   }
   HostPort Etcd() const { return HostPort{"127.0.0.1", etcd_->port(), true}; }
 
-  std::unique_ptr<Node> Start(bool oplog = true) {
+  std::unique_ptr<Node> Start(bool oplog = true, uint64_t checkpoint_entries = 100000) {
     auto n = std::make_unique<Node>();
     // The port first (the address is published), then the HaMaster, then serving.
     RpcServer::Options ro;
@@ -113,6 +114,7 @@ class HaMasterTest : public ::testing::Test {
     o.lease_ttl_sec = 2;
     o.poll_interval_ms = 100;
     o.config.default_kv_lease_ttl_ms = 200;
+    o.checkpoint_entries = checkpoint_entries;
     auto ha = HaMaster::Create(o);
     EXPECT_TRUE(ha.ok()) << ha.status().ToString();
     n->ha = std::move(ha).value();
@@ -279,6 +281,57 @@ TEST_F(HaMasterTest, ACorruptBatchKeepsAStandbyFromServing) {
   const HaView v = b->ha->View();
   EXPECT_FALSE(v.service_ready);
   EXPECT_NE(v.ha_state, "serving");
+}
+
+// The leader checkpoints every 100 entries and deletes the log before; a standby started
+// after that loads the checkpoint and the log's tail, and serves every object once promoted.
+TEST_F(HaMasterTest, CheckpointsCompactTheLogAndALateStandbyStartsFromOne) {
+  auto a = Start(true, 100);
+  ASSERT_EQ(WaitLeader({a.get()}), 0);
+  auto client = Client();
+  ASSERT_TRUE(client);
+  const int kObjects = 300;  // about 600 entries: several checkpoints
+  for (int i = 0; i < kObjects; ++i) {
+    ASSERT_EQ(Put(client.get(), "k" + std::to_string(i), "v" + std::to_string(i)), 0) << i;
+  }
+  const auto t0 = Clock::now();
+  while (a->ha->View().checkpoint_seq <= 400 && SecondsSince(t0) < 5) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const HaView v = a->ha->View();
+  EXPECT_GT(v.checkpoint_seq, 400u) << "durable " << v.durable_seq;
+  auto manifest = kv_->Range(ManifestKey(cluster_));
+  ASSERT_TRUE(manifest.ok() && manifest->kvs.size() == 1);
+  auto m = DecodeManifest(manifest->kvs[0].value);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->seq, v.checkpoint_seq);
+  auto log = kv_->Range(OplogPrefix(cluster_), EtcdPrefixEnd(OplogPrefix(cluster_)), 0, true);
+  ASSERT_TRUE(log.ok());
+  EXPECT_LT(log->count, static_cast<int64_t>(v.durable_batches)) << "nothing was deleted";
+  auto first = log->kvs.empty() ? Result<uint64_t>(Status::NotFound("none"))
+                                : ParseOplogKey(cluster_, log->kvs[0].key);
+  EXPECT_TRUE(log->kvs.empty() || *first > m->last_batch);
+  auto chunks = kv_->Range(CheckpointPrefix(cluster_) + "0",
+                           CheckpointPrefix(cluster_) + "a", 0, true);
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_EQ(static_cast<uint64_t>(chunks->count), m->chunks) << "older chunks were kept";
+
+  auto b = Start(true, 100);  // after the compaction: it needs the checkpoint
+  const auto t1 = Clock::now();
+  while (b->ha->View().applied_seq < a->ha->View().durable_seq && SecondsSince(t1) < 5) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(b->ha->View().applied_seq, a->ha->View().durable_seq);
+  EXPECT_EQ(b->ha->View().checkpoint_seq, m->seq);
+  a->Stop();
+  ASSERT_EQ(WaitLeader({b.get()}), 0);
+  for (int i = 0; i < kObjects; ++i) {
+    const std::string want = "v" + std::to_string(i);
+    int64_t rc = 0;
+    EXPECT_EQ(Get(client.get(), "k" + std::to_string(i), want.size(), &rc), want) << i;
+  }
+  ASSERT_EQ(Put(client.get(), "after", "x"), 0);
+  client.reset();  // unmounts while b serves
 }
 
 // Without the oplog the masters still elect one leader, which starts empty.

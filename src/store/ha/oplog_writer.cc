@@ -70,12 +70,29 @@ void OplogWriter::Run() {
                           .count());
     if (!WriteBatch(batch, EncodeBatch(batch))) return;
     const uint64_t last = batch.first_seq() + static_cast<uint64_t>(batch.entries_size()) - 1;
+    {
+      std::lock_guard<std::mutex> l(written_mu_);
+      written_.emplace_back(batch.batch_id(), last);
+    }
     durable_ = last;
     next_batch_id_ = batch.batch_id() + 1;
     ++batches_;
     entries_ += static_cast<uint64_t>(batch.entries_size());
     if (on_durable_) on_durable_(last);
   }
+}
+
+uint64_t OplogWriter::LastBatchUpTo(uint64_t seq) {
+  // Batches before this writer's first hold sequence numbers below options_.next_seq.
+  uint64_t id = seq + 1 >= options_.next_seq && options_.next_batch_id > 1
+                    ? options_.next_batch_id - 1
+                    : 0;
+  std::lock_guard<std::mutex> l(written_mu_);
+  while (!written_.empty() && written_.front().second <= seq) {
+    id = written_.front().first;
+    written_.pop_front();
+  }
+  return id;
 }
 
 bool OplogWriter::WriteBatch(const oplog::Batch& batch, const std::string& value) {

@@ -61,6 +61,10 @@ class OplogWriter : public ChangeSink {
   uint64_t batches() const { return batches_.load(); }
   uint64_t entries() const { return entries_.load(); }
   uint64_t fenced() const { return fenced_.load(); }
+  // The largest batch id whose entries all have sequence numbers <= seq: of the batches this
+  // writer wrote, else (when seq reaches back before them) the last batch before its first;
+  // 0 when none. Forgets the batches it answered for (they are about to be deleted).
+  uint64_t LastBatchUpTo(uint64_t seq);
 
  private:
   void Run();
@@ -82,6 +86,8 @@ class OplogWriter : public ChangeSink {
   std::atomic<bool> failed_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> batches_{0}, entries_{0}, fenced_{0};
+  std::mutex written_mu_;
+  std::deque<std::pair<uint64_t, uint64_t>> written_;  // {batch id, its last sequence number}
   std::thread thread_;
 };
 

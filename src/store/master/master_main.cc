@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
     o.batch_max_entries = ha.oplog_batch_max_entries;
     o.retry_timeout_sec = ha.batch_oplog_retry_timeout_sec;
     o.ack_before_durable = ha.ack_before_durable;
+    o.checkpoint_entries = ha.checkpoint_entries;
     auto created = mooncake::store::ha::HaMaster::Create(std::move(o));
     if (!created.ok()) return Fail("--enable_ha: " + created.status().message());
     ha_master = std::move(*created);
