@@ -161,3 +161,36 @@ def test_every_master_restarted_keeps_every_object(tmp_path):
         print(f"ha: all three masters killed and restarted: {new.ip} serves after {took:.2f} s; "
               f"{len(want)} objects read back in {r['seconds']:.2f} s")
         assert put(writer, "b-", 20)["rcs"] == [0] * 20
+
+
+def test_the_etcd_leader_stopped_and_killed_under_puts(tmp_path):
+    with Cluster(5, workdir=tmp_path) as c:
+        e, masters, leader, writer, reader = setup(c)
+        want = acked(put(writer, "a-", 50))
+        assert len(want) == 50
+        i = e.wait_leader()
+        e.member(i).stop()  # SIGSTOP: its connections stay open, nothing answers
+        t0 = time.monotonic()
+        w = put(writer, "b-", 100, timeout=180)
+        stopped = time.monotonic() - t0
+        want.update(acked(w))
+        e.wait_leader(among=[k for k in range(3) if k != i])
+        # Once etcd has a leader again, every put succeeds.
+        w2 = put(writer, "c-", 50)
+        assert w2["rcs"] == [0] * 50, sorted(set(w2["rcs"]))
+        want.update(acked(w2))
+        e.member(i).cont()
+        j = e.wait_leader()
+        e.member(j).kill()
+        t1 = time.monotonic()
+        w3 = put(writer, "d-", 100, timeout=180)
+        killed = time.monotonic() - t1
+        want.update(acked(w3))
+        e.wait_leader(among=[k for k in range(3) if k != j])
+        new = wait_one_leader(c.hosts[:3], FAILOVER_BOUND_S)
+        check_all(reader, want)
+        assert put(writer, "e-", 20)["rcs"] == [0] * 20
+        print(f"ha: etcd leader m{i} SIGSTOPped: {len(acked(w))} of 100 puts acknowledged in "
+              f"{stopped:.2f} s (codes {sorted(set(w['rcs']))}); etcd leader m{j} killed: "
+              f"{len(acked(w3))} of 100 in {killed:.2f} s; master {new.ip} serves "
+              f"(was {leader.ip}); all {len(want)} acknowledged objects read back")
