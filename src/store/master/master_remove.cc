@@ -16,9 +16,11 @@ namespace store {
 void MasterService::FreeObjectLocked(const Object& obj, Clock::time_point now) {
   if (standby_) return HoldLocked(obj, nullptr, now);
   // After a promotion, readers of the previous leader may hold leases this master never
-  // granted: until lease_floor_ every object counts as leased.
-  const bool leased = obj.lease_until > now || lease_floor_ > now;
-  const auto free_at = std::max(obj.lease_until, lease_floor_);
+  // granted: until lease_floor_ every object it inherited counts as leased (one written
+  // since has no such readers: a fresh cluster's first leader reuses space at once).
+  const bool inherited = lease_floor_ > now && obj.stamp <= promoted_at_;
+  const bool leased = obj.lease_until > now || inherited;
+  const auto free_at = inherited ? std::max(obj.lease_until, lease_floor_) : obj.lease_until;
   for (const auto& p : obj.replicas) {
     auto seg = segments_.find(p.segment_id);
     if (seg == segments_.end()) continue;

@@ -332,6 +332,7 @@ Status MasterService::Promote() {
   }
   held_.clear();
   lease_floor_ = now + lease;
+  promoted_at_ = now;
   for (auto& [name, client] : clients_) client.last_ping = now;
   inflight_bytes_.clear();
   for (ObjectEntry* e = in_flight_.front(); e != nullptr; e = in_flight_.next(e)) {

@@ -273,6 +273,35 @@ TEST_F(MasterReplicaTest, ARemovalJustBeforeThePromotionKeepsItsSpaceOutOfUse) {
   EXPECT_EQ(z.replicas(0).buffer().addr(), x);
 }
 
+// What the new leader itself wrote has no readers of the old one: removed, its space is
+// reused at once, while an inherited object's space waits out the lease floor.
+TEST_F(MasterReplicaTest, SpaceOfObjectsWrittenAfterThePromotionIsReusedAtOnce) {
+  ASSERT_EQ(Mount("c1", "s1", 1 << 20, 64 * KiB), kOk);
+  ASSERT_EQ(Put("w", "old", 32 * KiB), kOk);
+  Sync();
+  ASSERT_TRUE(standby_->Promote().ok());
+  master_ = std::move(standby_);
+  Advance(milliseconds(1));
+  ASSERT_EQ(Put("w", "new", 32 * KiB), kOk);  // the pool is full now
+  const uint64_t n = AddrOf(master_.get(), "new");
+  Advance(milliseconds(MasterConfig{}.default_kv_lease_ttl_ms / 2));  // past new's write lease
+  ASSERT_EQ(Remove("new", /*force=*/true), kOk);
+  auto again = PutStart("w", "again", 32 * KiB);
+  ASSERT_EQ(again.code(), kOk) << again.message();
+  EXPECT_EQ(again.replicas(0).buffer().addr(), n);
+  ASSERT_EQ(PutEnd("w", "again"), kOk);
+  const uint64_t o = AddrOf(master_.get(), "old");
+  ASSERT_EQ(Remove("old", true), kOk);
+  EXPECT_EQ(PutStart("w", "later", 32 * KiB).code(), C(ErrorCode::NO_AVAILABLE_HANDLE))
+      << "an inherited object's space was reused within the lease floor";
+  Advance(milliseconds(MasterConfig{}.default_kv_lease_ttl_ms));
+  Ping("c1");
+  master_->Tick();
+  auto later = PutStart("w", "later", 32 * KiB);
+  ASSERT_EQ(later.code(), kOk) << later.message();
+  EXPECT_EQ(later.replicas(0).buffer().addr(), o);
+}
+
 // A put in flight when the leader died ends on the new one, at the address it was given.
 TEST_F(MasterReplicaTest, PutInFlightEndsOnTheNewLeader) {
   ASSERT_EQ(Mount("c1", "s1", 1 << 20, 4 * MiB), kOk);

@@ -315,6 +315,8 @@ class MasterService {
   // After a promotion: until then, space freed (removals, eviction) is not reused, since
   // the previous leader's readers may hold leases this master does not know of.
   Clock::time_point lease_floor_ MC_GUARDED_BY(mu_){};
+  // When Promote ran: objects stamped at or before it may have readers of the old leader.
+  Clock::time_point promoted_at_ MC_GUARDED_BY(mu_){};
   // MarkLoadedFromCheckpoint's time (zero: the state came from the whole log).
   Clock::time_point checkpoint_loaded_at_ MC_GUARDED_BY(mu_){};
   uint64_t next_segment_id_ MC_GUARDED_BY(mu_) = 1;
