@@ -28,7 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FUZZ_BUILD:-$ROOT/build-fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
 OUT="${FUZZ_OUT:-$BUILD/out}"
-ALL_TARGETS="fuzz_handshake_frame fuzz_auth_exchange fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server fuzz_master_service fuzz_master_rpc fuzz_real_client_wire fuzz_master_http fuzz_metadata_http"
+ALL_TARGETS="fuzz_handshake_frame fuzz_auth_exchange fuzz_segment_desc fuzz_tcp_session fuzz_tcp_server fuzz_shm_server fuzz_master_service fuzz_oplog_apply fuzz_master_rpc fuzz_real_client_wire fuzz_master_http fuzz_metadata_http"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 
 # libFuzzer flags per target: -max_len bounds the input size; -timeout (seconds) turns a
@@ -41,6 +41,7 @@ target_flags() {
     fuzz_tcp_session|fuzz_tcp_server) echo "-max_len=40000 -timeout=20" ;;
     fuzz_shm_server) echo "-max_len=4096 -timeout=20" ;;
     fuzz_master_service) echo "-max_len=4096 -timeout=10" ;;
+    fuzz_oplog_apply) echo "-max_len=16384 -timeout=10" ;;
     fuzz_master_rpc) echo "-max_len=8192 -timeout=30" ;;
     fuzz_real_client_wire) echo "-max_len=4096 -timeout=20" ;;
     fuzz_master_http) echo "-max_len=4096 -timeout=20" ;;

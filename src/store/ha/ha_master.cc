@@ -119,7 +119,18 @@ RpcStatus HaMaster::Serve(uint16_t method, const char* data, size_t n, std::stri
             " (clients follow the leader with master_server_addr=etcd://<the etcd endpoints>)";
     return RpcStatus::kNotLeader;
   }
+  const size_t base = out->size();
   const RpcStatus st = ServeMasterRpc(m.get(), method, data, n, out);
+  if (term_.load() != term) {
+    // Stepped down while the call ran: its changes may never be durable. (A step-down after
+    // this check is caught by HoldPosition.)
+    out->resize(base);
+    *out += "master " + options_.advertise_address +
+            " stepped down while serving this call; its changes may not be durable: retry on "
+            "the new leader";
+    (void)MasterService::TakeLogPosition();
+    return RpcStatus::kNotLeader;
+  }
   tl_served = true;
   tl_term = term;
   // Every reply waits for what was appended up to now to be durable: its own changes and
