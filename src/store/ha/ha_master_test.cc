@@ -58,6 +58,8 @@ TEST(OplogCodec, KeysSortAndParseAndBadValuesAreDataLoss) {
     EXPECT_EQ(DecodeBatch(bad, 3).status().code(), Status::Code::kDataLoss) << "byte " << i;
   }
   EXPECT_EQ(DecodeBatch("", 3).status().code(), Status::Code::kDataLoss);
+  b.set_batch_id(0);  // ids start at 1: a batch 0 is no batch of ours (found by fuzz_oplog_apply)
+  EXPECT_EQ(DecodeBatch(EncodeBatch(b), 0).status().code(), Status::Code::kDataLoss);
 }
 
 // One master: its HaMaster and RpcServer.
@@ -195,6 +197,31 @@ TEST_F(HaMasterTest, OneOfThreeServesAndTheOthersNameIt) {
     EXPECT_NE(s.message().find("the leader is " + leader->address), std::string::npos)
         << s.message();
   }
+}
+
+// A client given a standby's host:port (not etcd://) fails at setup, at once, with -1010
+// and a message naming the leader: not a hang.
+TEST_F(HaMasterTest, AClientGivenAStandbysAddressGetsAClearErrorAtOnce) {
+  auto a = Start(), b = Start();
+  const int l = WaitLeader({a.get(), b.get()});
+  ASSERT_GE(l, 0);
+  Node* standby = l == 0 ? b.get() : a.get();
+  Node* leader = l == 0 ? a.get() : b.get();
+  std::this_thread::sleep_for(milliseconds(300));  // the standby has read master_view
+  StoreClientOptions o;
+  o.local_hostname = "127.0.0.1";
+  o.global_segment_size = 16 << 20;
+  o.local_buffer_size = 4 << 20;
+  o.master_server_addr = standby->address;
+  o.rpc_timeout = milliseconds(2000);
+  int code = 0;
+  std::string msg;
+  const auto t0 = Clock::now();
+  auto c = StoreClient::Create(o, &code, &msg);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(code, ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS)) << msg;
+  EXPECT_NE(msg.find(leader->address), std::string::npos) << msg;
+  EXPECT_LT(SecondsSince(t0), 1.5);
 }
 
 // Every acknowledged put is on the next leader: the old one stops (its lease revoked), a

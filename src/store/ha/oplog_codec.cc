@@ -80,7 +80,7 @@ Result<oplog::Batch> DecodeBatch(const std::string& value, uint64_t batch_id) {
   const std::string what = "oplog batch " + std::to_string(batch_id);
   oplog::Batch b;
   if (Status s = DecodeWithCrc(value, what, &b); !s.ok()) return s;
-  if (b.batch_id() != batch_id || b.entries_size() == 0 || b.first_seq() == 0) {
+  if (batch_id == 0 || b.batch_id() != batch_id || b.entries_size() == 0 || b.first_seq() == 0) {
     return Status::DataLoss(what + " holds batch " + std::to_string(b.batch_id()) + " with " +
                             std::to_string(b.entries_size()) + " entries from sequence " +
                             std::to_string(b.first_seq()));

@@ -29,8 +29,8 @@ Status DecodeWithCrc(const std::string& value, const std::string& what,
                      google::protobuf::MessageLite* m);
 
 std::string EncodeBatch(const oplog::Batch& batch);
-// The batch in `value`, checked: the CRC, the parse, its id == `batch_id`, at least one
-// entry. DataLoss naming the key's batch id when any fails.
+// The batch in `value`, checked: the CRC, the parse, its id == `batch_id` (never 0: ids start
+// at 1), a first sequence number, at least one entry. DataLoss naming the key's batch id when any fails.
 Result<oplog::Batch> DecodeBatch(const std::string& value, uint64_t batch_id);
 
 }  // namespace ha
