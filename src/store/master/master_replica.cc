@@ -158,6 +158,14 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
                                       (e.key().empty() ? "" : " of key " + e.key().substr(0, 256)) +
                                       ": " + what + " (the log and this state have diverged)");
   };
+  const bool keyed = e.kind() == oplog::Entry::OBJECT || e.kind() == oplog::Entry::ERASE ||
+                     e.kind() == oplog::Entry::UPSERT_OBJECT ||
+                     e.kind() == oplog::Entry::UPSERT_ERASE || e.kind() == oplog::Entry::UPSERT_COMMIT;
+  const bool needs_object = e.kind() == oplog::Entry::OBJECT ||
+                            e.kind() == oplog::Entry::UPSERT_OBJECT ||
+                            e.kind() == oplog::Entry::UPSERT_COMMIT;
+  if (keyed && e.key().empty()) return diverged("an entry of an object with no key");
+  if (needs_object && !e.has_object()) return diverged("an entry with no object state");
   if (e.has_object()) {
     if (e.object().size() == 0) return diverged("an object of 0 bytes");
     for (const auto& r : e.object().replicas()) {
@@ -169,6 +177,12 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
       }
     }
   }
+  auto count = [&](const Object& obj, int64_t delta) MC_REQUIRES(mu_) {
+    for (const auto& p : obj.replicas) {
+      auto seg = segments_.find(p.segment_id);
+      if (seg != segments_.end()) seg->second->standby_placements += delta;
+    }
+  };
   switch (e.kind()) {
     case oplog::Entry::MOUNT: {
       if (e.segment_id() == 0 || segments_.count(e.segment_id())) {
@@ -185,6 +199,10 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
     case oplog::Entry::UNMOUNT: {
       auto it = segments_.find(e.segment_id());
       if (it == segments_.end()) return diverged("unknown segment " + std::to_string(e.segment_id()));
+      if (it->second->standby_placements != 0) {
+        return diverged("segment " + std::to_string(e.segment_id()) + " still holds " +
+                        std::to_string(it->second->standby_placements) + " placements");
+      }
       auto client = clients_.find(it->second->client_id);
       if (client != clients_.end()) client->second.segments.erase(e.segment_id());
       segments_.erase(it);
@@ -195,13 +213,16 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
       if (it == objects_.end()) {
         Object obj;
         SetStateLocked(e.object(), &obj, now);
+        count(obj, 1);
         ListLocked(&*objects_.emplace(e.key(), std::move(obj)).first);
         return Status::OK();
       }
       Object old;  // its placements, to hold those the new state no longer has
       old.size = it->second.size;
       old.replicas = it->second.replicas;
+      count(old, -1);
       SetStateLocked(e.object(), &it->second, now);  // in place: its list links stay
+      count(it->second, 1);
       HoldLocked(old, &it->second, now);
       ListLocked(&*it);
       return Status::OK();
@@ -209,6 +230,7 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
     case oplog::Entry::ERASE: {
       auto it = objects_.find(e.key());
       if (it == objects_.end()) return diverged("no such object");
+      count(it->second, -1);
       HoldLocked(it->second, nullptr, now);
       UnlistLocked(&*it);
       objects_.erase(it);
@@ -217,8 +239,10 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
     case oplog::Entry::UPSERT_OBJECT: {
       Object next;
       SetStateLocked(e.object(), &next, now);
+      count(next, 1);
       auto it = upserts_.find(e.key());
       if (it != upserts_.end()) {
+        count(it->second, -1);
         HoldLocked(it->second, &next, now);
         it->second = std::move(next);
       } else {
@@ -229,6 +253,7 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
     case oplog::Entry::UPSERT_ERASE: {
       auto it = upserts_.find(e.key());
       if (it == upserts_.end()) return diverged("no such upsert in flight");
+      count(it->second, -1);
       HoldLocked(it->second, nullptr, now);
       upserts_.erase(it);
       return Status::OK();
@@ -239,6 +264,8 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
       if (objects_.find(e.key()) != objects_.end()) return diverged("the old value is still there");
       Object next;
       SetStateLocked(e.object(), &next, now);
+      count(up->second, -1);
+      count(next, 1);
       HoldLocked(up->second, &next, now);  // its space moves to the value (nothing held)
       upserts_.erase(up);
       ListLocked(&*objects_.emplace(e.key(), std::move(next)).first);

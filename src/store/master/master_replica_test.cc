@@ -347,6 +347,32 @@ TEST_F(MasterReplicaTest, ADivergedLogIsRefusedAndOverlapsStopThePromotion) {
   oplog::Entry unknown;
   unknown.set_kind(static_cast<oplog::Entry::Kind>(99));
   EXPECT_TRUE(standby_->Apply(unknown).IsFailedPrecondition());
+  // Entries no leader writes (found by fuzz_oplog_apply: an OBJECT with neither key nor state
+  // made a 0-byte object that a checkpoint of this standby could not be loaded from).
+  for (auto kind : {oplog::Entry::OBJECT, oplog::Entry::UPSERT_OBJECT, oplog::Entry::UPSERT_COMMIT}) {
+    oplog::Entry bare;
+    bare.set_kind(kind);
+    bare.set_key("bare");
+    EXPECT_TRUE(standby_->Apply(bare).IsFailedPrecondition()) << oplog::Entry::Kind_Name(kind);
+    bare.set_key("");
+    *bare.mutable_object() = e.object();
+    EXPECT_TRUE(standby_->Apply(bare).IsFailedPrecondition()) << oplog::Entry::Kind_Name(kind);
+  }
+  size_t total = 0;
+  EXPECT_EQ(standby_->ListKeys(100, 1 << 20, &total).size(), 2u);
+  // An UNMOUNT of a segment whose placements were not dropped first (no leader logs that:
+  // its objects would point at a segment gone; found by fuzz_oplog_apply).
+  oplog::Entry unmount;
+  unmount.set_kind(oplog::Entry::UNMOUNT);
+  unmount.set_segment_id(7);
+  EXPECT_TRUE(standby_->Apply(unmount).IsFailedPrecondition());
+  oplog::Entry erase;
+  erase.set_kind(oplog::Entry::ERASE);
+  for (const char* key : {"nothing", "overlapping"}) {
+    erase.set_key(key);
+    ASSERT_TRUE(standby_->Apply(erase).ok()) << key;
+  }
+  EXPECT_TRUE(standby_->Apply(unmount).ok());
   EXPECT_TRUE(master_->Apply(m).IsFailedPrecondition());  // a serving master applies nothing
 }
 

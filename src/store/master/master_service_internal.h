@@ -26,6 +26,9 @@ struct MasterService::Segment {
   // Being unmounted (BeginUnmountLocked .. FinishUnmount): nothing new is placed here, its
   // replicas are no longer handed out, and the table walk drops them.
   bool draining = false;
+  // A standby's count of the placements (objects and upserts in flight) on it: the log
+  // unmounts a segment only after dropping them (ApplyLocked refuses an UNMOUNT otherwise).
+  uint64_t standby_placements = 0;
 };
 
 // One object: 120 bytes (ClientName and Replicas in master_records.h keep it off the heap
