@@ -38,6 +38,10 @@ DEFINE_int32(batch_size, 16, "bench: objects per batch call");
 DEFINE_double(duration, 3, "bench: seconds of the timed loop");
 DEFINE_uint64(working_set, 256ull << 20, "bench: bytes of objects kept in the pool");
 DEFINE_bool(json, false, "bench: print one JSON result line");
+DEFINE_int32(fills, 0,
+             "bench, put: time N fills of --working_set each (the pool emptied between them, "
+             "untimed) instead of --duration: fill 1 into a fresh holder's segment is the first "
+             "fill, the next ones are warm; one line (and JSON line) per fill");
 
 namespace {
 
@@ -117,51 +121,67 @@ int Bench() {
       }
     }
   }
-  std::vector<double> lat;
-  size_t done = 0, round = 0;
-  const double cpu0 = CpuSeconds();
-  const auto start = Clock::now();
-  const auto end = start + std::chrono::duration<double>(FLAGS_duration);
-  Clock::duration excluded{0};
-  while (Clock::now() < end) {
-    const auto keys = keys_of(put ? round : round % set_batches);
-    const auto t0 = Clock::now();
-    bool ok = true;
-    if (put) {
-      for (int code : c->BatchPut(keys, parts, ReplicateConfig{})) ok = ok && code == 0;
-    } else {
-      for (int64_t n : c->BatchGet(keys, parts)) ok = ok && n == static_cast<int64_t>(block);
+  // One timed pass: --duration seconds (the pool emptied, untimed, every working set), or
+  // with `fill`, exactly one working set of puts into an emptied pool.
+  auto measure = [&](int fill) -> bool {
+    std::vector<double> lat;
+    size_t done = 0, round = 0;
+    const double cpu0 = CpuSeconds();
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration<double>(FLAGS_duration);
+    Clock::duration excluded{0};
+    while (fill > 0 ? round < set_batches : Clock::now() < end) {
+      const auto keys = keys_of(put ? round : round % set_batches);
+      const auto t0 = Clock::now();
+      bool ok = true;
+      if (put) {
+        for (int code : c->BatchPut(keys, parts, ReplicateConfig{})) ok = ok && code == 0;
+      } else {
+        for (int64_t n : c->BatchGet(keys, parts)) ok = ok && n == static_cast<int64_t>(block);
+      }
+      const auto t1 = Clock::now();
+      if (!ok) {
+        std::fprintf(stderr, "store_bench: a %s batch failed\n", FLAGS_op.c_str());
+        return false;
+      }
+      lat.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      done += batch;
+      ++round;
+      if (fill == 0 && put && round % set_batches == 0) {  // keep the pool from filling: not timed
+        (void)c->RemoveAll(true);
+        excluded += Clock::now() - t1;
+      }
     }
-    const auto t1 = Clock::now();
-    if (!ok) {
-      std::fprintf(stderr, "store_bench: a %s batch failed\n", FLAGS_op.c_str());
-      return 1;
+    const double secs = std::chrono::duration<double>(Clock::now() - start - excluded).count();
+    // This process's CPU per batch (all threads, user + system; the pool refills excluded
+    // from the time but not from this): what a batch costs here regardless of the load.
+    const double cpu_us = (CpuSeconds() - cpu0) * 1e6 / static_cast<double>(std::max<size_t>(1, round));
+    std::sort(lat.begin(), lat.end());
+    const double p50 = lat[lat.size() / 2];
+    const double p99 = lat[std::min(lat.size() - 1, static_cast<size_t>(lat.size() * 0.99))];
+    const double gbps = static_cast<double>(done * block) / secs / 1e9;
+    const double ops = static_cast<double>(done) / secs;
+    std::printf("Test completed: duration %.2f, batch count %zu, throughput %.2f GB/s\n", secs,
+                lat.size(), gbps);
+    std::printf("%s%s: %.0f ops/s, batch latency p50 %.1f us, p99 %.1f us, client CPU %.1f us/batch\n",
+                FLAGS_op.c_str(), fill > 0 ? (" fill " + std::to_string(fill)).c_str() : "", ops,
+                p50, p99, cpu_us);
+    if (FLAGS_json) {
+      std::printf("{\"op\":\"%s\",\"block\":%zu,\"batch\":%zu,\"gbps\":%.4f,\"ops_per_s\":%.1f,"
+                  "\"batch_p50_us\":%.1f,\"batch_p99_us\":%.1f,\"client_cpu_us_per_batch\":%.1f,"
+                  "\"fill\":%d}\n",
+                  FLAGS_op.c_str(), block, batch, gbps, ops, p50, p99, cpu_us, fill);
     }
-    lat.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    done += batch;
-    ++round;
-    if (put && round % set_batches == 0) {  // keep the pool from filling: not timed
+    std::fflush(stdout);
+    return true;
+  };
+  if (put && FLAGS_fills > 0) {
+    for (int f = 1; f <= FLAGS_fills; ++f) {
+      if (!measure(f)) return 1;
       (void)c->RemoveAll(true);
-      excluded += Clock::now() - t1;
     }
-  }
-  const double secs = std::chrono::duration<double>(Clock::now() - start - excluded).count();
-  // This process's CPU per batch (all threads, user + system; the pool refills excluded from
-  // the time but not from this): what a batch costs here regardless of the machine's load.
-  const double cpu_us = (CpuSeconds() - cpu0) * 1e6 / static_cast<double>(std::max<size_t>(1, round));
-  std::sort(lat.begin(), lat.end());
-  const double p50 = lat[lat.size() / 2];
-  const double p99 = lat[std::min(lat.size() - 1, static_cast<size_t>(lat.size() * 0.99))];
-  const double gbps = static_cast<double>(done * block) / secs / 1e9;
-  const double ops = static_cast<double>(done) / secs;
-  std::printf("Test completed: duration %.2f, batch count %zu, throughput %.2f GB/s\n", secs,
-              lat.size(), gbps);
-  std::printf("%s: %.0f ops/s, batch latency p50 %.1f us, p99 %.1f us, client CPU %.1f us/batch\n",
-              FLAGS_op.c_str(), ops, p50, p99, cpu_us);
-  if (FLAGS_json) {
-    std::printf("{\"op\":\"%s\",\"block\":%zu,\"batch\":%zu,\"gbps\":%.4f,\"ops_per_s\":%.1f,"
-                "\"batch_p50_us\":%.1f,\"batch_p99_us\":%.1f,\"client_cpu_us_per_batch\":%.1f}\n",
-                FLAGS_op.c_str(), block, batch, gbps, ops, p50, p99, cpu_us);
+  } else if (!measure(0)) {
+    return 1;
   }
   (void)c->RemoveAll(true);
   (void)c->UnregisterBuffer(buf.data());

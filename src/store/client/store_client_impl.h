@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/prefault.h"
 #include "master.pb.h"
 #include "mooncake/store/error_code.h"
 #include "mooncake/store/store_client.h"
@@ -117,6 +118,7 @@ class StoreClient::Impl {
   std::unique_ptr<PortHold> port_hold;  // the port of seg_name, when client_port.h added one
   std::string seg_name;
   void* segment = nullptr;              // the global segment (null: none lent)
+  std::shared_ptr<PrefaultJob> segment_prefault;  // its pages faulted in, in the background
   std::unique_ptr<Staging> staging;     // null: local_buffer_size 0
   Registrations registrations;
   std::unique_ptr<OpenedSegments> segments;

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/net.h"
+#include "common/prefault.h"
 #include "transport/shm/shm_wire.h"
 
 namespace mooncake::shm {
@@ -58,6 +59,7 @@ bool Mappable(int fd, uint64_t length) {
 }  // namespace
 
 PeerExports::~PeerExports() {
+  for (const auto& job : prefaults_) Prefaulter::Cancel(job);
   for (const Range& r : ranges_) ::munmap(r.ptr, r.length);
   if (page_) ::munmap(page_, page_bytes_);
   if (mapped_) limits_->mapped.fetch_sub(mapped_);
@@ -178,6 +180,12 @@ Result<std::shared_ptr<const PeerExports>> FetchExports(UniqueFd conn, int timeo
   for (size_t i = 1; i < ex->ranges_.size(); ++i) {
     if (ex->ranges_[i - 1].addr + ex->ranges_[i - 1].length > ex->ranges_[i].addr) {
       return Status::DataLoss("the target lends overlapping ranges");
+    }
+  }
+  for (const PeerExports::Range& r : ex->ranges_) {
+    if (auto job = Prefaulter::Start(r.ptr, r.length, "a peer's lent range",
+                                     Prefaulter::Mode::kResidentOnly)) {
+      ex->prefaults_.push_back(std::move(job));
     }
   }
   return std::shared_ptr<const PeerExports>(std::move(ex));

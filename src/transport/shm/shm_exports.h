@@ -20,6 +20,10 @@
 #include "mooncake/status.h"
 #include "transport/shm/shm_maps.h"
 
+namespace mooncake {
+class PrefaultJob;
+}
+
 namespace mooncake::shm {
 
 class PeerExports {
@@ -53,6 +57,10 @@ class PeerExports {
   ShmLimits* const limits_;
   const UniqueFd conn_;  // the export connection, kept open while the loan lasts
   std::vector<Range> ranges_;  // sorted by addr, not overlapping
+  // The ranges' page tables filled in the background where the target has the pages
+  // (Prefaulter::Mode::kResidentOnly: nothing allocated for the target), so that the first
+  // copies into a fresh mapping take no page fault per 4 KiB; cancelled before the unmap.
+  std::vector<std::shared_ptr<PrefaultJob>> prefaults_;
   void* page_ = nullptr;
   uint64_t page_bytes_ = 0;
   uint64_t mapped_ = 0;  // bytes of ranges, counted in limits_->mapped

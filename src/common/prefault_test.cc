@@ -1,0 +1,152 @@
+#include "common/prefault.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace mooncake {
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+long MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+// A shared memfd mapping, as a Store segment is.
+struct SharedMap {
+  explicit SharedMap(size_t n) : len(n) {
+    fd = ::memfd_create("prefault-test", MFD_CLOEXEC);
+    EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(n)), 0);
+    p = static_cast<char*>(::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    EXPECT_NE(p, MAP_FAILED);
+  }
+  ~SharedMap() {
+    ::munmap(p, len);
+    ::close(fd);
+  }
+  size_t len;
+  int fd = -1;
+  char* p = nullptr;
+};
+
+bool Supported() {
+  void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const bool ok = ::madvise(p, 4096, 23 /* MADV_POPULATE_WRITE */) == 0;
+  ::munmap(p, 4096);
+  return ok;
+}
+
+TEST(Prefault, APopulatedRangeTakesNoFaultsOnFirstWriteAndKeepsItsBytes) {
+  if (!Supported()) GTEST_SKIP() << "no MADV_POPULATE_WRITE on this kernel";
+  const size_t n = 64 * kMiB, pages = n / 4096;
+  SharedMap m(n);
+  // Bytes written before the prefault (a copy that raced ahead of it) are kept.
+  for (size_t i = 0; i < pages; i += 2) m.p[i * 4096] = static_cast<char>(i | 1);
+  auto job = Prefaulter::Start(m.p, n, "test range");
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(Prefaulter::WaitDone(job, 30000));
+  EXPECT_EQ(Prefaulter::Populated(job), n);
+  const long before = MinorFaults();
+  for (size_t i = 0; i < pages; ++i) m.p[i * 4096 + 1] = 7;
+  const long faults = MinorFaults() - before;
+  EXPECT_LT(faults, static_cast<long>(pages / 100)) << faults << " faults on " << pages << " pages";
+  for (size_t i = 0; i < pages; i += 2) ASSERT_EQ(m.p[i * 4096], static_cast<char>(i | 1)) << i;
+}
+
+TEST(Prefault, WithoutItEveryPageFaults) {  // the cost it removes, so the test above can fail
+  const size_t n = 16 * kMiB, pages = n / 4096;
+  SharedMap m(n);
+  const long before = MinorFaults();
+  for (size_t i = 0; i < pages; ++i) m.p[i * 4096] = 1;
+  EXPECT_GE(MinorFaults() - before, static_cast<long>(pages * 9 / 10));
+}
+
+TEST(Prefault, CancelReturnsAtOnceAndTheRangeCanBeUnmapped) {
+  if (!Supported()) GTEST_SKIP() << "no MADV_POPULATE_WRITE on this kernel";
+  for (int round = 0; round < 20; ++round) {
+    auto* m = new SharedMap(512 * kMiB);
+    auto job = Prefaulter::Start(m->p, m->len, "cancelled range");
+    ASSERT_NE(job, nullptr);
+    if (round % 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const auto t0 = std::chrono::steady_clock::now();
+    Prefaulter::Cancel(job);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+    delete m;  // unmapped: nothing of the job touches it any more
+    ASSERT_TRUE(Prefaulter::WaitDone(job, 10000));
+    EXPECT_LT(Prefaulter::Populated(job), 512 * kMiB);
+    Prefaulter::Cancel(job);  // idempotent
+  }
+}
+
+TEST(Prefault, JobsRunInOrderAndPrivateMemoryToo) {
+  if (!Supported()) GTEST_SKIP() << "no MADV_POPULATE_WRITE on this kernel";
+  const size_t n = 8 * kMiB;
+  void* a = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  SharedMap b(n);
+  auto ja = Prefaulter::Start(a, n, "private");
+  auto jb = Prefaulter::Start(b.p, n, "shared");
+  ASSERT_TRUE(Prefaulter::WaitDone(jb, 30000));
+  EXPECT_TRUE(Prefaulter::WaitDone(ja, 0));  // queued first, so ended first
+  EXPECT_EQ(Prefaulter::Populated(ja), n);
+  ::munmap(a, n);
+}
+
+// Another process's memory: only the pages its owner has are mapped here, none allocated.
+TEST(Prefault, ResidentOnlyMapsTheOwnersPagesAndAllocatesNone) {
+  if (!Supported()) GTEST_SKIP() << "no MADV_POPULATE_WRITE on this kernel";
+  const size_t n = 32 * kMiB, pages = n / 4096;
+  SharedMap owner(n);
+  for (size_t i = 0; i < pages / 2; ++i) owner.p[i * 4096] = 1;  // the owner has the first half
+  char* peer = static_cast<char*>(::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, owner.fd, 0));
+  ASSERT_NE(peer, MAP_FAILED);
+  auto job = Prefaulter::Start(peer, n, "peer's range", Prefaulter::Mode::kResidentOnly);
+  // One pass, then (pages were missing) a second one a second later: cancel after the first.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Prefaulter::Populated(job) < n && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  Prefaulter::Cancel(job);
+  std::vector<unsigned char> in(pages);
+  ASSERT_EQ(::mincore(owner.p, n, in.data()), 0);
+  size_t resident = 0;
+  for (unsigned char c : in) resident += c & 1;
+  EXPECT_EQ(resident, pages / 2);  // nothing allocated by the peer's prefault
+  const long before = MinorFaults();
+  for (size_t i = 0; i < pages / 2; ++i) peer[i * 4096 + 1] = 2;  // mapped: no faults
+  EXPECT_LT(MinorFaults() - before, static_cast<long>(pages / 200));
+  ::munmap(peer, n);
+}
+
+TEST(Prefault, TurnedOffOrEmptyGivesNoJob) {
+  EXPECT_EQ(Prefaulter::Start(nullptr, 4096, "null"), nullptr);
+  char c;
+  EXPECT_EQ(Prefaulter::Start(&c, 0, "empty"), nullptr);
+  ::setenv("MC_PREFAULT", "0", 1);
+  SharedMap m(kMiB);
+  EXPECT_FALSE(Prefaulter::Enabled());
+  EXPECT_EQ(Prefaulter::Start(m.p, m.len, "off"), nullptr);
+  ::unsetenv("MC_PREFAULT");
+  Prefaulter::Cancel(nullptr);
+  EXPECT_TRUE(Prefaulter::WaitDone(nullptr, 0));
+}
+
+TEST(Prefault, AnUnmappedRangeEndsTheJobWithoutHarm) {
+  if (!Supported()) GTEST_SKIP() << "no MADV_POPULATE_WRITE on this kernel";
+  void* p = ::mmap(nullptr, 8 * kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ::munmap(p, 8 * kMiB);  // a caller that forgot to cancel first: ENOMEM, the job ends
+  auto job = Prefaulter::Start(p, 8 * kMiB, "gone");
+  ASSERT_TRUE(Prefaulter::WaitDone(job, 10000));
+  EXPECT_EQ(Prefaulter::Populated(job), 0u);
+}
+
+}  // namespace
+}  // namespace mooncake
