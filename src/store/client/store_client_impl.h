@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,14 @@ struct ArenaOptions;
 
 namespace mooncake {
 namespace store {
+
+// A random, non-zero PutStartRequest.put_nonce: a PutStart sent again (after the master that
+// took it stepped down) is granted the space of its first sending rather than refused.
+inline uint64_t NewPutNonce() {
+  thread_local std::mt19937_64 gen{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                   std::random_device{}()};
+  return gen() | 1;
+}
 
 rpc::ReplicateConfig ConfigToProto(const ReplicateConfig& c);
 // The bytes of `parts`.

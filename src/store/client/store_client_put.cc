@@ -162,6 +162,7 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
     auto& req = *google::protobuf::Arena::CreateMessage<rpc::PutStartRequest>(&b.arena);
     req.set_client_id(client_id);
     req.set_upsert(upsert);
+    if (!upsert) req.set_put_nonce(NewPutNonce());  // a resend is granted the same space
     *req.mutable_config() = ConfigToProto(config);
     for (size_t i = half.at; i < half.end; ++i) {
       auto* item = req.add_items();

@@ -23,6 +23,7 @@ std::vector<int> StoreClient::PutSessionStart(const std::vector<std::string>& ke
   if (idx.empty()) return out;
   rpc::PutStartRequest req;
   req.set_client_id(m.client_id);
+  req.set_put_nonce(NewPutNonce());  // a resend is granted the same space
   *req.mutable_config() = ConfigToProto(config);
   for (size_t i : idx) {
     auto* item = req.add_items();

@@ -65,6 +65,7 @@ void FillState(const Obj& obj, oplog::ObjectState* st) {
   st->set_hard_pin(obj.hard_pin);
   st->set_soft_pin_ttl_ms(static_cast<uint64_t>(obj.soft_pin_ttl.count()));
   st->set_keep_soft_pin(obj.keep_soft_pin);
+  if (!obj.complete) st->set_put_nonce(obj.lease_id);
 }
 
 }  // namespace
@@ -139,6 +140,7 @@ void MasterService::SetStateLocked(const oplog::ObjectState& st, Object* obj,
   obj->hard_pin = st.hard_pin();
   obj->soft_pin_ttl = std::chrono::milliseconds(st.soft_pin_ttl_ms());
   obj->keep_soft_pin = st.keep_soft_pin();
+  obj->lease_id = st.complete() ? 0 : st.put_nonce();
   obj->stamp = now;
   obj->last_access = now;
   if (obj->soft_pin) {

@@ -320,6 +320,36 @@ TEST_F(MasterReplicaTest, PutInFlightEndsOnTheNewLeader) {
   EXPECT_EQ(AddrOf(master_.get(), "k"), addr);
 }
 
+// The same PutStart sent again (the leader that took it stepped down, or died, before the
+// client heard; the client resends it to the next) gets the same space, not
+// OBJECT_ALREADY_EXISTS, which a client takes for "the key has a value" (the put would be
+// acknowledged and never written: found by bench/ha_bench.py's failover rounds).
+TEST_F(MasterReplicaTest, APutStartSentAgainToTheNewLeaderGetsItsSpaceAgain) {
+  ASSERT_EQ(Mount("c1", "s1", 1 << 20, 4 * MiB), kOk);
+  const uint64_t nonce = 0x5eed;
+  auto started = PutStart("w", "k", 100 * KiB, Config(), nonce);
+  ASSERT_EQ(started.code(), kOk);
+  const uint64_t addr = started.replicas(0).buffer().addr();
+  Sync();
+  ASSERT_TRUE(standby_->Promote().ok());
+  master_ = std::move(standby_);
+  auto again = PutStart("w", "k", 100 * KiB, Config(), nonce);
+  ASSERT_EQ(again.code(), kOk) << again.message();
+  ASSERT_EQ(again.replicas_size(), 1);
+  EXPECT_EQ(again.replicas(0).buffer().addr(), addr);
+  // Another attempt (another nonce, no nonce, another client) is refused as before.
+  EXPECT_EQ(PutStart("w", "k", 100 * KiB, Config(), nonce + 2).code(),
+            C(ErrorCode::OBJECT_ALREADY_EXISTS));
+  EXPECT_EQ(PutStart("w", "k", 100 * KiB).code(), C(ErrorCode::OBJECT_ALREADY_EXISTS));
+  EXPECT_EQ(PutStart("x", "k", 100 * KiB, Config(), nonce).code(),
+            C(ErrorCode::OBJECT_ALREADY_EXISTS));
+  ASSERT_EQ(PutEnd("w", "k"), kOk);
+  EXPECT_EQ(AddrOf(master_.get(), "k"), addr);
+  // Once ended, the nonce grants nothing: the key has its value.
+  EXPECT_EQ(PutStart("w", "k", 100 * KiB, Config(), nonce).code(),
+            C(ErrorCode::OBJECT_ALREADY_EXISTS));
+}
+
 TEST_F(MasterReplicaTest, ADivergedLogIsRefusedAndOverlapsStopThePromotion) {
   oplog::Entry e;
   e.set_kind(oplog::Entry::ERASE);

@@ -282,6 +282,18 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       continue;
     }
     auto existing = objects_.find(item.key(), hashes_[i]);
+    if (existing != objects_.end() && !existing->second.complete && req.put_nonce() != 0 &&
+        existing->second.lease_id == req.put_nonce() && existing->second.owner == req.client_id()) {
+      // This very request, sent again (its first sending was acted on, by this master or
+      // by the leader before it): the same space again.
+      result->set_code(Code(ErrorCode::OK));
+      FillReplicasLocked(existing->second, false, result->mutable_replicas());
+      if (result->replicas_size() == 0) {  // its every segment is being unmounted
+        result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
+        result->set_message("key " + item.key() + ": the space of this put is being unmounted");
+      }
+      continue;
+    }
     if (existing != objects_.end() || (!upserts_.empty() && upserts_.count(item.key()))) {
       const bool stale = existing != objects_.end() && !existing->second.complete &&
                          existing->second.stamp +
@@ -331,6 +343,7 @@ MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest&
                                                    ? req.config().soft_pin_ttl_ms()
                                                    : config_.default_kv_soft_pin_ttl_ms);
   obj.hard_pin = req.config().with_hard_pin();
+  obj.lease_id = req.put_nonce();
   obj.stamp = now;
   obj.last_access = now;
   if (obj.soft_pin) {
@@ -424,6 +437,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
     if (code == ErrorCode::OK) {
       ReleaseLocked(it->second.owner, InFlightBytes(it->second));
       it->second.complete = true;
+      it->second.lease_id = 0;  // was the put's nonce
       it->second.last_access = now;
       it->second.stamp = now;
       ListLocked(&*it);

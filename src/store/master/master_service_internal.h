@@ -48,7 +48,10 @@ struct MasterService::Object {
   Clock::time_point stamp;
   Clock::time_point last_access;
   Clock::time_point lease_until;
-  uint64_t lease_id = 0;     // the latest grant
+  // Complete: the latest read grant's id. In flight (a put): its PutStartRequest.put_nonce,
+  // so that the same request sent again is granted the same space (no read lease exists
+  // before PutEnd, which sets it to 0).
+  uint64_t lease_id = 0;
   ClientName lease_client;   // ... and who got it
   Clock::time_point foreign_until;  // the latest lease end of grants to other clients
   std::chrono::milliseconds soft_pin_ttl{0};  // how long after the last access the pin holds

@@ -70,9 +70,10 @@ class MasterServiceTest : public ::testing::Test {
     return c;
   }
   rpc::PutStartResult PutStart(const std::string& client, const std::string& key, uint64_t size,
-                               const rpc::ReplicateConfig& config = Config()) {
+                               const rpc::ReplicateConfig& config = Config(), uint64_t nonce = 0) {
     rpc::PutStartRequest req;
     req.set_client_id(client);
+    req.set_put_nonce(nonce);
     auto* item = req.add_items();
     item->set_key(key);
     item->set_size(size);
