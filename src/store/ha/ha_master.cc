@@ -33,6 +33,9 @@ constexpr auto kStep = std::chrono::milliseconds(20);
 constexpr auto kRetryFailed = std::chrono::seconds(2);
 // Batches read at once (each at most kMaxBatchBytes: 32 MiB, under EtcdKv's 64 MiB reply cap).
 constexpr int64_t kTailBatches = 64;
+// --oplog_ack_before_durable: at most this many batches (of --oplog_batch_max_entries) of
+// acknowledged entries are not durable; a reply past that waits.
+constexpr uint32_t kUndurableBatches = 8;
 
 int64_t Ticks(HaMaster::Clock::time_point t) { return t.time_since_epoch().count(); }
 
@@ -134,8 +137,21 @@ RpcStatus HaMaster::Serve(uint16_t method, const char* data, size_t n, std::stri
   tl_served = true;
   tl_term = term;
   // Every reply waits for what was appended up to now to be durable: its own changes and
-  // those it may have read (a read must not show what a failover could take back).
-  tl_wait = (w && !options_.ack_before_durable) ? w->last_appended() : 0;
+  // those it may have read (a read must not show what a failover could take back). With
+  // --oplog_ack_before_durable it waits only while more than kUndurableBatches batches'
+  // worth of entries are not durable yet: the loss window, and the writer's queue, stay
+  // bounded however fast clients change things (else the writer falls behind for good and
+  // no checkpoint can cover what is durable: etcd grew without bound).
+  tl_wait = 0;
+  if (w) {
+    const uint64_t appended = w->last_appended();
+    const uint64_t window = uint64_t{kUndurableBatches} * options_.batch_max_entries;
+    if (!options_.ack_before_durable) {
+      tl_wait = appended;
+    } else if (appended > w->durable() + window) {
+      tl_wait = appended - window;
+    }
+  }
   return st;
 }
 

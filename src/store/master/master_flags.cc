@@ -82,7 +82,8 @@ DEFINE_int32(ha_lease_ttl_sec, 5,
              "(not an upstream flag; upstream's is fixed at 5)");
 DEFINE_bool(oplog_ack_before_durable, false,
             "Acknowledge a put once its log entry is queued, before etcd has it (upstream's "
-            "\"visible before durable\": a failover may lose acknowledged puts); off: after "
+            "\"visible before durable\": a failover may lose acknowledged puts, at most 8 "
+            "batches of --oplog_batch_max_entries: a reply past that waits); off: after "
             "(not an upstream flag)");
 DEFINE_uint64(oplog_checkpoint_entries, 100000,
               "A checkpoint of the metadata is written to etcd when the log since the last one "
