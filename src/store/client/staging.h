@@ -16,7 +16,6 @@
 #include "store/common/offset_allocator.h"
 
 namespace mooncake {
-class PrefaultJob;
 class TransferEngine;
 
 namespace store {
@@ -48,7 +47,6 @@ class Staging {
   Staging(TransferEngine* engine, char* base, size_t size);
 
   TransferEngine* const engine_;
-  std::shared_ptr<PrefaultJob> prefault_;  // its pages faulted in, in the background
   char* const base_;
   const size_t size_;
   const size_t capacity_;
