@@ -47,6 +47,8 @@ constexpr size_t kChunk = 4u << 20;
 // Memory is allocated only while the machine keeps max(1 GiB, an eighth of its memory)
 // available (checked every 64 MiB): a segment larger than what is free is not made resident.
 constexpr size_t kCheckEvery = 64u << 20;
+// kResidentOnly walks at most the first 256 GiB of a range.
+constexpr size_t kMaxResidentOnly = size_t{256} << 30;
 
 // /proc/meminfo's MemAvailable below max(1 GiB, MemTotal / 8); false when unreadable.
 bool LowOnMemory() {
@@ -221,6 +223,9 @@ bool Prefaulter::Enabled() {
 
 std::shared_ptr<PrefaultJob> Prefaulter::Start(void* p, size_t len, std::string what, Mode mode) {
   if (p == nullptr || len == 0 || !Enabled()) return nullptr;
+  // A peer's range is walked (mincore) page by page: a peer lending a huge sparse range must
+  // not keep this thread busy for long (4 TiB is ~20 s of walking).
+  if (mode == Mode::kResidentOnly) len = std::min(len, kMaxResidentOnly);
   return Worker::Get()->Start(p, len, std::move(what), mode);
 }
 

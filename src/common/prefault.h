@@ -34,7 +34,8 @@ class Prefaulter {
     // Only pages the memory's owner already has (mincore), mapped here without allocating
     // any: another process's memory mapped here (a peer's lent segment), which a peer must
     // not be able to make this process allocate. A pass that met pages not there yet is
-    // tried again once, a second later (the owner may be prefaulting them).
+    // tried again once, a second later (the owner may be prefaulting them). At most the
+    // first 256 GiB of a range are walked.
     kResidentOnly,
   };
   // Queues [p, p + len) for population, after the jobs queued before it. Null when turned
