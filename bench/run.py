@@ -210,6 +210,74 @@ def run_store(build, runs, duration):
     return rows
 
 
+FILL_CASES = [(4 * KIB, 128), (64 * KIB, 64), (1 * MIB, 16)]
+
+
+def run_first_fill(build, transports):
+    """Store puts into a fresh holder's segment (first fill) and again once it was emptied
+    (warm), in one client process: store_bench --fills=2 over a working set of 768 MiB of a
+    1 GiB segment, a fresh master and holder per case (issue 33)."""
+    master_bin = build / "src" / "store" / "mooncake_master"
+    bench_bin = build / "tools" / "store_bench"
+    if not master_bin.exists() or not bench_bin.exists():
+        log("store_bench or mooncake_master missing: first-fill figures skipped")
+        return []
+    rows = []
+    for transport in transports:
+        env = dict(os.environ)
+        if transport == "tcp":
+            env["MC_FORCE_TCP"] = "1"
+        for block, batch in FILL_CASES:
+            port = free_port()
+            addr = f"127.0.0.1:{port}"
+            procs = [subprocess.Popen([str(master_bin), f"--rpc_port={port}",
+                                       f"--metrics_port={free_port()}"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+            try:
+                time.sleep(0.3)
+                holder = subprocess.Popen([str(bench_bin), "--role=holder", f"--master={addr}",
+                                           "--segment_size=1073741824"], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          text=True)
+                procs.append(holder)
+                if "holder ready" not in holder.stdout.readline():
+                    raise RuntimeError("store holder did not start")
+                out = subprocess.run(
+                    [str(bench_bin), "--role=bench", f"--master={addr}", "--op=put",
+                     f"--block_size={block}", f"--batch_size={batch}", "--fills=2",
+                     f"--working_set={768 * MIB}", "--json"],
+                    capture_output=True, text=True, timeout=300, env=env)
+                if out.returncode != 0:
+                    raise RuntimeError(f"store_bench fills {block}: {out.stderr[-1500:]}")
+                fills = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+                first, warm = fills[0], fills[-1]
+                rows.append({"transport": transport, "block": block, "batch": batch,
+                             "first_ops": first["ops_per_s"], "first_gbps": first["gbps"],
+                             "warm_ops": warm["ops_per_s"], "warm_gbps": warm["gbps"]})
+                log(f"store first fill {transport} {human(block)}: {first['ops_per_s']:.0f} ops/s, "
+                    f"warm {warm['ops_per_s']:.0f} ops/s")
+            except (RuntimeError, subprocess.TimeoutExpired, IndexError, ValueError) as e:
+                log(f"first-fill run failed: {e}")
+            finally:
+                for p in reversed(procs):
+                    p.terminate()
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+    return rows
+
+
+def first_fill_table(rows):
+    out = ["| transport | block | batch | first fill ops/s (GB/s) | warm ops/s (GB/s) | first / warm |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['transport']} | {human(r['block'])} | {r['batch']} | "
+                   f"{r['first_ops']:.0f} ({r['first_gbps']:.2f}) | {r['warm_ops']:.0f} "
+                   f"({r['warm_gbps']:.2f}) | {r['first_ops'] / r['warm_ops']:.2f} |")
+    return "\n".join(out)
+
+
 def store_table(rows):
     out = ["| op | block | batch | store GB/s (min-max) | store ops/s | batch p50 / p99 us | "
            "engine GB/s (same block, batch) | store / engine |",
@@ -390,6 +458,7 @@ def main():
             if up_t:
                 up_t.stop()
     store_rows = run_store(build, runs, max(duration, 0.5))
+    fill_rows = run_first_fill(build, ["shm"] if args.quick else ["shm", "tcp"])
     sys.path.insert(0, str(REPO / "bench"))
     import store_compare
     compare_results, compare_md = store_compare.compare(REPO, build, args.quick, log)
@@ -414,6 +483,10 @@ def main():
     if store_rows:
         md += ("\n## Store (mooncake_master + 2 clients, 1 thread, registered buffers)\n\n" +
                store_table(store_rows) + "\n")
+    if fill_rows:
+        md += ("\n## Store first fill vs warm (a fresh holder lending 1 GiB; one client process "
+               "puts 768 MiB into it, empties it, puts 768 MiB again: store_bench --fills=2; "
+               "shm = same host)\n\n" + first_fill_table(fill_rows) + "\n")
     md += ("\n## Store beside upstream's (the Python API, one run each; master with its HTTP "
            "metadata server, a holder lending 1 GiB, a client lending nothing, 127.0.0.1)\n\n" +
            compare_md + "\n## Store scale (the master in process; many client processes)\n\n" +
@@ -425,7 +498,8 @@ def main():
     (out / "results.md").write_text(md)
     (out / "results.json").write_text(json.dumps(
         {"machine": machine(), "commit": commit(), "date": stamp, "quick": args.quick,
-         "results": results, "store": store_rows, "store_compare": compare_results,
+         "results": results, "store": store_rows, "store_first_fill": fill_rows,
+         "store_compare": compare_results,
          "store_scale": scale_results,
          "baselines": [{"kind": k[0], "block": k[1], "threads": k[2], **v}
                        for k, v in baselines.items()]}, indent=1))

@@ -259,6 +259,8 @@ void CheckRoute(const std::string& target, const std::string& path,
                                                            {"ha_state", "serving"},
                                                            {"service_ready", true}},
            target, "/health");
+  } else if (path == "/leader") {  // no HA: no leader address to name
+    Expect(r.status == 200 && ParseBody(r, target) == Json{{"present", false}}, target, "/leader");
   } else if (path == "/role" || path == "/ha_status") {
     Expect(r.status == 200 && r.body == (path == "/role" ? "leader" : "serving"), target, path.c_str());
   } else if (path == "/get_all_keys") {
