@@ -201,13 +201,18 @@ def run_store(build, runs, duration):
     finally:
         if target:
             target.stop()
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
     return rows
+
+
+def stop_all(procs):
+    """SIGTERM in reverse order of start, SIGKILL for whoever has not left after 10 s."""
+    for p in reversed(procs):
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 FILL_CASES = [(4 * KIB, 128), (64 * KIB, 64), (1 * MIB, 16)]
@@ -259,12 +264,7 @@ def run_first_fill(build, transports):
             except (RuntimeError, subprocess.TimeoutExpired, IndexError, ValueError) as e:
                 log(f"first-fill run failed: {e}")
             finally:
-                for p in reversed(procs):
-                    p.terminate()
-                    try:
-                        p.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
+                stop_all(procs)
     return rows
 
 
