@@ -194,3 +194,30 @@ def test_the_etcd_leader_stopped_and_killed_under_puts(tmp_path):
               f"{stopped:.2f} s (codes {sorted(set(w['rcs']))}); etcd leader m{j} killed: "
               f"{len(acked(w3))} of 100 in {killed:.2f} s; master {new.ip} serves "
               f"(was {leader.ip}); all {len(want)} acknowledged objects read back")
+
+
+def test_a_client_given_a_standbys_address_fails_at_once(tmp_path):
+    """A client given a standby's host:port (not etcd://) gets -1010 at setup, at once, and
+    its log names the leader; given the leader's, it works."""
+    with Cluster(4, workdir=tmp_path) as c:
+        e = c.etcd(c.hosts[:3])
+        masters = {h.index: c.start_master(h, *ha_flags(e)) for h in c.hosts[:2]}
+        leader = wait_one_leader(c.hosts[:2], 15)
+        standby = next(h for h in c.hosts[:2] if h is not leader)
+        time.sleep(0.5)  # the standby has read master_view
+        a = c.hosts[3].run([c.venv_python, AGENT], pipe=True)
+        assert a.readline(30) == '{"ready": true}'
+        t0 = time.monotonic()
+        rc = a.request({"op": "setup", "host": c.hosts[3].ip,
+                        "master": masters[standby.index].addr, "segment": 16 * MiB,
+                        "buffer": 4 * MiB}, timeout=30)
+        took = time.monotonic() - t0
+        assert rc == {"rc": -1010}, (rc, a.log_tail())
+        assert took < 5, took
+        assert masters[leader.index].addr in a.log_tail(), a.log_tail()
+        print(f"ha: a client given the standby {standby.ip}'s address failed setup with -1010 "
+              f"in {took * 1000:.0f} ms, naming the leader {leader.ip}")
+        ok = a.request({"op": "setup", "host": c.hosts[3].ip,
+                        "master": masters[leader.index].addr, "segment": 16 * MiB,
+                        "buffer": 4 * MiB}, timeout=30)
+        assert ok == {"rc": 0}, (ok, a.log_tail())
