@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -91,7 +92,8 @@ class HaMasterTest : public ::testing::Test {
   }
   HostPort Etcd() const { return HostPort{"127.0.0.1", etcd_->port(), true}; }
 
-  std::unique_ptr<Node> Start(bool oplog = true, uint64_t checkpoint_entries = 100000) {
+  std::unique_ptr<Node> Start(bool oplog = true, uint64_t checkpoint_entries = 100000,
+                              const std::function<void(HaMaster::Options*)>& tweak = nullptr) {
     auto n = std::make_unique<Node>();
     // The port first (the address is published), then the HaMaster, then serving.
     RpcServer::Options ro;
@@ -117,6 +119,7 @@ class HaMasterTest : public ::testing::Test {
     o.poll_interval_ms = 100;
     o.config.default_kv_lease_ttl_ms = 200;
     o.checkpoint_entries = checkpoint_entries;
+    if (tweak) tweak(&o);
     auto ha = HaMaster::Create(o);
     EXPECT_TRUE(ha.ok()) << ha.status().ToString();
     n->ha = std::move(ha).value();
@@ -222,6 +225,30 @@ TEST_F(HaMasterTest, AClientGivenAStandbysAddressGetsAClearErrorAtOnce) {
   EXPECT_EQ(code, ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS)) << msg;
   EXPECT_NE(msg.find(leader->address), std::string::npos) << msg;
   EXPECT_LT(SecondsSince(t0), 1.5);
+}
+
+// --oplog_ack_before_durable: replies do not wait for etcd, but at most 8 batches of
+// entries stay undurable: a client faster than the writer is held back (before, the writer
+// fell behind for good: its queue grew, no checkpoint could be written, etcd grew).
+TEST_F(HaMasterTest, AckBeforeDurableKeepsTheUndurableWindowBounded) {
+  auto a = Start(true, 100000, [](HaMaster::Options* o) {
+    o->ack_before_durable = true;
+    o->batch_max_entries = 1;  // one entry per etcd transaction: the writer is slow
+  });
+  ASSERT_EQ(WaitLeader({a.get()}), 0);
+  auto c = Client();
+  ASSERT_NE(c, nullptr);
+  uint64_t worst = 0;
+  for (int i = 0; i < 120; ++i) {
+    ASSERT_EQ(Put(c.get(), "w" + std::to_string(i), std::string(100, 'w')), 0) << i;
+    worst = std::max(worst, a->ha->View().pending_entries);
+  }
+  EXPECT_LE(worst, 8u + 2u) << "entries acknowledged and not durable";
+  const auto t0 = Clock::now();
+  while (a->ha->View().pending_entries > 0 && SecondsSince(t0) < 10) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(a->ha->View().pending_entries, 0u);
 }
 
 // Every acknowledged put is on the next leader: the old one stops (its lease revoked), a
