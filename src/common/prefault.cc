@@ -1,6 +1,7 @@
 #include "common/prefault.h"
 
 #include <glog/logging.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -69,9 +70,18 @@ bool LowOnMemory() {
 class Worker {
  public:
   static Worker* Get() {
-    static Worker* w = new Worker();  // never destroyed: its thread may outlive main's statics
+    static Worker* w = [] {
+      auto* made = new Worker();  // never destroyed: its thread may outlive main's statics
+      // A fork while the thread holds mu_ must not leave the child a mutex no one will
+      // release: the fork waits for it, and both sides release it.
+      ::pthread_atfork(&Worker::ForkPrepare, &Worker::ForkRelease, &Worker::ForkRelease);
+      return made;
+    }();
     return w;
   }
+
+  static void ForkPrepare() MC_NO_THREAD_SAFETY_ANALYSIS { Get()->mu_.Lock(); }
+  static void ForkRelease() MC_NO_THREAD_SAFETY_ANALYSIS { Get()->mu_.Unlock(); }
 
   std::shared_ptr<PrefaultJob> Start(void* p, size_t len, std::string what, Prefaulter::Mode mode)
       MC_EXCLUDES(mu_) {

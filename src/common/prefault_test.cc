@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cstring>
@@ -124,6 +127,36 @@ TEST(Prefault, ResidentOnlyMapsTheOwnersPagesAndAllocatesNone) {
   for (size_t i = 0; i < pages / 2; ++i) peer[i * 4096 + 1] = 2;  // mapped: no faults
   EXPECT_LT(MinorFaults() - before, static_cast<long>(pages / 200));
   ::munmap(peer, n);
+}
+
+// Forks while a job runs: the child gets no job (the thread is the parent's) and never finds
+// the worker's mutex held by a thread it does not have.
+TEST(Prefault, AForkedChildNeitherHangsNorPopulates) {
+  if (!Supported()) GTEST_SKIP() << "no MADV_POPULATE_WRITE on this kernel";
+  SharedMap big(256 * kMiB);
+  auto job = Prefaulter::Start(big.p, big.len, "big");
+  for (int i = 0; i < 50; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      char small[8192];
+      auto j = Prefaulter::Start(small, sizeof(small), "child");
+      Prefaulter::Cancel(job);  // the parent's job: returns at once here
+      _exit(j == nullptr ? 0 : 1);
+    }
+    int status = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        FAIL() << "a forked child hung";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  Prefaulter::Cancel(job);
 }
 
 TEST(Prefault, TurnedOffOrEmptyGivesNoJob) {
