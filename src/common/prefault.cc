@@ -89,6 +89,12 @@ class Worker {
     MutexLock lock(&mu_);
     if (unsupported_) return nullptr;
     if (owner_pid_ == 0) {
+      if (!KernelHasPopulateWrite()) {
+        LOG(WARNING) << "prefault: this kernel has no MADV_POPULATE_WRITE (Linux 5.14+); "
+                        "memory is faulted in on first use";
+        unsupported_ = true;
+        return nullptr;
+      }
       owner_pid_ = ::getpid();
       std::thread([this] { Run(); }).detach();
     } else if (owner_pid_ != ::getpid()) {
@@ -180,19 +186,26 @@ class Worker {
       job->busy_ = false;
       if (rc == 0 || err == EINTR || err == EAGAIN) {
         if (rc == 0) job->done_ += n;
-      } else if (err == EINVAL) {
-        LOG(WARNING) << "prefault: this kernel has no MADV_POPULATE_WRITE (Linux 5.14+); "
-                        "memory is faulted in on first use";
-        unsupported_ = true;
       } else {
-        // ENOMEM (out of memory, or no longer mapped), EFAULT, EHWPOISON: the job ends; the
-        // pages left are faulted in on use, as without a prefault.
+        // ENOMEM (out of memory, or no longer mapped), EFAULT, EINVAL (a mapping that cannot
+        // be populated: no access, device memory), EHWPOISON: the job ends; the pages left
+        // are faulted in on use, as without a prefault.
         LOG(WARNING) << "prefault of " << job->what_ << " stopped after " << job->done_ << " of "
                      << job->len_ << " bytes: " << std::strerror(err);
         job->cancelled_ = true;
       }
       changed_.SignalAll();
     }
+  }
+
+  // Whether madvise knows MADV_POPULATE_WRITE (Linux 5.14+), tried on one private page.
+  static bool KernelHasPopulateWrite() {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return true;  // cannot tell: the jobs will say
+    const bool ok = ::madvise(p, page, MADV_POPULATE_WRITE) == 0;
+    ::munmap(p, page);
+    return ok;
   }
 
   // Populates the runs of [at, at + n) whose pages are in memory (mincore); *missed: some

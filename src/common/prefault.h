@@ -11,7 +11,9 @@
 // kernel may still reclaim or swap it.
 //
 // MC_PREFAULT=0 turns it off (Start returns null). Where the kernel lacks
-// MADV_POPULATE_WRITE, the first job logs one line and nothing is populated.
+// MADV_POPULATE_WRITE (checked once, on one page), the first Start logs one line and every
+// Start returns null. A range that cannot be populated (no access, device memory, unmapped)
+// ends its job with one log line.
 #pragma once
 
 #include <cstddef>
