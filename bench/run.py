@@ -12,7 +12,8 @@ For each block size (4 KiB, 64 KiB, 1 MiB, 16 MiB), operation (read, write) and 
 Then the Store (src/store): mooncake_master, a holder client contributing the pool and
 tools/store_bench putting / getting 4 KiB and 1 MiB objects in batches, beside the engine's own
 figure for the same block and batch (transfer_engine_bench, auto transport: same host -> shm);
-and the Store beside upstream's through the Python API both packages share
+the Store's first fill of a fresh holder's segment beside a warm fill (store_bench --fills=2,
+4 KiB / 64 KiB / 1 MiB; same host, and over TCP in the full run); and the Store beside upstream's through the Python API both packages share
 (bench/store_compare.py: single-key master calls from 1 and 8 threads, batch puts and gets).
 It reports each figure as the median of the runs with min and max, writes a Markdown table,
 a JSON file and a PNG plot under bench/results/<date>-<commit>/, and prints the table.
