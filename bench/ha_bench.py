@@ -104,13 +104,13 @@ def percentile(v, q):
     return v[min(len(v) - 1, int(len(v) * q))] if v else 0.0
 
 
-def store_for(master_addr, cluster):
+def store_for(master_addr, cluster, segment=1024 * MIB):
     from mooncake.store import MooncakeDistributedStore
     os.environ["MC_STORE_CLUSTER_ID"] = cluster
     s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 1024 * MIB, 16 * MIB, "tcp", "", master_addr)
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MIB, "tcp", "", master_addr)
     if rc != 0:
-        sys.exit(f"setup against {master_addr} failed: {rc}")
+        raise RuntimeError(f"setup against {master_addr} failed: {rc}")
     return s
 
 
@@ -142,12 +142,10 @@ def cost_run(store, tag, duration, start_at=None):
 
 def cost_worker(master_addr, cluster, tag, duration, segment, start_at, q, done):
     """One client process of a concurrent cost run (its own engine and segment)."""
-    from mooncake.store import MooncakeDistributedStore
-    os.environ["MC_STORE_CLUSTER_ID"] = cluster
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MIB, "tcp", "", master_addr)
-    if rc != 0:
-        q.put({"error": f"setup against {master_addr} failed: {rc}"})
+    try:
+        s = store_for(master_addr, cluster, segment)
+    except RuntimeError as e:
+        q.put({"error": str(e)})
         return
     r = cost_run(s, tag, duration, start_at)
     done.wait(60)  # no client leaves (its segment unmounted) while others still put into it

@@ -133,8 +133,7 @@ class Worker {
     for (;;) {
       while (queue_.empty()) work_.Wait(&mu_);
       std::shared_ptr<PrefaultJob> job = queue_.front();
-      if (!job->cancelled_ && !unsupported_ && job->done_ >= job->len_ && job->missed_ &&
-          job->passes_left_ > 0) {
+      if (!job->cancelled_ && job->done_ >= job->len_ && job->missed_ && job->passes_left_ > 0) {
         // Another pass over what the owner did not have, later, behind the other jobs.
         --job->passes_left_;
         job->done_ = 0;
@@ -144,7 +143,7 @@ class Worker {
         queue_.push_back(job);
         continue;
       }
-      if (job->cancelled_ || job->done_ >= job->len_ || unsupported_) {
+      if (job->cancelled_ || job->done_ >= job->len_) {
         queue_.pop_front();
         job->ended_ = true;
         changed_.SignalAll();
@@ -234,7 +233,7 @@ class Worker {
   CondVar work_, changed_;
   std::deque<std::shared_ptr<PrefaultJob>> queue_ MC_GUARDED_BY(mu_);
   pid_t owner_pid_ MC_GUARDED_BY(mu_) = 0;
-  bool unsupported_ MC_GUARDED_BY(mu_) = false;
+  bool unsupported_ MC_GUARDED_BY(mu_) = false;  // probed at the first Start: no job ever runs
 };
 
 }  // namespace
