@@ -1,0 +1,492 @@
+"""Structured objects for mooncake.structured_object_store: JSON metadata plus named members
+(ndarrays, torch tensors, bytes) stored as a bundle, read back whole, by member, or by rows.
+
+The bundle's `meta` payload is the caller's metadata as JSON with "layout" (default
+"structured") and, under "__mooncake_structured_fields__", one spec per member:
+
+  {"encoding": "ndarray", "dtype": "<i2", "shape": [3, 4]}     C-order bytes
+  {"encoding": "bytes"}                                          the bytes as given
+  {"encoding": "torch_tensor", "dtype": "torch.float32", "shape": [...], "format": F}
+      F = "raw": the tensor's bytes in C order (any dtype, bfloat16 included);
+          "store_tensor": written with the store's put_tensor, read with get_tensor;
+          "tensor_object": a tensor-object buffer written with put_tensor_from.
+
+Row reads (slice_member, axis 0) of ndarray and raw tensor members fetch only the rows' bytes
+(get_into_ranges when the store has it); other members are read whole.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._sos_bundle import (BundleManifestStore, BundleTransferPolicy, RemoteBundleRef,
+                          _MultiBufferPayload, decode_json, encode_json)
+from ._sos_infer import _torch
+from ._sos_transport import _has, address_of, call_with_config, check_status
+
+STRUCTURED_FIELD_SPECS_KEY = "__mooncake_structured_fields__"
+
+
+@dataclass(frozen=True, init=False)
+class StructuredObjectPayload:
+    """A structured object to store: JSON-safe metadata plus named members."""
+
+    metadata: Mapping[str, Any]
+    buffers: Mapping[str, Any]
+
+    def __init__(self, metadata: Optional[Mapping[str, Any]] = None,
+                 buffers: Optional[Mapping[str, Any]] = None) -> None:
+        if buffers is None:
+            raise TypeError("StructuredObjectPayload requires buffers")
+        object.__setattr__(self, "metadata", {} if metadata is None else metadata)
+        object.__setattr__(self, "buffers", buffers)
+
+
+@dataclass
+class StructuredObjectResult:
+    metadata: Dict[str, Any]
+    objects: Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StructuredMemberSlice:
+    axis: int
+    start: int
+    end: int
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class StructuredObjectReadSpec:
+    """What to read of a stored structured object: all members or some, and row slices."""
+
+    ref: Any
+    member_names: Optional[Tuple[str, ...]] = None
+    member_slices: Tuple[Tuple[str, StructuredMemberSlice], ...] = ()
+
+    def select_members(self, names: Optional[Sequence[str]]) -> "StructuredObjectReadSpec":
+        return StructuredObjectReadSpec(self.ref, None if names is None else tuple(names),
+                                        self.member_slices)
+
+    def slice_member(self, name: str, axis: int, start: int, end: int,
+                     step: int = 1) -> "StructuredObjectReadSpec":
+        slices = dict(self.member_slices)
+        slices[name] = StructuredMemberSlice(axis, start, end, step)
+        return StructuredObjectReadSpec(self.ref, self.member_names, tuple(slices.items()))
+
+    def member_slice(self, name: str) -> Optional[StructuredMemberSlice]:
+        return dict(self.member_slices).get(name)
+
+
+@dataclass(frozen=True)
+class _TensorPayload:
+    tensor: Any
+
+
+@dataclass(frozen=True)
+class _TensorObjectBufferPayload:
+    """Memory that holds a tensor object in the store's tensor format (header + data), e.g.
+    a BufferPool lease: written with put_tensor_from, read back into such memory."""
+
+    ptr: int
+    size: int
+    owner: Any
+    batch_size: Optional[int] = None
+
+    def __len__(self) -> int:
+        if self.batch_size is None:
+            raise TypeError("tensor object buffer requires batch_size for DataProto use")
+        return self.batch_size
+
+
+@dataclass(frozen=True)
+class _RawDestinationBuffer:
+    ptr: int
+    size: int
+    owner: Any
+    pre_registered: bool = False
+
+
+def tensor_object_buffer(ptr: int, size: int, owner: Any = None,
+                         batch_size: Optional[int] = None) -> _TensorObjectBufferPayload:
+    return _TensorObjectBufferPayload(int(ptr), int(size), owner, batch_size)
+
+
+def raw_destination(ptr: int, size: int, owner: Any = None, *,
+                    pre_registered: bool = False) -> _RawDestinationBuffer:
+    return _RawDestinationBuffer(int(ptr), int(size), owner, pre_registered)
+
+
+class _PoolLeaseOwner:
+    """Gives a BufferPool lease back once: at release_result, or when garbage-collected."""
+
+    def __init__(self, lease):
+        self.lease, self.released = lease, False
+
+    def release(self):
+        if not self.released:
+            self.released = True
+            self.lease.release()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class _PoolBackedNdarray(np.ndarray):
+    """An ndarray over a BufferPool lease; views share the owner (keep the base alive)."""
+
+    def __array_finalize__(self, obj):
+        self._mooncake_pool_owner = getattr(obj, "_mooncake_pool_owner", None)
+
+
+def _pool_array(pool, dtype, shape):
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    lease = pool.acquire(nbytes)
+    owner = _PoolLeaseOwner(lease)
+    raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(lease.ptr)
+    array = np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
+    array = array.view(_PoolBackedNdarray)
+    array._mooncake_pool_owner = owner
+    return array
+
+
+def _torch_dtype(name: str):
+    if _torch is None:
+        raise RuntimeError("this member is a torch tensor and torch is not installed")
+    dtype = getattr(_torch, str(name).replace("torch.", ""), None)
+    if not isinstance(dtype, _torch.dtype):
+        raise ValueError(f"unknown torch dtype {name!r}")
+    return dtype
+
+
+def _is_tensor(value) -> bool:
+    return _torch is not None and isinstance(value, _torch.Tensor)
+
+
+def _shape_list(value) -> list:
+    if not isinstance(value, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
+        raise ValueError(f"structured member shape must be a list of sizes, got {value!r}")
+    return value
+
+
+def _row_ranges(shape, itemsize, member_slice):
+    """(output shape, [(src offset, dst offset, length)]) for a slice on axis 0."""
+    if member_slice is None:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+        return tuple(shape), ([(0, 0, nbytes)] if nbytes else [])
+    if member_slice.axis != 0:
+        raise ValueError("structured member slices support only axis=0")
+    if member_slice.step <= 0:
+        raise ValueError("structured member slice step must be positive")
+    if not shape:
+        raise ValueError("a 0-dimensional member cannot be sliced")
+    rows = range(*slice(member_slice.start, member_slice.end, member_slice.step)
+                 .indices(shape[0]))
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    out_shape = (len(rows),) + tuple(shape[1:])
+    if not row_bytes or not len(rows):
+        return out_shape, []
+    if member_slice.step == 1:
+        return out_shape, [(rows.start * row_bytes, 0, len(rows) * row_bytes)]
+    return out_shape, [(r * row_bytes, i * row_bytes, row_bytes) for i, r in enumerate(rows)]
+
+
+def _rows_ranges(shape, itemsize, indices):
+    """(output shape, ranges) for a gather of rows by index on axis 0."""
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    out_shape = (len(indices),) + tuple(shape[1:])
+    if not row_bytes:
+        return out_shape, []
+    return out_shape, [(r * row_bytes, i * row_bytes, row_bytes) for i, r in enumerate(indices)]
+
+
+class StructuredObjectLayer:
+    def __init__(self, bundles: BundleManifestStore, buffer_pool=None):
+        self.bundles = bundles
+        self.transport = bundles.transport
+        self.buffer_pool = buffer_pool
+
+    # -- put -------------------------------------------------------------------------------
+    def put(self, payload: StructuredObjectPayload, partition="default", chunk_bytes=None,
+            policy: Optional[BundleTransferPolicy] = None, max_inflight_put=None,
+            config=None) -> RemoteBundleRef:
+        if not isinstance(payload, StructuredObjectPayload):
+            raise TypeError("put_structured_object expects a StructuredObjectPayload")
+        metadata = _normalize_metadata(payload.metadata)
+        specs, members = {}, {}
+        for name, value in payload.buffers.items():
+            specs[name], members[name] = _encode_member(name, value)
+        if specs:
+            metadata[STRUCTURED_FIELD_SPECS_KEY] = specs
+        meta = encode_json(metadata, "structured metadata")
+
+        def put_special(key, value, policy):
+            return self._put_tensor_member(key, value, policy, config)
+
+        return self.bundles.put_bundle(meta, members, partition, chunk_bytes, policy,
+                                       max_inflight_put, config, put_special)
+
+    def _put_tensor_member(self, key, value, policy, config):
+        store = self.transport.store
+        if isinstance(value, _TensorObjectBufferPayload):
+            if not _has(store, "put_tensor_from"):
+                raise RuntimeError("this store has no put_tensor_from for a tensor object buffer")
+            mine = self.transport.can_register() and self.transport.register(value.ptr,
+                                                                              value.size)
+            try:
+                check_status(store.put_tensor_from(key, value.ptr, value.size),
+                             "put_tensor_from", key)
+            finally:
+                if mine:
+                    self.transport.unregister(value.ptr)
+            return ({"key": key, "bytes": value.size,
+                     "chunks": [{"key": key, "bytes": value.size}]}, [key])
+        if not isinstance(value, _TensorPayload):
+            return None
+        tensor = value.tensor
+        if policy.copy_mode == "zero_copy":
+            raise ValueError("zero-copy structured tensor fields require a BufferPool "
+                             "tensor-object buffer (tensor_object_buffer)")
+        writer = None
+        if policy.copy_mode == "auto" and tensor.dim() > 0:
+            if config is not None and _has(store, "pub_tensor"):
+                writer = lambda: store.pub_tensor(key, tensor, config)  # noqa: E731
+            elif _has(store, "put_tensor"):
+                writer = lambda: store.put_tensor(key, tensor)  # noqa: E731
+        if writer is not None:
+            check_status(writer(), "put_tensor", key)
+            nbytes = tensor.numel() * tensor.element_size()
+            return ({"key": key, "bytes": nbytes, "chunks": [{"key": key, "bytes": nbytes}],
+                     "format": "store_tensor"}, [key])
+        return value.raw_bytes()  # the bundle layer writes these bytes in chunks
+
+    # -- read ------------------------------------------------------------------------------
+    def read_spec(self, ref) -> StructuredObjectReadSpec:
+        return StructuredObjectReadSpec(ref=ref)
+
+    def read_metadata(self, manifest) -> Dict[str, Any]:
+        meta = self.transport.read_payload(manifest["meta"])
+        metadata = decode_json(meta, "structured metadata")
+        specs = metadata.get(STRUCTURED_FIELD_SPECS_KEY, {})
+        if not isinstance(specs, dict):
+            raise ValueError("structured metadata field specs must be a mapping")
+        return metadata
+
+    def materialize(self, spec: StructuredObjectReadSpec,
+                    destinations: Optional[Mapping[str, Any]] = None) -> StructuredObjectResult:
+        if not isinstance(spec, StructuredObjectReadSpec):
+            raise TypeError("materialize expects a StructuredObjectReadSpec (read_spec(ref))")
+        if spec.member_names is not None and not spec.member_names:
+            raise ValueError("structured object read spec selected no members")
+        manifest = self.bundles.resolve_manifest(spec.ref)
+        metadata = self.read_metadata(manifest)
+        specs = metadata.get(STRUCTURED_FIELD_SPECS_KEY, {})
+        names = list(manifest["buffers"]) if spec.member_names is None else list(spec.member_names)
+        destinations = dict(destinations or {})
+        objects = {}
+        for name in names:
+            if name not in manifest["buffers"]:
+                raise KeyError(f"structured object has no member {name!r}")
+            objects[name] = self.read_member(manifest["buffers"][name], specs.get(name, {}),
+                                             spec.member_slice(name), None,
+                                             destinations.get(name))
+        return StructuredObjectResult(metadata=metadata, objects=objects)
+
+    def read_member(self, payload, field_spec, member_slice=None, indices=None,
+                    destination=None):
+        """One member; member_slice (axis 0) or indices (a row gather) select rows."""
+        encoding = field_spec.get("encoding", "bytes")
+        if encoding == "ndarray":
+            dtype = np.dtype(field_spec.get("dtype"))
+            if dtype.hasobject:
+                raise ValueError("structured member dtype must not be object")
+            shape = _shape_list(field_spec.get("shape"))
+            if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != payload["bytes"]:
+                raise ValueError("structured member size does not match its dtype and shape")
+            return self._read_array(payload, dtype, shape, member_slice, indices, destination)
+        if encoding == "torch_tensor":
+            return self._read_tensor(payload, field_spec, member_slice, indices, destination)
+        if encoding not in ("bytes",):
+            raise ValueError(f"unsupported structured field encoding {encoding!r}")
+        if member_slice is not None or indices is not None:
+            raise ValueError(f"structured member encoding {encoding!r} does not support slicing")
+        if encoding != "bytes":
+            raise ValueError(f"unsupported structured field encoding {encoding!r}")
+        if destination is not None:
+            return self._read_into_raw(payload, destination)
+        return bytes(self.transport.read_payload(payload))
+
+    def _plan(self, shape, itemsize, member_slice, indices):
+        if indices is not None:
+            return _rows_ranges(shape, itemsize, indices)
+        return _row_ranges(shape, itemsize, member_slice)
+
+    def _read_array(self, payload, dtype, shape, member_slice, indices, destination):
+        out_shape, ranges = self._plan(shape, dtype.itemsize, member_slice, indices)
+        if destination is not None:
+            out = _check_destination(destination, dtype, out_shape)
+            registered = False
+        elif self.buffer_pool is not None and out_shape and int(np.prod(out_shape)):
+            out = _pool_array(self.buffer_pool, dtype, out_shape)
+            registered = True  # leases are registered memory
+        else:
+            out = np.empty(out_shape, dtype=dtype)
+            registered = False
+        if ranges:
+            self._fill(payload, int(out.ctypes.data), ranges, registered)
+        return out
+
+    def _fill(self, payload, ptr, ranges, registered):
+        whole = len(ranges) == 1 and ranges[0][0] == 0 and ranges[0][2] == payload["bytes"]
+        if whole and not registered:
+            self.transport.read_chunks_into(payload["chunks"], ptr)
+        else:
+            self.transport.read_ranges_into(payload, ptr, ranges, dest_registered=registered)
+
+    def _read_into_raw(self, payload, destination):
+        if not isinstance(destination, _RawDestinationBuffer):
+            raise TypeError("a bytes member's destination must be a raw_destination")
+        if destination.size < payload["bytes"]:
+            raise ValueError(f"destination holds {destination.size} bytes; the member has "
+                             f"{payload['bytes']}")
+        if payload["bytes"]:
+            self.transport.read_ranges_into(payload, destination.ptr,
+                                            [(0, 0, payload["bytes"])],
+                                            dest_registered=destination.pre_registered)
+        return destination
+
+    def _read_tensor(self, payload, field_spec, member_slice, indices, destination):
+        fmt = payload.get("format") or field_spec.get("format", "raw")
+        store = self.transport.store
+        if fmt in ("store_tensor", "tensor_object"):
+            if isinstance(destination, _TensorObjectBufferPayload):
+                if member_slice is not None or indices is not None:
+                    raise ValueError("a tensor object buffer destination takes the whole tensor")
+                return self._get_tensor_object_into(payload["key"], destination)
+            if not _has(store, "get_tensor"):
+                raise RuntimeError("this store does not support get_tensor, which this "
+                                   "tensor member needs")
+            tensor = store.get_tensor(payload["key"])
+            if tensor is None:
+                raise RuntimeError(f"mooncake get_tensor of {payload['key']!r} found nothing")
+            return _select_rows(tensor, member_slice, indices, destination)
+        if fmt != "raw":
+            raise ValueError(f"unknown structured tensor format {fmt!r}")
+        dtype = _torch_dtype(field_spec.get("dtype"))
+        shape = _shape_list(field_spec.get("shape"))
+        itemsize = _torch.empty(0, dtype=dtype).element_size()
+        if int(np.prod(shape, dtype=np.int64)) * itemsize != payload["bytes"]:
+            raise ValueError("structured tensor size does not match its dtype and shape")
+        out_shape, ranges = self._plan(shape, itemsize, member_slice, indices)
+        out = destination if destination is not None else _torch.empty(out_shape, dtype=dtype)
+        if tuple(out.shape) != tuple(out_shape) or out.dtype != dtype or \
+                not out.is_contiguous() or out.device.type != "cpu":
+            raise ValueError(f"tensor destination shape mismatch: need a contiguous CPU "
+                             f"{dtype} tensor of shape {tuple(out_shape)}")
+        if ranges:
+            self._fill(payload, int(out.data_ptr()), ranges, False)
+        return out
+
+    def _get_tensor_object_into(self, key, destination):
+        store = self.transport.store
+        if not _has(store, "get_into"):
+            raise RuntimeError("this store has no get_into for a tensor object buffer")
+        mine = self.transport.can_register() and self.transport.register(destination.ptr,
+                                                                          destination.size)
+        try:
+            rc = store.get_into(key, destination.ptr, destination.size)
+        finally:
+            if mine:
+                self.transport.unregister(destination.ptr)
+        if rc < 0:
+            raise RuntimeError(f"mooncake get_into of {key!r} failed: code {rc}")
+        return destination
+
+
+def _select_rows(tensor, member_slice, indices, destination):
+    if indices is not None:
+        tensor = tensor[list(indices)]
+    elif member_slice is not None:
+        if member_slice.axis != 0:
+            raise ValueError("structured member slices support only axis=0")
+        if member_slice.step <= 0:
+            raise ValueError("structured member slice step must be positive")
+        tensor = tensor[member_slice.start:member_slice.end:member_slice.step]
+    if destination is not None:
+        if tuple(destination.shape) != tuple(tensor.shape):
+            raise ValueError("tensor destination shape mismatch")
+        destination.copy_(tensor)
+        return destination
+    return tensor
+
+
+def _check_destination(destination, dtype, shape):
+    if not isinstance(destination, np.ndarray):
+        raise TypeError("an ndarray member's destination must be a numpy array")
+    if destination.dtype != dtype or tuple(destination.shape) != tuple(shape):
+        raise ValueError(f"destination shape mismatch: need {dtype} {tuple(shape)}, got "
+                         f"{destination.dtype} {destination.shape}")
+    if not destination.flags["C_CONTIGUOUS"]:
+        raise ValueError("destination must be C-contiguous")
+    if not destination.flags["WRITEABLE"]:
+        raise ValueError("destination must be writeable")
+    return destination
+
+
+def _normalize_metadata(metadata) -> Dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        raise TypeError("structured metadata must be a mapping")
+    out = dict(metadata)
+    if STRUCTURED_FIELD_SPECS_KEY in out:
+        raise ValueError(f"structured metadata key {STRUCTURED_FIELD_SPECS_KEY!r} is reserved")
+    if not isinstance(out.get("layout", "structured"), str):
+        raise ValueError("structured metadata layout must be a string")
+    out.setdefault("layout", "structured")
+    return out
+
+
+def _encode_member(name, value):
+    """(field spec, what the bundle layer writes) for one member."""
+    if isinstance(value, _TensorObjectBufferPayload):
+        return {"encoding": "torch_tensor", "format": "tensor_object"}, value
+    if isinstance(value, _TensorPayload):
+        value = value.tensor
+    if _is_tensor(value):
+        if value.is_nested or value.layout != _torch.strided:
+            raise TypeError(f"structured member {name!r}: only strided tensors are supported")
+        cpu = value.detach().to("cpu").contiguous()
+        spec = {"encoding": "torch_tensor", "dtype": str(cpu.dtype), "shape": list(cpu.shape),
+                "format": "raw"}
+        return spec, _TensorRaw(cpu)
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise TypeError(f"structured member {name!r}: object arrays are not supported "
+                            "(use put_dataproto for per-row Python values)")
+        array = np.ascontiguousarray(value)
+        return {"encoding": "ndarray", "dtype": array.dtype.str, "shape": list(array.shape)}, array
+    if isinstance(value, _MultiBufferPayload):
+        if value.dtype is not None and value.shape is not None:
+            return {"encoding": "ndarray", "dtype": np.dtype(value.dtype).str,
+                    "shape": list(value.shape)}, value
+        return {"encoding": "bytes"}, value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"encoding": "bytes"}, value
+    raise TypeError(f"structured member {name!r}: unsupported value type "
+                    f"{type(value).__name__} (ndarray, torch tensor or bytes-like)")
+
+
+class _TensorRaw(_TensorPayload):
+    """A CPU tensor: put_tensor when the store has it, else its bytes (raw)."""
+
+    def raw_bytes(self):
+        t = self.tensor
+        if t.numel() == 0:
+            return np.empty(0, np.uint8)
+        return t.reshape(-1).view(_torch.uint8).numpy()
