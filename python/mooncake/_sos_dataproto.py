@@ -329,6 +329,8 @@ def row_selection(rows, total: int):
     if rows is None:
         return None, None
     if isinstance(rows, slice):
+        if rows.step is not None and rows.step <= 0:
+            raise ValueError("DataProto row selection step must be positive")
         return StructuredMemberSlice(0, *slice(rows.start, rows.stop, rows.step).indices(total)), \
             None
     if isinstance(rows, StructuredMemberSlice):
@@ -337,11 +339,12 @@ def row_selection(rows, total: int):
         if rows.step <= 0:
             raise ValueError("DataProto row selection step must be positive")
         return rows, None
-    try:
-        indices = [int(i) for i in rows]
-    except TypeError as error:
+    indices = list(rows) if isinstance(rows, (list, tuple, range, np.ndarray)) else None
+    if indices is None or any(isinstance(i, bool) or not isinstance(i, (int, np.integer))
+                              for i in indices):
         raise TypeError("rows must be a slice, a StructuredMemberSlice or a sequence of "
-                        "integers") from error
+                        "integer row indices")
+    indices = [int(i) for i in indices]
     out = []
     for i in indices:
         j = i + total if i < 0 else i

@@ -263,6 +263,9 @@ class StructuredObjectLayer:
         if writer is not None:
             check_status(writer(), "put_tensor", key)
             nbytes = tensor.numel() * tensor.element_size()
+            if _has(store, "get_size"):  # the stored object: the tensor header and the data
+                size = store.get_size(key)
+                nbytes = size if isinstance(size, int) and size > 0 else nbytes
             return ({"key": key, "bytes": nbytes, "chunks": [{"key": key, "bytes": nbytes}],
                      "format": "store_tensor"}, [key])
         return value.raw_bytes()  # the bundle layer writes these bytes in chunks
@@ -330,7 +333,10 @@ class StructuredObjectLayer:
 
     def _read_array(self, payload, dtype, shape, member_slice, indices, destination):
         out_shape, ranges = self._plan(shape, dtype.itemsize, member_slice, indices)
-        if destination is not None:
+        if isinstance(destination, _RawDestinationBuffer):
+            out = _raw_array(destination, dtype, out_shape)
+            registered = destination.pre_registered
+        elif destination is not None:
             out = _check_destination(destination, dtype, out_shape)
             registered = False
         elif self.buffer_pool is not None and out_shape and int(np.prod(out_shape)):
@@ -407,7 +413,9 @@ class StructuredObjectLayer:
                 self.transport.unregister(destination.ptr)
         if rc < 0:
             raise RuntimeError(f"mooncake get_into of {key!r} failed: code {rc}")
-        return destination
+        from . import _tensor_layout
+        metadata = _tensor_layout.parse_at(destination.ptr, rc)
+        return _tensor_layout.tensor_over(_torch, metadata, destination.ptr, destination.owner)
 
 
 def _select_rows(tensor, member_slice, indices, destination):
@@ -425,6 +433,20 @@ def _select_rows(tensor, member_slice, indices, destination):
         destination.copy_(tensor)
         return destination
     return tensor
+
+
+def _raw_array(destination, dtype, shape):
+    """An ndarray over a raw_destination's memory (its owner kept alive by the array)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if destination.size < nbytes:
+        raise ValueError(f"destination shape mismatch: the raw destination holds "
+                         f"{destination.size} bytes, the rows need {nbytes}")
+    raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(destination.ptr)
+    array = np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
+    array = array.view(_PoolBackedNdarray)
+    array._mooncake_pool_owner = None
+    array._mooncake_destination_owner = destination.owner
+    return array
 
 
 def _check_destination(destination, dtype, shape):

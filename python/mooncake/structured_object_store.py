@@ -416,6 +416,13 @@ def _check_schemas(field_schemas, batch, non_tensor, meta_info):
 def _select_fields(ref, fields, batch_fields, non_tensor_fields):
     if fields is None and batch_fields is None and non_tensor_fields is None:
         return list(ref.field_index)
+    if fields is not None and (batch_fields is not None or non_tensor_fields is not None):
+        raise ValueError("fields cannot be combined with batch_fields or non_tensor_fields")
+    unknown = [n for n in list(fields or []) + list(batch_fields or []) +
+               list(non_tensor_fields or []) if n not in ref.field_index]
+    if unknown:
+        raise KeyError(f"unknown DataProto fields {unknown} (the ref has "
+                       f"{sorted(ref.field_index)})")
     names = []
     for group, section in ((fields, None), (batch_fields, "batch"),
                            (non_tensor_fields, "non_tensor_batch")):
