@@ -25,7 +25,7 @@ import json
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._sos_transport import PayloadTransport, call_with_config, check_status, view_bytes

@@ -24,7 +24,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from ._sos_infer import MISSING, _torch
+from ._sos_infer import MISSING, _torch, torch_dtype
 
 _VALUE, _NONE, _ABSENT = 0, 1, 2
 
@@ -238,15 +238,6 @@ def _decode_msgpack_ragged_values(payload, rows):
     return _restore_nulls(out, marks)
 
 
-def _torch_dtype(name):
-    if _torch is None:
-        raise RuntimeError("a ragged_tensor column needs torch")
-    dtype = getattr(_torch, str(name).replace("torch.", ""), None)
-    if not isinstance(dtype, _torch.dtype):
-        raise ValueError(f"structured column: unknown torch dtype {name!r}")
-    return dtype
-
-
 def _encode_ragged_tensor(values, decision):
     marks = _null_marks(values)
     rows = [v.detach().to("cpu").contiguous() if not m else None for v, m in zip(values, marks)]
@@ -261,7 +252,7 @@ def _encode_ragged_tensor(values, decision):
 
 
 def _decode_ragged_tensor(payload, rows, metadata):
-    dtype = _torch_dtype(metadata["dtype"])
+    dtype = torch_dtype(metadata["dtype"])
     item = _torch.empty(0, dtype=dtype).element_size()
     data = bytes(_bytes_of(payload, "data"))
     offsets = _read_offsets(payload, rows, len(data))

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
 from ._sos_bundle import RemoteBundleRef, check_key_segment
 from ._sos_codecs import _EncodedStructuredLeaf, decode_leaf, encode_leaf
-from ._sos_infer import MISSING, _choose_leaf_codec, _torch, infer_structure
+from ._sos_infer import MISSING, _choose_leaf_codec, _escape_key, _torch, infer_structure
 from ._sos_structured import (STRUCTURED_FIELD_SPECS_KEY, StructuredMemberSlice,
                               StructuredObjectPayload, _TensorObjectBufferPayload)
 
@@ -296,7 +296,7 @@ def decode_non_tensor(encoded: Mapping[str, Any], payload: Mapping[str, Any]) ->
             raise ValueError("structured column: row mask does not match the rows")
         out = []
         if node["node_type"] == "dict":
-            kids = {k: build(f"{path}.{_escape(k)}", depth + 1) for k in node["children"]}
+            kids = {k: build(f"{path}.{_escape_key(k)}", depth + 1) for k in node["children"]}
             for r in range(rows):
                 out.append({k: c[r] for k, c in kids.items() if c[r] is not MISSING}
                            if mask[r] else None)
@@ -309,10 +309,6 @@ def decode_non_tensor(encoded: Mapping[str, Any], payload: Mapping[str, Any]) ->
         return out
 
     return build(meta["root"])
-
-
-def _escape(key: str) -> str:
-    return key.replace("\\", "\\\\").replace(".", "\\.").replace("[", "\\[")
 
 
 def to_object_array(values) -> np.ndarray:

@@ -49,6 +49,16 @@ class _Missing:
 MISSING = _Missing()
 
 
+def torch_dtype(name):
+    """The torch dtype named "torch.float32" or "float32" (ValueError for anything else)."""
+    if _torch is None:
+        raise RuntimeError("this value is a torch tensor and torch is not installed")
+    dtype = getattr(_torch, str(name).replace("torch.", ""), None)
+    if not isinstance(dtype, _torch.dtype):
+        raise ValueError(f"unknown torch dtype {name!r}")
+    return dtype
+
+
 @dataclass
 class _CodecDecision:
     accepted: bool

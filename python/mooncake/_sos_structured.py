@@ -24,8 +24,8 @@ import numpy as np
 
 from ._sos_bundle import (BundleManifestStore, BundleTransferPolicy, RemoteBundleRef,
                           _MultiBufferPayload, decode_json, encode_json)
-from ._sos_infer import _torch
-from ._sos_transport import _has, address_of, call_with_config, check_status
+from ._sos_infer import _torch, torch_dtype
+from ._sos_transport import _has, check_status
 
 STRUCTURED_FIELD_SPECS_KEY = "__mooncake_structured_fields__"
 
@@ -154,15 +154,6 @@ def _pool_array(pool, dtype, shape):
     array = array.view(_PoolBackedNdarray)
     array._mooncake_pool_owner = owner
     return array
-
-
-def _torch_dtype(name: str):
-    if _torch is None:
-        raise RuntimeError("this member is a torch tensor and torch is not installed")
-    dtype = getattr(_torch, str(name).replace("torch.", ""), None)
-    if not isinstance(dtype, _torch.dtype):
-        raise ValueError(f"unknown torch dtype {name!r}")
-    return dtype
 
 
 def _is_tensor(value) -> bool:
@@ -385,7 +376,7 @@ class StructuredObjectLayer:
             return _select_rows(tensor, member_slice, indices, destination)
         if fmt != "raw":
             raise ValueError(f"unknown structured tensor format {fmt!r}")
-        dtype = _torch_dtype(field_spec.get("dtype"))
+        dtype = torch_dtype(field_spec.get("dtype"))
         shape = _shape_list(field_spec.get("shape"))
         itemsize = _torch.empty(0, dtype=dtype).element_size()
         if int(np.prod(shape, dtype=np.int64)) * itemsize != payload["bytes"]:

@@ -14,7 +14,7 @@ is unregistered on every path. Destinations that the caller registered are left 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Sequence, Tuple
 
 import numpy as np
 
