@@ -22,8 +22,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._sos_bundle import (BundleManifestStore, BundleTransferPolicy, RemoteBundleRef,
-                          _MultiBufferPayload, decode_json, encode_json)
+from ._sos_bundle import (MAX_MANIFEST_BYTES, BundleManifestStore, BundleTransferPolicy,
+                          RemoteBundleRef, _MultiBufferPayload, decode_json, encode_json)
 from ._sos_infer import _torch, torch_dtype
 from ._sos_transport import _has, check_status
 
@@ -266,6 +266,9 @@ class StructuredObjectLayer:
         return StructuredObjectReadSpec(ref=ref)
 
     def read_metadata(self, manifest) -> Dict[str, Any]:
+        if manifest["meta"]["bytes"] > MAX_MANIFEST_BYTES:  # checked before it is allocated
+            raise ValueError(f"structured metadata of {manifest['meta']['bytes']} bytes is over "
+                             f"the {MAX_MANIFEST_BYTES}-byte limit")
         meta = self.transport.read_payload(manifest["meta"])
         metadata = decode_json(meta, "structured metadata")
         specs = metadata.get(STRUCTURED_FIELD_SPECS_KEY, {})

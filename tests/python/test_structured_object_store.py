@@ -184,6 +184,16 @@ def test_tampered_manifest_is_refused_before_any_key_is_used(tamper, match):
     assert store.objects["victim"] == b"not yours"
 
 
+def test_metadata_size_from_a_manifest_is_bounded_before_allocation():
+    store, t = transfer()
+    ref = t.put_structured_object(StructuredObjectPayload({}, {"p": b"abc"}))
+    manifest = json.loads(store.objects[ref.manifest_key])
+    manifest["meta"]["bytes"] = manifest["meta"]["chunks"][0]["bytes"] = 1 << 40
+    store.objects[ref.manifest_key] = json.dumps(manifest).encode()
+    with pytest.raises(ValueError, match="limit"):
+        t.materialize(t.read_spec({"manifest_key": ref.manifest_key}))
+
+
 def test_manifest_key_must_match_its_object_id_and_garbage_is_an_error():
     store, t = transfer()
     ref = t.put_bundle(b"m", {"p": b"x"})
