@@ -13,6 +13,8 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libyaml-cpp-dev
       # The HA operation log's CRC32 (zlib).
       zlib1g-dev
+      # The master's KV events: ZeroMQ (headers; libzmq5 loaded at run time), msgpack-cxx.
+      libzmq3-dev libmsgpack-cxx-dev
       # Servers the metadata-store tests start on 127.0.0.1; etcdctl for tests/multihost.
       etcd-server etcd-client redis-server
       python3 python3-venv python3-pip

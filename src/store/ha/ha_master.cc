@@ -453,12 +453,14 @@ void HaMaster::Campaign() {
           writer_failed_ = true;
         });
     m->SetChangeSink(w.get());
+    if (options_.events != nullptr) m->SetEventSink(options_.events);
     std::lock_guard<std::mutex> l(mu_);
     writer_ = std::move(w);
     writer_failed_ = false;
     writer_failure_.clear();
   } else {
     auto fresh = std::make_shared<MasterService>(options_.config);  // nothing replicated
+    if (options_.events != nullptr) fresh->SetEventSink(options_.events);
     server_->ResetHeld(0);
     std::lock_guard<std::mutex> l(mu_);
     master_ = std::move(fresh);
@@ -569,6 +571,7 @@ void HaMaster::StepDown(const std::string& why) {
     m = master_;
     failure_ = why;
   }
+  if (m) m->SetEventSink(nullptr);  // a master that does not lead reports no events
   if (w) {
     m->SetChangeSink(nullptr);  // waits for a change being logged; none is logged after
     w->Stop();

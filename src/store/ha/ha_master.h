@@ -59,6 +59,9 @@ class HaMaster {
     bool ack_before_durable = false;
     uint64_t checkpoint_entries = 100000;  // --oplog_checkpoint_entries
     int etcd_timeout_ms = 1000;  // each etcd call (the lease is renewed every second)
+    // KV events of the objects this master changes while it leads (null: none); must
+    // outlive this.
+    ObjectEventSink* events = nullptr;
   };
 
   // Does not contact etcd.

@@ -16,6 +16,7 @@
 
 #include "common/net.h"
 #include "mooncake/status.h"
+#include "store/kv_events/kv_event_publisher.h"
 #include "store/master/master_service.h"
 
 // The flags main() reads directly (the servers' addresses); the rest are read only here.
@@ -90,6 +91,12 @@ struct HaSettings {
 // as upstream; so do --etcd_endpoints and --ha_backend_connstring set and different (the
 // connection string wins).
 Status ResolveHaSettings(int rpc_port, HaSettings* out);
+
+// The KV event publisher's settings (master_flags_kv_events.cc): *enabled from
+// --enable_kv_events; the endpoints, backend id and limits. A missing endpoint or backend id
+// is not an error here: the publisher refuses to start and the master serves on without
+// events (as upstream). InvalidArgument names a flag out of range.
+Status KvEventSettingsFromFlags(bool* enabled, kv_events::PublisherOptions* out);
 
 }  // namespace store
 }  // namespace mooncake

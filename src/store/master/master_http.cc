@@ -19,7 +19,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr char kEndpoints[] =
-    "/metrics /metrics/summary /health /leader /role /ha_status /get_all_keys "
+    "/metrics /metrics/summary /health /leader /role /ha_status /kv_events/status /get_all_keys "
     "/get_all_segments /query_segment?segment= /query_key?key= /batch_query_keys?keys=";
 
 HttpReply Reply(int status, std::string content_type, std::string body) {
@@ -391,6 +391,18 @@ HttpReply MasterHttp::Serve(const std::string& target) {
   std::map<std::string, std::string> params;
   if (q != std::string::npos && !ParseQuery(target.substr(q + 1), &params)) {
     return Reply(400, "text/plain", "bad percent-encoding in the query\n");
+  }
+  if (path == "/kv_events/status") {
+    std::function<std::string()> status;
+    {
+      MutexLock lock(&mu_);
+      status = kv_events_status_;
+    }
+    return Reply(200, "application/json",
+                 status ? status()
+                        : std::string("{\"enabled\":false,\"published_batches\":0,"
+                                      "\"published_events\":0,\"dropped_events\":0,"
+                                      "\"skipped_unparsed_keys\":0}"));
   }
   const HaView view = ha_view_ ? ha_view_() : HaView{};
   // A master that does not serve walks no table: it answers without waiting its turn.

@@ -15,6 +15,9 @@
 //   GET /leader             {"present":false} or {"present":true,"leader_address":..,
 //                           "view_version":N}
 //   GET /role, /ha_status   the role (leader | standby) and the state as text
+//   GET /kv_events/status   {"enabled":B,"published_batches":N,"published_events":N,
+//                           "dropped_events":N,"skipped_unparsed_keys":N} (upstream's), and
+//                           with events on also next_sequence, replay_requests, snapshots
 // The HA fields come from the HaView function given to the constructor (ha/ha_view.h);
 // without one, the fixed non-HA view: leader, serving, ready, no leader address (so /leader
 // is {"present":false}, as upstream's master without HA).
@@ -92,6 +95,11 @@ class MasterHttp {
 
   // The reply to GET `target` (path and query as sent). Thread-safe.
   HttpReply Serve(const std::string& target);
+  // GET /kv_events/status's body (the publisher's StatusJson); unset: {"enabled":false,...}.
+  void SetKvEventsStatus(std::function<std::string()> status) {
+    MutexLock lock(&mu_);
+    kv_events_status_ = std::move(status);
+  }
 
  private:
   const MasterFn master_;
@@ -99,6 +107,7 @@ class MasterHttp {
   const NowFn now_;
   Mutex mu_;
   Clock::time_point heavy_after_ MC_GUARDED_BY(mu_){};  // table walks wait until then
+  std::function<std::string()> kv_events_status_ MC_GUARDED_BY(mu_);
 };
 
 }  // namespace store

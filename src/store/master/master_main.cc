@@ -102,10 +102,32 @@ int main(int argc, char** argv) {
   if (flags.ok()) flags = mooncake::store::ResolveRpcFlags(&rpc_port, &rpc_threads);
   if (flags.ok()) flags = mooncake::store::MasterConfigFromFlags(&config);
   if (flags.ok()) flags = mooncake::store::ResolveHaSettings(rpc_port, &ha);
+  bool kv_events = false;
+  mooncake::store::kv_events::PublisherOptions kv_options;
+  if (flags.ok()) flags = mooncake::store::KvEventSettingsFromFlags(&kv_events, &kv_options);
   if (!flags.ok()) return Fail(flags.message());
   // With --enable_ha the MasterService is HaMaster's (a standby's until it leads).
   std::unique_ptr<MasterService> alone;
   std::unique_ptr<mooncake::store::ha::HaMaster> ha_master;
+  // KV events (as upstream: a missing endpoint or backend id, or a bind failure, is logged and
+  // the master serves on without them). Snapshots read the master serving at that moment.
+  std::unique_ptr<mooncake::store::kv_events::KvEventPublisher> publisher;
+  if (kv_events) {
+    auto started_events = mooncake::store::kv_events::KvEventPublisher::Start(
+        kv_options, [&alone, &ha_master](const std::function<void(const std::string&)>& fn) {
+          if (ha_master) {
+            ha_master->master()->ForEachCompleteKey(fn);
+          } else if (alone) {
+            alone->ForEachCompleteKey(fn);
+          }
+        });
+    if (started_events.ok()) {
+      publisher = std::move(started_events).value();
+    } else {
+      LOG(ERROR) << "--enable_kv_events: " << started_events.status().message()
+                 << "; serving without KV events";
+    }
+  }
   if (ha.enabled) {
     mooncake::store::ha::HaMaster::Options o;
     o.endpoints = ha.endpoints;
@@ -119,11 +141,13 @@ int main(int argc, char** argv) {
     o.retry_timeout_sec = ha.batch_oplog_retry_timeout_sec;
     o.ack_before_durable = ha.ack_before_durable;
     o.checkpoint_entries = ha.checkpoint_entries;
+    o.events = publisher.get();
     auto created = mooncake::store::ha::HaMaster::Create(std::move(o));
     if (!created.ok()) return Fail("--enable_ha: " + created.status().message());
     ha_master = std::move(*created);
   } else {
     alone = std::make_unique<MasterService>(config);
+    if (publisher) alone->SetEventSink(publisher.get());
   }
   mooncake::store::ha::HaMaster* const ha_ptr = ha_master.get();
   MasterService* const alone_ptr = alone.get();
@@ -158,6 +182,7 @@ int main(int argc, char** argv) {
                                       [ha_ptr] { return ha_ptr->master(); },
                                       [ha_ptr] { return ha_ptr->View(); })
                                 : std::make_unique<mooncake::store::MasterHttp>(alone_ptr);
+  if (publisher) http->SetKvEventsStatus([p = publisher.get()] { return p->StatusJson(); });
   std::unique_ptr<mooncake::store::MetricsServer> metrics;
   started = StartMetrics(http.get(), &metrics);
   if (!started.ok()) return Fail(started.message());
@@ -185,6 +210,9 @@ int main(int argc, char** argv) {
   LOG(INFO) << "Master service stopping";
   if (ha_ptr != nullptr) ha_ptr->Stop();  // steps down first: the lease is revoked
   server.Stop();
+  if (alone) alone->SetEventSink(nullptr);
+  http->SetKvEventsStatus(nullptr);
+  publisher.reset();  // publishes what is queued
   if (metrics) metrics->Stop();
   if (metadata) metadata->Stop();
   return 0;

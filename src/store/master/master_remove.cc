@@ -229,6 +229,7 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     }
     if (reps.size() == before) continue;  // no replica there
     if (reps.empty()) {
+      if (it->second.complete && events_ != nullptr) events_->ObjectRemoved(it->first);
       LogKeyLocked(oplog::Entry::ERASE, it->first);
       UnlistLocked(&*it);
       objects_.erase(it);

@@ -23,6 +23,18 @@ uint64_t Rounded(uint64_t size) { return (size + 63) & ~uint64_t{63}; }  // the 
 
 }  // namespace
 
+void MasterService::SetEventSink(ObjectEventSink* events) {
+  MutexLock lock(&mu_);
+  events_ = events;
+}
+
+void MasterService::ForEachCompleteKey(const std::function<void(const std::string&)>& fn) const {
+  MutexLock lock(&mu_);
+  for (const auto& [key, obj] : objects_) {
+    if (obj.complete) fn(key);
+  }
+}
+
 void MasterService::SetChangeSink(ChangeSink* sink) {
   MutexLock lock(&mu_);
   sink_ = sink;

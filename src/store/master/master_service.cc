@@ -141,6 +141,7 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
 MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::iterator it,
                                                                    Clock::time_point now) {
   if (!it->second.complete) ReleaseLocked(it->second.owner, InFlightBytes(it->second));
+  if (it->second.complete && events_ != nullptr) events_->ObjectRemoved(it->first);
   LogKeyLocked(oplog::Entry::ERASE, it->first);
   UnlistLocked(&*it);
   FreeObjectLocked(it->second, now);
@@ -442,6 +443,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       it->second.stamp = now;
       ListLocked(&*it);
       LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);
+      if (events_ != nullptr) events_->ObjectStored(it->first);
     }
     resp.add_codes(Code(code));
   }

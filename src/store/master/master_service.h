@@ -98,6 +98,17 @@ class ChangeSink {
   virtual uint64_t Append(oplog::Entry&& entry) = 0;
 };
 
+// Where a serving master reports objects that become readable (stored) and that stop being
+// readable (removed: remove, eviction, expiry, a replica clear, an upsert replacing them): the
+// KV event publisher (src/store/kv_events). Called with the master's lock held, in the order
+// of the changes, so it must only queue.
+class ObjectEventSink {
+ public:
+  virtual ~ObjectEventSink() = default;
+  virtual void ObjectStored(const std::string& key) = 0;
+  virtual void ObjectRemoved(const std::string& key) = 0;
+};
+
 // Counters and gauges for /metrics.
 struct MasterCounters {
   uint64_t put_start = 0, put_start_fail = 0, put_end = 0, put_revoke = 0;
@@ -170,6 +181,11 @@ class MasterService {
   // --- HA (master_replica.cc; the design in src/store/ha/README.md) ---
   // Every change from now on goes to `sink` as an entry (null: none). Set before serving.
   void SetChangeSink(ChangeSink* sink);
+  // Object events from now on go to `events` (null: none); a standby reports none (Apply
+  // makes no events), so the HA layer sets it on the master it promotes.
+  void SetEventSink(ObjectEventSink* events);
+  // Calls fn(key) for every complete object, under the lock (fn must not call the master).
+  void ForEachCompleteKey(const std::function<void(const std::string&)>& fn) const;
   // The sequence number of the last entry this thread's calls appended since the last take
   // (0: none), and resets it: what an RPC's reply waits on to be durable.
   static uint64_t TakeLogPosition();
@@ -303,6 +319,7 @@ class MasterService {
   const NowFn now_;
   mutable Mutex mu_;  // every member below
   ChangeSink* sink_ MC_GUARDED_BY(mu_) = nullptr;
+  ObjectEventSink* events_ MC_GUARDED_BY(mu_) = nullptr;
   bool standby_ MC_GUARDED_BY(mu_) = false;
   // Standby: space the log freed, not yet reusable (one lease TTL after it was applied).
   struct Held {

@@ -84,6 +84,7 @@ bool MasterService::UpsertEndLocked(const std::string& key, const std::string& c
   ObjectEntry* done = &*objects_.emplace(key, std::move(obj)).first;
   ListLocked(done);
   LogObjectLocked(oplog::Entry::UPSERT_COMMIT, key, done->second);
+  if (events_ != nullptr) events_->ObjectStored(key);
   return true;
 }
 
