@@ -263,6 +263,13 @@ void CheckRoute(const std::string& target, const std::string& path,
     Expect(r.status == 200 && ParseBody(r, target) == Json{{"present", false}}, target, "/leader");
   } else if (path == "/role" || path == "/ha_status") {
     Expect(r.status == 200 && r.body == (path == "/role" ? "leader" : "serving"), target, path.c_str());
+  } else if (path == "/kv_events/status") {  // no publisher set: upstream's disabled reply
+    Expect(r.status == 200 && ParseBody(r, target) == Json{{"enabled", false},
+                                                           {"published_batches", 0},
+                                                           {"published_events", 0},
+                                                           {"dropped_events", 0},
+                                                           {"skipped_unparsed_keys", 0}},
+           target, "/kv_events/status");
   } else if (path == "/get_all_keys") {
     std::multiset<std::string> want, got;
     for (const auto& o : w->objects) want.insert(o.key);

@@ -275,7 +275,8 @@ def master_http():
             b += bytes([len(target)])
         return b + target
     targets = [
-        "/metrics", "/metrics/summary", "/health", "/role", "/ha_status", "/get_all_keys",
+        "/metrics", "/metrics/summary", "/health", "/role", "/ha_status", "/kv_events/status",
+        "/get_all_keys",
         "/get_all_segments", "/query_segment?segment=seg-a", "/query_segment?segment=seg+b",
         "/query_segment?segment=nope", "/query_segment", "/query_key?key=k1",
         "/query_key?key=k+2", "/query_key?key=%2541", "/query_key?key=caf%C3%A9",

@@ -36,6 +36,7 @@ missing=()
 "$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
 "$py" -c 'import safetensors' 2>/dev/null || missing+=(safetensors)  # the safetensors export tests
 "$py" -c 'import msgpack' 2>/dev/null || missing+=(msgpack)  # a dependency (structured objects)
+"$py" -c 'import zmq' 2>/dev/null || missing+=(pyzmq)  # the KV event subscriber of the tests
 "$py" -c 'import scikit_build_core, pybind11' 2>/dev/null ||
   missing+=("scikit-build-core>=0.10" "pybind11>=2.12")
 if [ ${#missing[@]} -gt 0 ]; then

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -399,6 +400,48 @@ TEST_F(HaMasterTest, WithoutTheOplogANewLeaderStartsEmpty) {
   auto r = kv_->Range(OplogPrefix(cluster_), EtcdPrefixEnd(OplogPrefix(cluster_)));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->kvs.size(), 0u) << "no oplog was asked for";
+}
+
+// KV events come from the leader only: a standby applying the log reports nothing, and a
+// promoted one reports the changes it makes, not the ones it took over.
+TEST_F(HaMasterTest, OnlyTheLeaderReportsObjectEvents) {
+  struct Recorder : ObjectEventSink {
+    void ObjectStored(const std::string& key) override { Add("stored:" + key); }
+    void ObjectRemoved(const std::string& key) override { Add("removed:" + key); }
+    void Add(std::string e) {
+      std::lock_guard<std::mutex> l(mu);
+      events.push_back(std::move(e));
+    }
+    std::vector<std::string> Take() {
+      std::lock_guard<std::mutex> l(mu);
+      return std::exchange(events, {});
+    }
+    std::mutex mu;
+    std::vector<std::string> events;
+  } ra, rb;
+  auto a = Start(true, 100000, [&](HaMaster::Options* o) { o->events = &ra; });
+  auto b = Start(true, 100000, [&](HaMaster::Options* o) { o->events = &rb; });
+  const int l = WaitLeader({a.get(), b.get()});
+  ASSERT_GE(l, 0);
+  Node* leader = l == 0 ? a.get() : b.get();
+  Node* other = l == 0 ? b.get() : a.get();
+  Recorder& lr = l == 0 ? ra : rb;
+  Recorder& orr = l == 0 ? rb : ra;
+  auto client = Client();
+  ASSERT_TRUE(client);
+  ASSERT_EQ(Put(client.get(), "k1", "v1"), 0);
+  ASSERT_EQ(Put(client.get(), "k2", "v2"), 0);
+  EXPECT_EQ(lr.Take(), (std::vector<std::string>{"stored:k1", "stored:k2"}));
+  const auto t0 = Clock::now();
+  while (other->ha->View().applied_seq < leader->ha->View().durable_seq && SecondsSince(t0) < 5) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(orr.Take().empty()) << "a standby applying the log reported events";
+  leader->Stop();
+  ASSERT_EQ(WaitLeader({other}), 0);
+  ASSERT_EQ(Put(client.get(), "k3", "v3"), 0);
+  EXPECT_EQ(orr.Take(), (std::vector<std::string>{"stored:k3"}));
+  EXPECT_TRUE(lr.Take().empty()) << "a stepped-down master reported events";
 }
 
 }  // namespace

@@ -398,7 +398,7 @@ HttpReply MasterHttp::Serve(const std::string& target) {
       MutexLock lock(&mu_);
       status = kv_events_status_;
     }
-    return Reply(200, "application/json",
+    return Reply(200, "application/json; charset=utf-8",
                  status ? status()
                         : std::string("{\"enabled\":false,\"published_batches\":0,"
                                       "\"published_events\":0,\"dropped_events\":0,"

@@ -307,6 +307,17 @@ TEST_F(MasterHttpTest, WithoutHaLeaderIsAbsentAndNoHaMetrics) {
   EXPECT_EQ(Serve("/metrics/summary").body.find("ha={"), std::string::npos);
 }
 
+TEST_F(MasterHttpTest, KvEventsStatusIsUpstreamsDisabledReplyOrThePublishers) {
+  EXPECT_EQ(Json("/kv_events/status", 200),
+            json::parse(R"({"enabled":false,"published_batches":0,"published_events":0,)"
+                        R"("dropped_events":0,"skipped_unparsed_keys":0})"));
+  MasterHttp http(master_.get());
+  http.SetKvEventsStatus([] { return std::string(R"({"enabled":true,"published_events":3})"); });
+  HttpReply r = http.Serve("/kv_events/status");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["published_events"], 3);
+}
+
 // A standby: the state endpoints answer, the table endpoints 503 naming the leader.
 TEST_F(MasterHttpTest, AStandbyAnswersItsStateAndRefusesTheTables) {
   ASSERT_EQ(Mount("c1", "seg", 0x10000000, MiB), kOk);
