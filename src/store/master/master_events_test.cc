@@ -35,18 +35,6 @@ class MasterEventsTest : public MasterServiceTest {
     master_->SetEventSink(&sink_);
     ASSERT_EQ(Mount("c1", "seg", 0x100000, MiB), kOk);
   }
-  rpc::PutStartResult UpsertStart(const std::string& client, const std::string& key,
-                                  uint64_t size) {
-    rpc::PutStartRequest req;
-    req.set_client_id(client);
-    req.set_upsert(true);
-    auto* item = req.add_items();
-    item->set_key(key);
-    item->set_size(size);
-    *req.mutable_config() = Config();
-    auto resp = master_->PutStart(req);
-    return resp.results_size() == 1 ? resp.results(0) : rpc::PutStartResult();
-  }
   Recorder sink_;
 };
 
@@ -73,7 +61,7 @@ TEST_F(MasterEventsTest, PutsAndRemovesOnlyOfReadableObjects) {
 
 TEST_F(MasterEventsTest, AnUpsertReplacesTheOldValue) {
   ASSERT_EQ(Put("c1", "k", 1000), kOk);
-  ASSERT_EQ(UpsertStart("c1", "k", 2000).code(), kOk);
+  ASSERT_EQ(PutStart("c1", "k", 2000, Config(), /*nonce=*/0, /*upsert=*/true).code(), kOk);
   EXPECT_EQ(sink_.Take(), (std::vector<std::string>{"stored:k"}));  // the old value still reads
   ASSERT_EQ(PutEnd("c1", "k"), kOk);
   EXPECT_EQ(sink_.Take(), (std::vector<std::string>{"removed:k", "stored:k"}));

@@ -134,14 +134,8 @@ TEST_F(MasterReplicaTest, RandomHistoryReplaysToTheSameState) {
         Get(key);
         break;
       case 7: {
-        rpc::PutStartRequest req;
-        req.set_client_id(client);
-        req.set_upsert(true);
-        auto* item = req.add_items();
-        item->set_key(key);
-        item->set_size(size);
-        *req.mutable_config() = Config();
-        if (master_->PutStart(req).results(0).code() == kOk && rng() % 3 != 0) {
+        if (PutStart(client, key, size, Config(), /*nonce=*/0, /*upsert=*/true).code() == kOk &&
+            rng() % 3 != 0) {
           PutEnd(client, key);
         }
         break;

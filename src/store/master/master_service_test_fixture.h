@@ -70,10 +70,12 @@ class MasterServiceTest : public ::testing::Test {
     return c;
   }
   rpc::PutStartResult PutStart(const std::string& client, const std::string& key, uint64_t size,
-                               const rpc::ReplicateConfig& config = Config(), uint64_t nonce = 0) {
+                               const rpc::ReplicateConfig& config = Config(), uint64_t nonce = 0,
+                               bool upsert = false) {
     rpc::PutStartRequest req;
     req.set_client_id(client);
     req.set_put_nonce(nonce);
+    req.set_upsert(upsert);
     auto* item = req.add_items();
     item->set_key(key);
     item->set_size(size);

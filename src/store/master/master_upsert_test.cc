@@ -13,16 +13,7 @@ class MasterUpsertTest : public MasterServiceTest {
  protected:
   rpc::PutStartResult UpsertStart(const std::string& client, const std::string& key,
                                   uint64_t size, rpc::ReplicateConfig config = Config()) {
-    rpc::PutStartRequest req;
-    req.set_client_id(client);
-    req.set_upsert(true);
-    auto* item = req.add_items();
-    item->set_key(key);
-    item->set_size(size);
-    *req.mutable_config() = config;
-    auto resp = master_->PutStart(req);
-    EXPECT_EQ(resp.results_size(), 1);
-    return resp.results_size() == 1 ? resp.results(0) : rpc::PutStartResult();
+    return PutStart(client, key, size, config, /*nonce=*/0, /*upsert=*/true);
   }
   int32_t Upsert(const std::string& client, const std::string& key, uint64_t size,
                  rpc::ReplicateConfig config = Config()) {
