@@ -188,6 +188,14 @@ class StoreClient {
   // UnregisterBuffer of that range undoes it.
   void* AllocateSharedBuffer(size_t size);
 
+  // The local hot cache's counters (MC_STORE_LOCAL_HOT_CACHE_SIZE; all 0 when it is off):
+  // gets served from it, gets it could not serve, values kept, values dropped for room.
+  struct HotCacheStats {
+    bool enabled = false;
+    uint64_t hits = 0, misses = 0, fills = 0, evictions = 0, entries = 0, bytes = 0;
+  };
+  HotCacheStats GetHotCacheStats() const;
+
   class Impl;
 
  private:

@@ -118,6 +118,14 @@ int StoreClient::Impl::StartEngine(std::string* message) {
 // The local buffer (staging; none with local_buffer_size 0: zero-copy users, unregistered
 // memory is refused), the global segment, and the copier over them.
 int StoreClient::Impl::StartMemory(std::string* message) {
+  auto hot = HotCache::FromEnv();
+  if (!hot.ok()) {
+    LOG(ERROR) << hot.status().message() << "; the local hot cache is off";
+  } else if (hot->has_value()) {
+    hot_cache = std::make_unique<HotCache>(**hot);
+    LOG(INFO) << "local hot cache: " << (*hot)->capacity_bytes << " bytes in blocks of "
+              << (*hot)->block_size;
+  }
   if (opt.local_buffer_size != 0) {
     auto st = Staging::Create(engine.get(), opt.local_buffer_size);
     if (!st.ok()) {
@@ -327,6 +335,20 @@ std::vector<int64_t> StoreClient::BatchGetSize(const std::vector<std::string>& k
 }
 
 int64_t StoreClient::GetSize(const std::string& key) { return BatchGetSize({key})[0]; }
+
+StoreClient::HotCacheStats StoreClient::GetHotCacheStats() const {
+  HotCacheStats out;
+  if (!impl_->hot_cache) return out;
+  const HotCache::Stats s = impl_->hot_cache->stats();
+  out.enabled = true;
+  out.hits = s.hits;
+  out.misses = s.misses;
+  out.fills = s.fills;
+  out.evictions = s.evictions;
+  out.entries = s.entries;
+  out.bytes = s.bytes;
+  return out;
+}
 
 std::vector<int> StoreClient::BatchIsExist(const std::vector<std::string>& keys) {
   std::vector<int> out;

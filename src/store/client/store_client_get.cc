@@ -105,6 +105,9 @@ struct StoreClient::Impl::GetRoundState {
   std::vector<std::chrono::steady_clock::time_point> deadline;
   std::vector<const rpc::Replica*> choices;
   std::vector<uint32_t> choice_at, choice_n;
+  // The local hot cache: keys served from it, and the versions of the others.
+  std::vector<char> served;
+  std::vector<uint64_t> versions;
 };
 
 std::unique_ptr<StoreClient::Impl::GetRoundState> StoreClient::Impl::BeginGet(
@@ -156,6 +159,8 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
   st->choices.reserve(keys.size());
   st->choice_at.assign(keys.size(), 0);
   st->choice_n.assign(keys.size(), 0);
+  st->served.assign(keys.size(), 0);
+  st->versions.assign(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& r = resp.results(static_cast<int>(i));
     st->lease_ids[i] = r.lease_id();
@@ -176,6 +181,11 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
       continue;
     }
     out[i] = static_cast<int64_t>(r.size());
+    st->versions[i] = r.version();
+    if (hot_cache && hot_cache->Read(keys[i], r.version(), r.size(), parts[i])) {
+      st->served[i] = 1;  // the master names the version cached: the bytes are the value
+      continue;
+    }
     st->choice_at[i] = static_cast<uint32_t>(st->choices.size());
     for (const auto& rep : r.replicas()) {
       if (rep.buffer().segment_name() == seg_name) st->choices.push_back(&rep);
@@ -187,6 +197,16 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
     if (st->choice_n[i] == 0) out[i] = ToInt(ErrorCode::INVALID_REPLICA);
   }
   ReadReplicas(st, parts, &out, lapsed);
+  if (hot_cache) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      // Read whole from another client's segment, within the lease: keep a copy.
+      const bool remote = st->choice_n[i] > 0 &&
+                          st->choices[st->choice_at[i]]->buffer().segment_name() != seg_name;
+      if (!st->served[i] && out[i] > 0 && !(*lapsed)[i] && remote) {
+        hot_cache->Fill(keys[i], st->versions[i], static_cast<uint64_t>(out[i]), parts[i]);
+      }
+    }
+  }
   return out;
 }
 
@@ -197,7 +217,7 @@ void StoreClient::Impl::ReadReplicas(GetRoundState* st, const std::vector<std::v
   std::vector<size_t> attempt(keys.size(), 0);
   std::vector<size_t> pending;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*out)[i] > 0) pending.push_back(i);
+    if ((*out)[i] > 0 && !st->served[i]) pending.push_back(i);
   }
   std::vector<Job> jobs;
   std::vector<Span> clipped;

@@ -9,6 +9,7 @@
 //   read_marks.h       reads in flight and their leases (for forced removes)
 //   sessions.h         get sessions and put sessions
 //   heartbeat.h        the ping thread
+//   hot_cache.h        copies of objects read from other clients (MC_STORE_LOCAL_HOT_*)
 // Lock order: GetSessions before ReadTracker; every other lock is a leaf, and no lock is
 // held across an RPC or a copy except ReadTracker's across a forced RemoveAll /
 // RemoveByRegex (no read of ours begins before the master has answered).
@@ -35,6 +36,7 @@
 #include "store/client/client_port.h"
 #include "store/client/copier.h"
 #include "store/client/heartbeat.h"
+#include "store/client/hot_cache.h"
 #include "store/client/master_stub.h"
 #include "store/client/leader_stub.h"
 #include "store/client/opened_segments.h"
@@ -133,6 +135,7 @@ class StoreClient::Impl {
   std::unique_ptr<OpenedSegments> segments;
   std::unique_ptr<Copier> copier;
   ReadTracker reads;
+  std::unique_ptr<HotCache> hot_cache;  // null: MC_STORE_LOCAL_HOT_CACHE_SIZE unset (or bad)
   GetSessions get_sessions{&reads};
   PutSessions put_sessions;
   std::atomic<bool> closed{false};

@@ -4,6 +4,8 @@
 // (two clients of one process move bytes through them as two processes would).
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -94,6 +96,57 @@ TEST_F(StoreClientTest, PutAndGetThroughItsOwnSegmentAndThroughAnotherClients) {
   EXPECT_EQ(user_->UnregisterBuffer(r.data()), 0);
   EXPECT_EQ(user_->UnregisterBuffer(back.data()), 0);
   EXPECT_EQ(user_->UnregisterBuffer(back.data()), ToInt(ErrorCode::INVALID_PARAMS));
+}
+
+// The local hot cache serves repeated reads of another client's object, and never a value
+// that another client replaced, removed or wrote again since.
+TEST_F(StoreClientTest, TheHotCacheServesRepeatsAndNeverAReplacedValue) {
+  TwoClients();
+  setenv("MC_STORE_LOCAL_HOT_CACHE_SIZE", "600000", 1);
+  setenv("MC_STORE_LOCAL_HOT_BLOCK_SIZE", "400000", 1);
+  auto reader = Client(0);
+  unsetenv("MC_STORE_LOCAL_HOT_CACHE_SIZE");
+  unsetenv("MC_STORE_LOCAL_HOT_BLOCK_SIZE");
+  ASSERT_TRUE(reader);
+  ASSERT_TRUE(reader->GetHotCacheStats().enabled);
+  EXPECT_FALSE(user_->GetHotCacheStats().enabled);
+  auto v1 = Bytes(300000, 11);
+  ASSERT_EQ(Put(user_.get(), "k", v1), 0);
+  int64_t rc = 0;
+  EXPECT_EQ(Get(reader.get(), "k", &rc), v1);
+  EXPECT_EQ(reader->GetHotCacheStats().fills, 1u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Get(reader.get(), "k", &rc), v1);
+  EXPECT_EQ(reader->GetHotCacheStats().hits, 3u);
+  // Another client replaces the value: the next read is the new one.
+  auto v2 = Bytes(300000, 12);
+  ASSERT_EQ(user_->Upsert("k", {{v2.data(), v2.size()}}, ReplicateConfig()), 0);
+  EXPECT_EQ(Get(reader.get(), "k", &rc), v2);
+  EXPECT_EQ(Get(reader.get(), "k", &rc), v2);
+  // ... removes it, and writes it again (perhaps in the same space).
+  ASSERT_EQ(user_->Remove("k", true), 0);
+  std::vector<char> none(300000);
+  EXPECT_EQ(reader->Get("k", {{none.data(), none.size()}}), kNotFound);
+  auto v3 = Bytes(300000, 13);
+  ASSERT_EQ(Put(user_.get(), "k", v3), 0);
+  EXPECT_EQ(Get(reader.get(), "k", &rc), v3);
+  // Ten objects of 100 kB through a cache of 600 kB: evictions, and every value right.
+  std::vector<std::vector<char>> values;
+  for (int i = 0; i < 10; ++i) {
+    values.push_back(Bytes(100000 + i, 100 + i));
+    ASSERT_EQ(Put(user_.get(), "m" + std::to_string(i), values.back()), 0);
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(Get(reader.get(), "m" + std::to_string(i), &rc), values[i]);
+  }
+  const auto st = reader->GetHotCacheStats();
+  EXPECT_LE(st.bytes, 600000u);
+  EXPECT_GT(st.evictions, 0u);
+  // An object over one block is read each time, not kept.
+  auto big = Bytes(2 * MiB, 14);
+  ASSERT_EQ(Put(user_.get(), "big", big), 0);
+  const uint64_t fills = reader->GetHotCacheStats().fills;
+  EXPECT_EQ(Get(reader.get(), "big", &rc), big);
+  EXPECT_EQ(reader->GetHotCacheStats().fills, fills);
 }
 
 TEST_F(StoreClientTest, AnObjectLargerThanTheLocalBufferIsStagedInRounds) {

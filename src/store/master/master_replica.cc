@@ -78,6 +78,7 @@ void FillState(const Obj& obj, oplog::ObjectState* st) {
   st->set_soft_pin_ttl_ms(static_cast<uint64_t>(obj.soft_pin_ttl.count()));
   st->set_keep_soft_pin(obj.keep_soft_pin);
   if (!obj.complete) st->set_put_nonce(obj.lease_id);
+  st->set_version(obj.version);
 }
 
 }  // namespace
@@ -153,6 +154,8 @@ void MasterService::SetStateLocked(const oplog::ObjectState& st, Object* obj,
   obj->soft_pin_ttl = std::chrono::milliseconds(st.soft_pin_ttl_ms());
   obj->keep_soft_pin = st.keep_soft_pin();
   obj->lease_id = st.complete() ? 0 : st.put_nonce();
+  obj->version = st.version();
+  next_version_ = std::max(next_version_, st.version() + 1);
   obj->stamp = now;
   obj->last_access = now;
   if (obj->soft_pin) {

@@ -17,6 +17,13 @@ MasterService::MasterService(MasterConfig config, NowFn now)
   standby_ = config_.standby;
   std::random_device rd;
   lease_ids_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  // Versions start at the wall clock's microsecond times 256: a master started later (a
+  // restart, a leader without the log) gives no version an earlier one gave, unless its clock
+  // went back or the earlier one gave over 256 a microsecond. A log's versions raise it.
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  next_version_ = (static_cast<uint64_t>(us) << 8) | 1;
 }
 
 MasterService::~MasterService() = default;
@@ -345,6 +352,7 @@ MasterService::Object MasterService::NewObjectLocked(const rpc::PutStartRequest&
                                                    : config_.default_kv_soft_pin_ttl_ms);
   obj.hard_pin = req.config().with_hard_pin();
   obj.lease_id = req.put_nonce();
+  obj.version = next_version_++;
   obj.stamp = now;
   obj.last_access = now;
   if (obj.soft_pin) {
@@ -540,6 +548,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
       obj.lease_client = client_names_.Get(req.client_id());
     }
     result->set_lease_id(obj.lease_id);
+    result->set_version(obj.version);
     FillReplicasLocked(obj, true, result->mutable_replicas());
   }
   return;

@@ -320,6 +320,8 @@ class MasterService {
   mutable Mutex mu_;  // every member below
   ChangeSink* sink_ MC_GUARDED_BY(mu_) = nullptr;
   ObjectEventSink* events_ MC_GUARDED_BY(mu_) = nullptr;
+  uint64_t next_version_ MC_GUARDED_BY(mu_) = 1;  // above every version given or applied
+                                                  // (the constructor says where it starts)
   bool standby_ MC_GUARDED_BY(mu_) = false;
   // Standby: space the log freed, not yet reusable (one lease TTL after it was applied).
   struct Held {

@@ -52,6 +52,7 @@ struct MasterService::Object {
   // so that the same request sent again is granted the same space (no read lease exists
   // before PutEnd, which sets it to 0).
   uint64_t lease_id = 0;
+  uint64_t version = 0;  // GetReplicaListResult.version: set when the value is placed
   ClientName lease_client;   // ... and who got it
   Clock::time_point foreign_until;  // the latest lease end of grants to other clients
   std::chrono::milliseconds soft_pin_ttl{0};  // how long after the last access the pin holds
