@@ -381,6 +381,27 @@ def new_group_id(config) -> Optional[str]:
     return group or None
 
 
+def config_with_group(config, group_id):
+    """The write config of a DataProto whose objects form storage group `group_id`: the
+    caller's config (copied) with that group, or a ReplicateConfig with it; a config naming
+    another group is a ValueError."""
+    from ._sos_transport import copy_config, grouped_config
+    ids = getattr(grouped_config(config, 1), "group_ids", None)
+    if ids and ids[0] and ids[0] != group_id:
+        raise ValueError("config.group_ids conflicts with the DataProto storage group")
+    if config is None:
+        try:
+            from .store import ReplicateConfig
+            out = ReplicateConfig()
+        except Exception:  # noqa: BLE001 - no extension: a plain object carries the group
+            from types import SimpleNamespace
+            out = SimpleNamespace()
+    else:
+        out = copy_config(config)
+    out.group_ids = [group_id]
+    return out
+
+
 def stage_payload(stage, namespace, partition, batch_size, buffers):
     for name in (stage, namespace, partition):
         check_key_segment(name, "DataProto name")

@@ -25,7 +25,7 @@ import numpy as np
 from ._sos_bundle import (MAX_MANIFEST_BYTES, BundleManifestStore, BundleTransferPolicy,
                           RemoteBundleRef, _MultiBufferPayload, decode_json, encode_json)
 from ._sos_infer import _torch, torch_dtype
-from ._sos_transport import _has, check_status
+from ._sos_transport import _has, call_with_config, check_status
 
 STRUCTURED_FIELD_SPECS_KEY = "__mooncake_structured_fields__"
 
@@ -238,7 +238,7 @@ class StructuredObjectLayer:
                 if mine:
                     self.transport.unregister(value.ptr)
             return ({"key": key, "bytes": value.size,
-                     "chunks": [{"key": key, "bytes": value.size}]}, [key])
+                     "chunks": [{"key": key, "bytes": value.size}], "kind": "tensor"}, [key])
         if not isinstance(value, _TensorPayload):
             return None
         tensor = value.tensor
@@ -248,7 +248,8 @@ class StructuredObjectLayer:
         writer = None
         if policy.copy_mode == "auto" and tensor.dim() > 0:
             if config is not None and _has(store, "pub_tensor"):
-                writer = lambda: store.pub_tensor(key, tensor, config)  # noqa: E731
+                writer = lambda: call_with_config(store.pub_tensor, key,  # noqa: E731
+                                                  tensor, config=config)
             elif _has(store, "put_tensor"):
                 writer = lambda: store.put_tensor(key, tensor)  # noqa: E731
         if writer is not None:
@@ -258,7 +259,7 @@ class StructuredObjectLayer:
                 size = store.get_size(key)
                 nbytes = size if isinstance(size, int) and size > 0 else nbytes
             return ({"key": key, "bytes": nbytes, "chunks": [{"key": key, "bytes": nbytes}],
-                     "format": "store_tensor"}, [key])
+                     "kind": "tensor", "format": "store_tensor"}, [key])
         return value.raw_bytes()  # the bundle layer writes these bytes in chunks
 
     # -- read ------------------------------------------------------------------------------
@@ -369,7 +370,8 @@ class StructuredObjectLayer:
             if isinstance(destination, _TensorObjectBufferPayload):
                 if member_slice is not None or indices is not None:
                     raise ValueError("a tensor object buffer destination takes the whole tensor")
-                return self._get_tensor_object_into(payload["key"], destination)
+                return self._get_tensor_object_into(payload["key"], destination,
+                                                    as_tensor=fmt == "store_tensor")
             if not _has(store, "get_tensor"):
                 raise RuntimeError("this store does not support get_tensor, which this "
                                    "tensor member needs")
@@ -394,7 +396,9 @@ class StructuredObjectLayer:
             self._fill(payload, int(out.data_ptr()), ranges, False)
         return out
 
-    def _get_tensor_object_into(self, key, destination):
+    def _get_tensor_object_into(self, key, destination, as_tensor):
+        """The object into the destination's memory: the destination itself (a tensor
+        object buffer member), or the tensor over it (a member written with put_tensor)."""
         store = self.transport.store
         if not _has(store, "get_into"):
             raise RuntimeError("this store has no get_into for a tensor object buffer")
@@ -407,8 +411,12 @@ class StructuredObjectLayer:
                 self.transport.unregister(destination.ptr)
         if rc < 0:
             raise RuntimeError(f"mooncake get_into of {key!r} failed: code {rc}")
+        if not as_tensor:
+            return destination
         from . import _tensor_layout
         metadata = _tensor_layout.parse_at(destination.ptr, rc)
+        if metadata is None:
+            raise ValueError(f"{key!r} does not hold a tensor object (its header is not one)")
         return _tensor_layout.tensor_over(_torch, metadata, destination.ptr, destination.owner)
 
 

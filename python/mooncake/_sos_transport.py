@@ -49,11 +49,62 @@ def address_of(view: memoryview) -> Tuple[int, Any]:
     return int(arr.ctypes.data), arr
 
 
-def call_with_config(fn, *args, config=None):
-    """fn(*args, config) when a config is given; stores without the argument get fn(*args)."""
+def call_with_config(fn, *args, config=None, keys=1):
+    """fn(*args, config) when a config is given (its group id spread over the call's `keys`
+    keys, see grouped_config); fn(*args) otherwise, for stores without the argument."""
+    config = grouped_config(config, keys)
     if config is None:
         return fn(*args)
     return fn(*args, config)
+
+
+_CONFIG_FIELDS = ("data_type", "group_ids", "nof_replica_num", "prefer_alloc_in_same_node",
+                  "preferred_nof_segments", "preferred_segment", "preferred_segments",
+                  "replica_num", "with_hard_pin", "with_soft_pin")
+
+
+def copy_config(config):
+    """A copy of a write config (ReplicateConfig or a look-alike) to change."""
+    import copy
+    try:
+        return copy.copy(config)
+    except TypeError:
+        pass
+    try:
+        out = type(config)()
+    except Exception as error:  # noqa: BLE001 - said below
+        raise TypeError("structured object store config must be copyable or "
+                        "default-constructible") from error
+    for name in _CONFIG_FIELDS:
+        if hasattr(config, name):
+            value = getattr(config, name)
+            setattr(out, name, list(value) if isinstance(value, list) else value)
+    return out
+
+
+def grouped_config(config, keys):
+    """The config for a write of `keys` keys: one logical group id (config.group_ids, a str
+    or a list of one) becomes one per key, as the store wants; an empty list means ungrouped.
+    Several ids are a ValueError: a structured object is one group."""
+    if config is None or keys <= 0:
+        return config
+    ids = getattr(config, "group_ids", None)
+    if ids is None:
+        return config
+    as_str = isinstance(ids, str)
+    ids = [ids] if as_str else list(ids)
+    if not ids:
+        out = copy_config(config)
+        out.group_ids = None
+        return out
+    if len(ids) != 1:
+        raise ValueError("structured object store config.group_ids must contain exactly one "
+                         "logical group id; it is expanded across internal Mooncake keys")
+    if keys == 1 and not as_str:
+        return config
+    out = copy_config(config)
+    out.group_ids = [ids[0]] * keys
+    return out
 
 
 def check_status(rc, operation, key):
@@ -119,7 +170,7 @@ class PayloadTransport:
 
     def _batch_put(self, keys, ptrs, sizes, config):
         results = call_with_config(self.store.batch_put_from, list(keys), list(ptrs),
-                                   list(sizes), config=config)
+                                   list(sizes), config=config, keys=len(keys))
         if results is None or len(results) != len(keys):
             raise RuntimeError("mooncake batch_put_from returned the wrong number of results")
         for key, rc in zip(keys, results):

@@ -30,6 +30,7 @@ from ._sos_codecs import (_decode_msgpack_ragged_values, _encode_msgpack_ragged_
                           _EncodedStructuredLeaf)
 from ._sos_dataproto import (DATAPROTO_REF_HANDLE_TYPE, DATAPROTO_REF_HANDLE_VERSION,  # noqa
                              STORAGE_GROUP_ID, FieldSchema, MooncakeDataProtoRef,
+                             config_with_group,
                              StructuredFieldLocation, _object_column, batch_size_of,
                              decode_non_tensor, encode_non_tensor, envelope_to_flat_dict,
                              export_dataproto_ref, flat_dict_to_envelope, schema_section,
@@ -44,9 +45,11 @@ from ._sos_structured import (STRUCTURED_FIELD_SPECS_KEY, StructuredMemberSlice,
                               _TensorObjectBufferPayload, _RawDestinationBuffer, raw_destination,
                               tensor_object_buffer)
 from ._sos_transport import MISSING_OBJECT_ERROR, PayloadTransport  # noqa: F401
+from ._sos_transport import grouped_config as _config_for_grouped_keys  # noqa: F401
 
 export_ref = export_dataproto_ref
 import_ref = import_dataproto_ref
+_concat_arrays_into = None  # upstream's C fast-copy extension: not built here
 
 __all__ = [
     "BundleTransferPolicy", "FieldSchema", "MISSING", "MooncakeBundleTransfer",
@@ -345,6 +348,8 @@ class MooncakeBundleTransfer:
                                         dict(base.field_index), merged, base.namespace,
                                         base.partition, base.global_indexes,
                                         dict(base.encoded_non_tensor), base._storage_group_id)
+        if group is not None:
+            config = config_with_group(config, group)  # checked before anything is written
         payload = stage_payload(stage, namespace, partition, batch_size, buffers)
         old = ref.stage_refs.get(stage) if ref is not None else None
         stage_ref = self.put_structured_object(payload, partition, chunk_bytes, policy,

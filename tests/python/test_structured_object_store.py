@@ -319,6 +319,41 @@ def test_flat_dict_put_and_get():
         t.put(flat, type="tensor")
 
 
+class GroupRecordingStore(DictStore):
+    """Also batch_put_from (with a BufferPool-like pool below) and pub_tensor, recording the
+    group_ids each write was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.groups = []
+
+    def put(self, key, value, config=None):
+        self.groups.append((1, getattr(config, "group_ids", None)))
+        return super().put(key, value)
+
+
+def test_a_storage_group_is_spread_over_every_write_and_kept_by_appends():
+    from types import SimpleNamespace
+    store, t = transfer(GroupRecordingStore(), default_chunk_bytes=8)
+    ref = t.put_dataproto({"batch": {"x": np.arange(8, dtype=np.int64)}},
+                          config=SimpleNamespace(group_ids="g1", replica_num=1))
+    assert ref._storage_group_id == "g1"
+    assert store.groups and all(ids == ["g1"] for _n, ids in store.groups)
+    store.groups.clear()
+    ref = t.append_dataproto_fields(ref, {"batch": {"y": np.zeros(8)}}, stage="more")
+    assert store.groups and all(ids == ["g1"] for _n, ids in store.groups)
+    with pytest.raises(ValueError, match="conflicts"):
+        t.append_dataproto_fields(ref, {"batch": {"z": np.zeros(8)}}, stage="z",
+                                  config=SimpleNamespace(group_ids=["other"]))
+    with pytest.raises(ValueError, match="exactly one"):
+        t.put_dataproto({"batch": {"x": np.zeros(2)}},
+                        config=SimpleNamespace(group_ids=["a", "b"]))
+    auto = t.put_dataproto({"batch": {"x": np.zeros(2)}})
+    assert auto._storage_group_id.startswith("structured-")
+    assert sos._config_for_grouped_keys(SimpleNamespace(group_ids=["g"]), 3).group_ids == \
+        ["g", "g", "g"]
+
+
 # ---- a real master; objects in another process ----
 
 master, holder, store = store_fixtures(lease_ms=500, holder_segment=64 << 20)
@@ -346,7 +381,11 @@ def test_real_store_structured_object_and_dataproto_across_processes(store, hold
                                  "rows": np.asarray([list(range(i)) for i in range(8)],
                                                     dtype=object)},
             "meta_info": {"step": 3}}
-    dref = t.put_dataproto(data, stage="rollout")
+    from mooncake.store import ReplicateConfig
+    grouped = ReplicateConfig()
+    grouped.group_ids = ["dp-group"]  # one logical group over every key the batch writes
+    dref = t.put_dataproto(data, stage="rollout", config=grouped)
+    assert dref._storage_group_id == "dp-group"
     handle = json.dumps(export_dataproto_ref(dref))
     other = holder.call(
         "import json\n"
