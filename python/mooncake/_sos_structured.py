@@ -254,12 +254,16 @@ class StructuredObjectLayer:
                 writer = lambda: store.put_tensor(key, tensor)  # noqa: E731
         if writer is not None:
             check_status(writer(), "put_tensor", key)
-            nbytes = tensor.numel() * tensor.element_size()
-            if _has(store, "get_size"):  # the stored object: the tensor header and the data
-                size = store.get_size(key)
-                nbytes = size if isinstance(size, int) and size > 0 else nbytes
-            return ({"key": key, "bytes": nbytes, "chunks": [{"key": key, "bytes": nbytes}],
-                     "kind": "tensor", "format": "store_tensor"}, [key])
+            data = tensor.numel() * tensor.element_size()
+            spec = {"key": key, "bytes": data, "chunks": [{"key": key, "bytes": data}],
+                    "kind": "tensor", "format": "store_tensor"}
+            size = store.get_size(key) if _has(store, "get_size") else None
+            if isinstance(size, int) and size > data:
+                # The stored object: the tensor header, then the data (the store's tensor
+                # layout): readers fetch the data (or rows of it) straight into their memory.
+                spec.update(bytes=size, chunks=[{"key": key, "bytes": size}],
+                            header_bytes=size - data)
+            return spec, [key]
         return value.raw_bytes()  # the bundle layer writes these bytes in chunks
 
     # -- read ------------------------------------------------------------------------------
@@ -372,6 +376,11 @@ class StructuredObjectLayer:
                     raise ValueError("a tensor object buffer destination takes the whole tensor")
                 return self._get_tensor_object_into(payload["key"], destination,
                                                     as_tensor=fmt == "store_tensor")
+            header = payload.get("header_bytes")
+            if fmt == "store_tensor" and isinstance(header, int) and header > 0 and \
+                    isinstance(field_spec.get("shape"), list):
+                return self._read_raw_tensor(payload, field_spec, member_slice, indices,
+                                             destination, header)
             if not _has(store, "get_tensor"):
                 raise RuntimeError("this store does not support get_tensor, which this "
                                    "tensor member needs")
@@ -381,12 +390,17 @@ class StructuredObjectLayer:
             return _select_rows(tensor, member_slice, indices, destination)
         if fmt != "raw":
             raise ValueError(f"unknown structured tensor format {fmt!r}")
+        return self._read_raw_tensor(payload, field_spec, member_slice, indices, destination, 0)
+
+    def _read_raw_tensor(self, payload, field_spec, member_slice, indices, destination, base):
+        """A tensor whose C-order bytes lie at `base` in the payload (after a header)."""
         dtype = torch_dtype(field_spec.get("dtype"))
         shape = _shape_list(field_spec.get("shape"))
         itemsize = _torch.empty(0, dtype=dtype).element_size()
-        if int(np.prod(shape, dtype=np.int64)) * itemsize != payload["bytes"]:
+        if base + int(np.prod(shape, dtype=np.int64)) * itemsize != payload["bytes"]:
             raise ValueError("structured tensor size does not match its dtype and shape")
         out_shape, ranges = self._plan(shape, itemsize, member_slice, indices)
+        ranges = [(src + base, dst, n) for src, dst, n in ranges]
         out = destination if destination is not None else _torch.empty(out_shape, dtype=dtype)
         if tuple(out.shape) != tuple(out_shape) or out.dtype != dtype or \
                 not out.is_contiguous() or out.device.type != "cpu":

@@ -19,6 +19,10 @@ from typing import Any, Sequence, Tuple
 import numpy as np
 
 MISSING_OBJECT_ERROR = -704     # remove of a key that is already gone
+LEASE_EXPIRED = -707            # a read that ended after its lease: the bytes are not trusted
+# A put of contiguous chunks adding up to this much registers them where they are (one
+# batch_put_from, no copy); smaller ones are copied into BufferPool leases (registered once).
+DIRECT_PUT_BYTES = 4 << 20
 _DUPLICATE_REGISTRATION = -600  # register_buffer of memory already registered
 
 
@@ -139,8 +143,13 @@ class PayloadTransport:
 
     # -- registration ----------------------------------------------------------------------
     def register(self, ptr: int, size: int) -> bool:
-        """Registers [ptr, ptr+size); True when this call did so (and must unregister)."""
-        rc = self.store.register_buffer(ptr, size)
+        """Registers [ptr, ptr+size); True when this call did so (and must unregister).
+        Local-only where the store can (remote_accessible=False: nothing is published to
+        peers, which is all a put from it or a get into it needs)."""
+        try:
+            rc = self.store.register_buffer(ptr, size, remote_accessible=False)
+        except TypeError:
+            rc = self.store.register_buffer(ptr, size)
         if rc == 0:
             return True
         if rc == _DUPLICATE_REGISTRATION:
@@ -159,6 +168,10 @@ class PayloadTransport:
                 raise RuntimeError("zero-copy put needs a store with batch_put_from and "
                                    "register_buffer; use copy_mode='auto'")
             self._put_registered(keys, groups, config)
+        elif copy_mode == "auto" and _has(self.store, "batch_put_from") and \
+                self.can_register() and all(len(g) == 1 for g in groups) and \
+                sum(len(g[0]) for g in groups) >= DIRECT_PUT_BYTES:
+            self._put_registered(keys, groups, config)  # large and contiguous: no copy
         elif copy_mode == "auto" and _has(self.store, "batch_put_from") and \
                 self.buffer_pool is not None:
             self._put_through_pool(keys, groups, config)
@@ -293,6 +306,11 @@ class PayloadTransport:
                 srcs[i].append(src)
                 sizes[i].append(length)
             results = self.store.get_into_ranges([dest_ptr], [keys], [dsts], [srcs], [sizes])
+            if any(LEASE_EXPIRED in got for got in results[0]):
+                # A read that outlasted its lease (a slow or long one): once more, with a new
+                # lease, as the Store's own gets do.
+                results = self.store.get_into_ranges([dest_ptr], [keys], [dsts], [srcs],
+                                                     [sizes])
             for key, want, got in zip(keys, sizes, results[0]):
                 if list(got) != list(want):
                     raise RuntimeError(f"mooncake get_into_ranges of {key!r} returned {list(got)},"
