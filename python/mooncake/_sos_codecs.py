@@ -187,15 +187,20 @@ def _decode_typed_ragged(payload, rows, metadata):
     return out
 
 
-def _row_bytes(value):
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    return bytes(value)
-
-
-def _encode_blobs(values, _decision):
+def _encode_blobs(values, decision):
+    text = decision.codec == "utf8_ragged"
     marks = _null_marks(values)
-    blobs = [_row_bytes(v) if not m else b"" for v, m in zip(values, marks)]
+    blobs = []
+    for i, (v, m) in enumerate(zip(values, marks)):
+        if m:
+            blobs.append(b"")
+        elif text and isinstance(v, str):
+            blobs.append(v.encode("utf-8"))
+        elif not text and isinstance(v, (bytes, bytearray, memoryview)):
+            blobs.append(bytes(v))
+        else:
+            raise TypeError(f"row {i} is a {type(v).__name__}, not "
+                            f"{'str' if text else 'bytes-like'}")
     return {"data": b"".join(blobs), "offsets": _offsets([len(b) for b in blobs])}, marks, {}
 
 

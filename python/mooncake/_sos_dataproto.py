@@ -258,6 +258,34 @@ def encode_non_tensor(path: str, column: np.ndarray) -> _EncodedStructuredLeaf:
     return _EncodedStructuredLeaf("structured_recursive", len(values), payload, meta)
 
 
+FORCEABLE_CODECS = ("ndarray", "typed_ragged", "bytes_ragged", "utf8_ragged", "msgpack_ragged",
+                    "ragged_tensor")
+
+
+def encode_with_schema(path: str, column: np.ndarray, schema: FieldSchema):
+    """The column in the codec a FieldSchema names (no inference); a failure says the field
+    and the codec. metadata["dtype"] sets typed_ragged's and ndarray's dtype."""
+    from ._sos_infer import _CodecDecision
+    if schema.codec not in FORCEABLE_CODECS:
+        raise ValueError(f"FieldSchema for {path!r}: codec {schema.codec!r} is not supported "
+                         f"(use 'auto' or one of {', '.join(FORCEABLE_CODECS)})")
+    values = list(column)
+    meta = {}
+    dtype = (schema.metadata or {}).get("dtype")
+    if dtype is not None:
+        meta["dtype"] = str(np.dtype(dtype))
+    present = [v for v in values if v is not None and v is not MISSING]
+    if schema.codec == "typed_ragged" and present and all(isinstance(v, np.ndarray)
+                                                          for v in present):
+        meta["recursive_source"] = "ndarray"
+    decision = _CodecDecision(True, schema.codec, "FieldSchema", "schema", meta)
+    try:
+        return encode_leaf(path, values, decision)
+    except (TypeError, ValueError, AttributeError, RuntimeError, OverflowError) as exc:
+        raise type(exc)(f"failed to encode non_tensor_batch field {path!r} with FieldSchema "
+                        f"codec {schema.codec!r}: {exc}") from exc
+
+
 def _needs_leaf_columns(leaf) -> bool:
     """Whether dict / list rows must be split into columns: msgpack would not keep this
     leaf's values as they are (tensors, bytes, ndarrays); plain JSON-like rows stay whole."""

@@ -30,7 +30,7 @@ from ._sos_codecs import (_decode_msgpack_ragged_values, _encode_msgpack_ragged_
                           _EncodedStructuredLeaf)
 from ._sos_dataproto import (DATAPROTO_REF_HANDLE_TYPE, DATAPROTO_REF_HANDLE_VERSION,  # noqa
                              STORAGE_GROUP_ID, FieldSchema, MooncakeDataProtoRef,
-                             config_with_group,
+                             config_with_group, encode_with_schema,
                              StructuredFieldLocation, _object_column, batch_size_of,
                              decode_non_tensor, encode_non_tensor, envelope_to_flat_dict,
                              export_dataproto_ref, flat_dict_to_envelope, schema_section,
@@ -316,10 +316,14 @@ class MooncakeBundleTransfer:
         for name, value in non_tensor.items():
             member = f"non_tensor_batch.{name}"
             column = _object_column(value)
-            if column.dtype != object:
+            schema = (field_schemas or {}).get(name)
+            forced = schema is not None and schema.codec != "auto" and \
+                schema_section(name, schema) in (None, "non_tensor_batch")
+            if column.dtype != object and not forced:
                 buffers[member] = column
             else:
-                encoded = encode_non_tensor(member, column)
+                encoded = (encode_with_schema(name, column, schema) if forced
+                           else encode_non_tensor(member, column))
                 members = {}
                 for part, data_part in encoded.payload.items():
                     buffers[f"{member}.{part}"] = data_part
@@ -394,8 +398,8 @@ class MooncakeBundleTransfer:
 
 
 def _check_schemas(field_schemas, batch, non_tensor, meta_info):
-    """FieldSchema hints: a pinned section must be the field's section; a codec other than
-    "auto" must be the one inference picks (forcing another codec is not supported yet)."""
+    """FieldSchema hints: a pinned section must be the field's section, and a field that is
+    not nullable must have no None row. (Codecs are applied where the field is encoded.)"""
     for name, schema in (field_schemas or {}).items():
         section = schema_section(name, schema)
         where = [s for s, d in (("batch", batch), ("non_tensor_batch", non_tensor),
@@ -403,19 +407,13 @@ def _check_schemas(field_schemas, batch, non_tensor, meta_info):
         if not where:
             continue
         if section is not None and section not in where:
-            raise ValueError(f"FieldSchema for {name!r} pins section {section!r}, but the "
+            raise ValueError(f"FieldSchema for {name!r} declares section {section!r}, but the "
                              f"field is in {where[0]}")
+        if section is not None and section != "non_tensor_batch":
+            continue  # a schema of another section's field of that name
         if not schema.nullable and where[0] == "non_tensor_batch" and any(
                 v is None for v in non_tensor[name]):
             raise ValueError(f"FieldSchema for {name!r} is not nullable, and a row is None")
-        if schema.codec != "auto" and where[0] == "non_tensor_batch":
-            column = _object_column(non_tensor[name])
-            chosen = _choose_leaf_codec(list(column)).codec if column.dtype == object \
-                else "ndarray"
-            if chosen != schema.codec:
-                raise ValueError(f"FieldSchema for {name!r} asks for codec {schema.codec!r}; "
-                                 f"the values take {chosen!r} (forcing a codec is not "
-                                 "supported)")
 
 
 def _select_fields(ref, fields, batch_fields, non_tensor_fields):

@@ -305,6 +305,31 @@ def test_dataproto_handle_import_rejects_bad_handles():
             import_dataproto_ref({**handle, **change})
 
 
+def test_field_schemas_force_a_codec_or_say_why_not():
+    from mooncake.structured_object_store import FieldSchema
+    _store, t = transfer()
+    rows = np.empty(3, dtype=object)
+    rows[:] = [[1, 2], None, [3]]
+    ref = t.put_dataproto({"non_tensor_batch": {"tok": rows}}, field_schemas={
+        "tok": FieldSchema("typed_ragged", metadata={"dtype": "int32"})})
+    assert ref.encoded_non_tensor["tok"]["metadata"]["dtype"] == "<i4"
+    assert t.get_dataproto(ref)["non_tensor_batch"]["tok"].tolist() == [[1, 2], None, [3]]
+    bad = np.empty(1, dtype=object)
+    bad[0] = 5
+    with pytest.raises(TypeError, match="failed to encode.*'text'.*utf8_ragged.*not str"):
+        t.put_dataproto({"non_tensor_batch": {"text": bad}},
+                        field_schemas={"text": FieldSchema("utf8_ragged")})
+    with pytest.raises(ValueError, match="not supported"):
+        t.put_dataproto({"non_tensor_batch": {"text": bad}},
+                        field_schemas={"text": FieldSchema("ragged_tensor_dict")})
+    with pytest.raises(ValueError, match="declares section"):
+        t.put_dataproto({"batch": {"x": np.zeros(2)}}, field_schemas={
+            "x": FieldSchema("ndarray", metadata={"section": "non_tensor_batch"})})
+    with pytest.raises(ValueError, match="not nullable"):
+        t.put_dataproto({"non_tensor_batch": {"text": np.asarray(["a", None], dtype=object)}},
+                        field_schemas={"text": FieldSchema("auto", nullable=False)})
+
+
 def test_flat_dict_put_and_get():
     _store, t = transfer()
     flat = {"ids": np.arange(6).reshape(3, 2), "uid": ["a", "b", "c"], "step": 4,
