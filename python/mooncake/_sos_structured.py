@@ -370,6 +370,8 @@ class StructuredObjectLayer:
     def _read_tensor(self, payload, field_spec, member_slice, indices, destination):
         fmt = payload.get("format") or field_spec.get("format", "raw")
         store = self.transport.store
+        if fmt == "nested_rows":
+            return self._read_nested(payload, field_spec, member_slice, indices, destination)
         if fmt in ("store_tensor", "tensor_object"):
             if isinstance(destination, _TensorObjectBufferPayload):
                 if member_slice is not None or indices is not None:
@@ -391,6 +393,51 @@ class StructuredObjectLayer:
         if fmt != "raw":
             raise ValueError(f"unknown structured tensor format {fmt!r}")
         return self._read_raw_tensor(payload, field_spec, member_slice, indices, destination, 0)
+
+    def _read_nested(self, payload, field_spec, member_slice, indices, destination):
+        if destination is not None:
+            raise ValueError("a nested tensor member does not support destinations")
+        dtype = torch_dtype(field_spec.get("dtype"))
+        shapes = field_spec.get("row_shapes")
+        if not isinstance(shapes, list):
+            raise ValueError("nested tensor member without row shapes")
+        shapes = [tuple(_shape_list(s)) for s in shapes]
+        itemsize = _torch.empty(0, dtype=dtype).element_size()
+        sizes = [int(np.prod(s, dtype=np.int64)) * itemsize for s in shapes]
+        if sum(sizes) != payload["bytes"]:
+            raise ValueError("nested tensor rows do not add up to the member's size")
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
+        if indices is not None:
+            picked = list(indices)
+        elif member_slice is not None:
+            if member_slice.step <= 0:
+                raise ValueError("structured member slice step must be positive")
+            picked = list(range(*slice(member_slice.start, member_slice.end,
+                                       member_slice.step).indices(len(shapes))))
+        else:
+            picked = list(range(len(shapes)))
+        total = sum(sizes[i] for i in picked)
+        buf = np.empty(max(total, 1), dtype=np.uint8)
+        ranges, at = [], 0
+        for i in picked:
+            if sizes[i]:
+                ranges.append((starts[i], at, sizes[i]))
+            at += sizes[i]
+        if ranges:
+            self._fill(payload, int(buf.ctypes.data), ranges, False)
+        rows, at = [], 0
+        for i in picked:
+            raw = _torch.from_numpy(buf[at:at + sizes[i]].copy()) if sizes[i] else \
+                _torch.empty(0, dtype=_torch.uint8)
+            rows.append(raw.view(dtype).reshape(shapes[i]))
+            at += sizes[i]
+        layout = _torch.jagged if field_spec.get("layout") == "jagged" else _torch.strided
+        if not rows:  # no row selected: an empty nested tensor of the same kind
+            if layout == _torch.jagged:
+                return _torch.nested.nested_tensor_from_jagged(
+                    _torch.empty(0, dtype=dtype), offsets=_torch.zeros(1, dtype=_torch.int64))
+            return _torch.nested.nested_tensor([], dtype=dtype)
+        return _torch.nested.as_nested_tensor(rows, layout=layout)
 
     def _read_raw_tensor(self, payload, field_spec, member_slice, indices, destination, base):
         """A tensor whose C-order bytes lie at `base` in the payload (after a header)."""
@@ -496,9 +543,12 @@ def _encode_member(name, value):
         return {"encoding": "torch_tensor", "format": "tensor_object"}, value
     if isinstance(value, _TensorPayload):
         value = value.tensor
+    if _is_tensor(value) and value.is_nested:
+        return _encode_nested(name, value)
     if _is_tensor(value):
-        if value.is_nested or value.layout != _torch.strided:
-            raise TypeError(f"structured member {name!r}: only strided tensors are supported")
+        if value.layout != _torch.strided:
+            raise TypeError(f"structured member {name!r}: only strided and nested tensors are "
+                            "supported (sparse ones are not)")
         cpu = value.detach().to("cpu").contiguous()
         spec = {"encoding": "torch_tensor", "dtype": str(cpu.dtype), "shape": list(cpu.shape),
                 "format": "raw"}
@@ -518,6 +568,17 @@ def _encode_member(name, value):
         return {"encoding": "bytes"}, value
     raise TypeError(f"structured member {name!r}: unsupported value type "
                     f"{type(value).__name__} (ndarray, torch tensor or bytes-like)")
+
+
+def _encode_nested(name, value):
+    """A nested (jagged) tensor: its rows end to end, each row's shape in the spec."""
+    rows = [r.detach().to("cpu").contiguous() for r in value.unbind()]
+    spec = {"encoding": "torch_tensor", "dtype": str(value.dtype), "nested": True,
+            "format": "nested_rows", "layout": "jagged" if value.layout == _torch.jagged
+            else "strided", "row_shapes": [list(r.shape) for r in rows]}
+    parts = [r.reshape(-1).view(_torch.uint8).numpy() for r in rows if r.numel()]
+    data = np.concatenate(parts) if parts else np.empty(0, np.uint8)
+    return spec, data
 
 
 class _TensorRaw(_TensorPayload):

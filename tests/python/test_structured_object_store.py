@@ -258,6 +258,26 @@ def test_tensors_round_trip_without_tensor_calls():
     assert torch.equal(one, torch.arange(5))
 
 
+@needs_torch
+def test_jagged_nested_tensors_keep_their_rows_and_layout():
+    _store, t = transfer()
+    rows = [torch.arange(2), torch.arange(10, 14), torch.arange(20, 21)]
+    nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    ref = t.put_dataproto({"batch": {"tokens": nested}})
+    assert ref.batch_size == 3
+    for selection, want in ((None, rows), (slice(1, 3), rows[1:]), ([2, 0], [rows[2], rows[0]]),
+                            ([], [])):
+        got = t.get_dataproto(ref, rows=selection)["batch"]["tokens"]
+        assert got.is_nested and len(got) == len(want) and got.layout == torch.jagged
+        for a, b in zip(got.unbind(), want):
+            assert torch.equal(a, b)
+    matrix = [torch.arange(6).reshape(2, 3), torch.arange(10).reshape(2, 5)]
+    got = t.get_dataproto(t.put_dataproto({"batch": {"pos": torch.nested.as_nested_tensor(
+        matrix, layout=torch.jagged)}}))["batch"]["pos"]
+    assert got._ragged_idx == 2
+    assert all(torch.equal(a, b) for a, b in zip(got.unbind(), matrix))
+
+
 def test_dataproto_stages_rows_handles_and_cleanup():
     store, t = transfer()
     data = {"batch": {"ids": np.arange(12, dtype=np.int64).reshape(4, 3)},
