@@ -346,6 +346,40 @@ def to_object_array(values) -> np.ndarray:
     return out
 
 
+def read_selected_rows(encoded, specs, picked, batch_size, transport):
+    """The rows `picked` of a ragged column, reading its offsets and null marks whole and of
+    its data only the picked rows' bytes; None where the column's codec is not one this reads
+    by rows (the caller decodes it whole). The offsets are checked as a whole decode would."""
+    codec, meta = encoded.get("codec"), encoded.get("metadata", {})
+    if codec not in ("utf8_ragged", "bytes_ragged", "msgpack_ragged", "typed_ragged") or \
+            encoded.get("rows") != batch_size or "ndims" in specs or "offsets" not in specs:
+        return None
+    unit = np.dtype(meta["dtype"]).itemsize if codec == "typed_ragged" else 1
+    data_spec = specs.get("data", {"bytes": 0, "chunks": []})
+    offsets = np.frombuffer(transport.read_payload(specs["offsets"]), dtype=np.int64)
+    if len(offsets) != batch_size + 1 or offsets[0] != 0 or (np.diff(offsets) < 0).any() or \
+            int(offsets[-1]) * unit != data_spec["bytes"]:
+        raise ValueError("structured column: offsets do not partition its data")
+    ranges, new_offsets, at = [], [0], 0
+    for r in picked:
+        start, end = int(offsets[r]) * unit, int(offsets[r + 1]) * unit
+        if end > start:
+            ranges.append((start, at, end - start))
+        at += end - start
+        new_offsets.append(at // unit)
+    data = bytearray(at)
+    if ranges:
+        from ._sos_transport import address_of
+        transport.read_ranges_into(data_spec, address_of(memoryview(data))[0], ranges)
+    part = {"data": bytes(data), "offsets": np.asarray(new_offsets, dtype=np.int64).tobytes()}
+    if "nulls" in specs:
+        marks = np.frombuffer(transport.read_payload(specs["nulls"]), dtype=np.uint8)
+        if len(marks) != batch_size:
+            raise ValueError("structured column: nulls do not match its rows")
+        part["nulls"] = marks[picked].tobytes()
+    return decode_leaf(codec, part, len(picked), meta)
+
+
 # -- rows --------------------------------------------------------------------------------------
 
 def row_selection(rows, total: int):

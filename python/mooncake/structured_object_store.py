@@ -30,7 +30,7 @@ from ._sos_codecs import (_decode_msgpack_ragged_values, _encode_msgpack_ragged_
                           _EncodedStructuredLeaf)
 from ._sos_dataproto import (DATAPROTO_REF_HANDLE_TYPE, DATAPROTO_REF_HANDLE_VERSION,  # noqa
                              STORAGE_GROUP_ID, FieldSchema, MooncakeDataProtoRef,
-                             config_with_group, encode_with_schema,
+                             config_with_group, encode_with_schema, read_selected_rows,
                              StructuredFieldLocation, _object_column, batch_size_of,
                              decode_non_tensor, encode_non_tensor, envelope_to_flat_dict,
                              export_dataproto_ref, flat_dict_to_envelope, schema_section,
@@ -287,11 +287,19 @@ class MooncakeBundleTransfer:
         if destination is not None:
             raise ValueError(f"DataProto field {name!r} is encoded per row and does not "
                              "support destinations")
-        parts = {}
+        specs_of = {}
         for part, member in encoded.get("payload_members", {}).items():
             if member not in manifest["buffers"]:
                 raise ValueError(f"DataProto field {name!r}: member {member!r} is missing")
-            parts[part] = self._transport.read_payload(manifest["buffers"][member])
+            specs_of[part] = manifest["buffers"][member]
+        if member_slice is not None or indices is not None:
+            picked = (list(indices) if indices is not None else
+                      list(range(member_slice.start, member_slice.end, member_slice.step)))
+            rows = read_selected_rows(encoded, specs_of, picked, ref.batch_size,
+                                      self._transport)
+            if rows is not None:
+                return to_object_array(rows)
+        parts = {p: self._transport.read_payload(spec) for p, spec in specs_of.items()}
         values = decode_non_tensor(encoded, parts)
         if len(values) != ref.batch_size:
             raise ValueError(f"DataProto field {name!r} has {len(values)} rows, expected "

@@ -312,6 +312,19 @@ def test_dataproto_stages_rows_handles_and_cleanup():
     assert store.objects == {}
 
 
+def test_row_reads_of_a_column_check_its_offsets():
+    store, t = transfer()
+    ref = t.put_dataproto({"non_tensor_batch": {"s": np.asarray(["ab", "c", "def"],
+                                                                   dtype=object)}})
+    assert t.get_dataproto(ref, rows=[2, 0])["non_tensor_batch"]["s"].tolist() == ["def", "ab"]
+    key = ref.stage_refs["default"].manifest["buffers"]["non_tensor_batch.s.offsets"]["key"]
+    store.objects[key] = np.asarray([0, 5, 1, 6], dtype=np.int64).tobytes()  # not monotonic
+    with pytest.raises(ValueError, match="offsets"):
+        t.get_dataproto(ref, rows=[1])
+    with pytest.raises(ValueError, match="offsets"):
+        t.get_dataproto(ref)
+
+
 def test_dataproto_handle_import_rejects_bad_handles():
     _store, t = transfer()
     handle = export_dataproto_ref(t.put_dataproto({"batch": {"x": np.zeros(2)}}))
