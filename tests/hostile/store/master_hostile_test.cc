@@ -70,6 +70,13 @@ class Prober {
         ++gets_;
       }
     });
+    // The first get done before the test goes on: from then on the probe is leased, so the
+    // test's unforced regex removes (which match "probe") must leave it (under ASan the
+    // thread's first get could come after them, and the object was gone).
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (gets_ == 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   ~Prober() { Stop(); }
   void Stop() {
