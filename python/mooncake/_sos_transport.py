@@ -277,7 +277,7 @@ class PayloadTransport:
                          dest_registered: bool = False) -> None:
         """Copies payload bytes [src, src+length) to dest_ptr + dst for each (src, dst, length),
         reading only the chunks (and, with get_into_ranges, only the bytes) they cover."""
-        pieces = _fragments(spec["chunks"], ranges)
+        pieces = _fragments(spec["chunks"], _coalesced(ranges))
         if not pieces:
             return
         if _has(self.store, "get_into_ranges") and (dest_registered or self.can_register()):
@@ -346,6 +346,18 @@ class PayloadTransport:
                 failed.append(f"{key}: code {rc}")
         if failed and strict:
             raise RuntimeError("mooncake remove failed for " + "; ".join(failed))
+
+
+def _coalesced(ranges):
+    """The ranges with each run that continues the previous one in both the payload and the
+    destination joined into one (rows read in order become one read)."""
+    out = []
+    for src, dst, length in ranges:
+        if out and out[-1][0] + out[-1][2] == src and out[-1][1] + out[-1][2] == dst:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + length)
+        else:
+            out.append((src, dst, length))
+    return out
 
 
 def _fragments(chunks, ranges):

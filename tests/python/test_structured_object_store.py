@@ -312,6 +312,14 @@ def test_dataproto_stages_rows_handles_and_cleanup():
     assert store.objects == {}
 
 
+def test_adjacent_row_ranges_become_one_read():
+    from mooncake._sos_transport import _coalesced
+    assert _coalesced([(0, 0, 4), (4, 4, 4), (8, 8, 2), (20, 10, 4), (24, 14, 1)]) == \
+        [(0, 0, 10), (20, 10, 5)]
+    assert _coalesced([(8, 0, 4), (4, 4, 4)]) == [(8, 0, 4), (4, 4, 4)]  # not in order: kept
+    assert _coalesced([]) == []
+
+
 def test_row_reads_of_a_column_check_its_offsets():
     store, t = transfer()
     ref = t.put_dataproto({"non_tensor_batch": {"s": np.asarray(["ab", "c", "def"],
