@@ -23,6 +23,8 @@ LEASE_EXPIRED = -707            # a read that ended after its lease: the bytes a
 # A put of contiguous chunks adding up to this much registers them where they are (one
 # batch_put_from, no copy); smaller ones are copied into BufferPool leases (registered once).
 DIRECT_PUT_BYTES = 4 << 20
+# Payloads over this size have their chunks' stored sizes checked before a reader allocates.
+VERIFY_BYTES = 64 << 20
 _DUPLICATE_REGISTRATION = -600  # register_buffer of memory already registered
 
 
@@ -266,7 +268,21 @@ class PayloadTransport:
                                " (the object is gone or was replaced)")
         return data
 
+    def check_stored(self, spec: dict) -> None:
+        """Before memory is allocated for a payload over VERIFY_BYTES: its chunks' sizes as
+        the store has them (get_size) must be the manifest's. A manifest comes from any
+        client: one that claims more than was stored must not make a reader allocate (and
+        fault in) that much. Stores without get_size are trusted."""
+        if int(spec["bytes"]) <= VERIFY_BYTES or not _has(self.store, "get_size"):
+            return
+        for chunk in spec["chunks"]:
+            real = self.store.get_size(chunk["key"])
+            if real != int(chunk["bytes"]):
+                raise ValueError(f"payload chunk {chunk['key']!r} holds {real} bytes in the "
+                                 f"store, not the {chunk['bytes']} its manifest says")
+
     def read_payload(self, spec: dict) -> bytearray:
+        self.check_stored(spec)
         out = bytearray(int(spec["bytes"]))
         if out:
             self.read_chunks_into(spec["chunks"], address_of(memoryview(out))[0])

@@ -293,6 +293,13 @@ class MooncakeBundleTransfer:
                 raise ValueError(f"DataProto field {name!r}: member {member!r} is missing")
             specs_of[part] = manifest["buffers"][member]
         if member_slice is not None or indices is not None:
+            offsets = specs_of.get("offsets")
+            if offsets is not None:  # a handle's batch_size must be the column's own
+                self._transport.check_stored(offsets)
+                if offsets["bytes"] != 8 * (ref.batch_size + 1):
+                    raise ValueError(f"DataProto field {name!r} holds "
+                                     f"{max(offsets['bytes'] // 8 - 1, 0)} rows; the ref says "
+                                     f"batch_size {ref.batch_size}")
             picked = (list(indices) if indices is not None else
                       list(range(member_slice.start, member_slice.end, member_slice.step)))
             rows = read_selected_rows(encoded, specs_of, picked, ref.batch_size,

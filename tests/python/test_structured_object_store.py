@@ -42,6 +42,9 @@ class DictStore:
     def remove(self, key, force=False):
         return 0 if self.objects.pop(key, None) is not None else -704
 
+    def get_size(self, key):
+        return len(self.objects[key]) if key in self.objects else -704
+
 
 def transfer(store=None, **kw):
     store = store if store is not None else DictStore()
@@ -192,6 +195,25 @@ def test_metadata_size_from_a_manifest_is_bounded_before_allocation():
     store.objects[ref.manifest_key] = json.dumps(manifest).encode()
     with pytest.raises(ValueError, match="limit"):
         t.materialize(t.read_spec({"manifest_key": ref.manifest_key}))
+
+
+def test_a_manifest_claiming_more_than_was_stored_allocates_nothing():
+    store, t = transfer()
+    ref = t.put_structured_object(StructuredObjectPayload({}, {"p": b"abcdef"}))
+    manifest = json.loads(store.objects[ref.manifest_key])
+    big = 8 << 30  # 8 GiB claimed, 6 bytes stored
+    manifest["buffers"]["p"]["bytes"] = manifest["buffers"]["p"]["chunks"][0]["bytes"] = big
+    store.objects[ref.manifest_key] = json.dumps(manifest).encode()
+    with pytest.raises(ValueError, match="holds 6 bytes in the store"):
+        t.materialize(t.read_spec({"manifest_key": ref.manifest_key}))
+
+
+def test_a_handle_with_a_forged_batch_size_is_refused_before_rows_are_listed():
+    _store, t = transfer()
+    ref = t.put_dataproto({"non_tensor_batch": {"s": np.asarray(["a", "b"], dtype=object)}})
+    handle = {**export_dataproto_ref(ref), "batch_size": 10 ** 15}
+    with pytest.raises(ValueError, match="holds 2 rows"):
+        t.get_dataproto(handle, rows=slice(None))
 
 
 def test_manifest_key_must_match_its_object_id_and_garbage_is_an_error():
