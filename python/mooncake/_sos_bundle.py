@@ -69,6 +69,11 @@ class _MultiBufferPayload:
         return sum(len(b) for b in self.buffers)
 
 
+# The metadata payload is small and the caller's own bytes: a plain put, whatever the policy of
+# the buffers (zero_copy included).
+_META_POLICY = BundleTransferPolicy(copy_mode="copy")
+
+
 def check_policy(policy: Optional[BundleTransferPolicy],
                  max_inflight_put: Optional[int] = None) -> BundleTransferPolicy:
     policy = policy or BundleTransferPolicy()
@@ -173,10 +178,7 @@ class BundleManifestStore:
         written: List[str] = []
         try:
             meta_spec = self._put_parts(f"{base}/meta", [meta_view], chunk_bytes,
-                                        BundleTransferPolicy(1, "batch", "copy"
-                                                             if policy.copy_mode == "copy"
-                                                             else "auto"),
-                                        config, written)
+                                        _META_POLICY, config, written)
             specs = {}
             for name, value in buffers.items():
                 key = f"{base}/buffer/{name}"
@@ -209,8 +211,7 @@ class BundleManifestStore:
         written: List[str] = []
         try:
             meta_spec = self._put_parts(f"{base}/meta", [view_bytes(meta, "meta")],
-                                        self.default_chunk_bytes, BundleTransferPolicy(),
-                                        config, written)
+                                        self.default_chunk_bytes, _META_POLICY, config, written)
             cleanup = list(dict.fromkeys(cleanup_keys))
             ids = {self.object_id_of(spec["key"]) for spec in buffer_specs.values()}
             ids.update(self.object_id_of(k) for k in cleanup)

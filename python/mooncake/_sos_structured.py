@@ -304,8 +304,9 @@ class StructuredObjectLayer:
     def read_member(self, payload, field_spec, member_slice=None, indices=None,
                     destination=None):
         """One member; member_slice (axis 0) or indices (a row gather) select rows."""
-        self.transport.check_stored(payload)
         encoding = field_spec.get("encoding", "bytes")
+        if encoding != "bytes":  # bytes members are read with read_payload, which checks
+            self.transport.check_stored(payload)
         if encoding == "ndarray":
             dtype = np.dtype(field_spec.get("dtype"))
             if dtype.hasobject:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._sos_bundle import (AUTO_PARALLEL_MIN_BYTES, AUTO_PARALLEL_MIN_CHUNKS,  # noqa: F401
                           DEFAULT_BUNDLE_CHUNK_BYTES, BundleManifestStore, BundleTransferPolicy,
-                          RemoteBundleRef, _decode_manifest, _encode_manifest,
+                          RemoteBundleRef, _decode_manifest, _encode_manifest, encode_json,
                           _MultiBufferPayload, check_chunk_bytes, check_policy,
                           normalize_key_prefix)
 from ._sos_codecs import (_decode_msgpack_ragged_values, _encode_msgpack_ragged_values,  # noqa
@@ -405,7 +405,6 @@ class MooncakeBundleTransfer:
         for manifest in (old, new):
             cleanup.append(f"{self.key_prefix}/{manifest['object_id']}/manifest")
             cleanup.extend(c["key"] for c in manifest["meta"]["chunks"])
-        from ._sos_bundle import encode_json
         merged = self._bundles.put_bundle_manifest(
             encode_json(merged_stage_metadata(old_meta, new_meta), "structured metadata"),
             buffers, partition, cleanup, config)
@@ -445,10 +444,7 @@ def _select_fields(ref, fields, batch_fields, non_tensor_fields):
     for group, section in ((fields, None), (batch_fields, "batch"),
                            (non_tensor_fields, "non_tensor_batch")):
         for name in group or []:
-            loc = ref.field_index.get(name)
-            if loc is None:
-                raise KeyError(f"DataProto field {name!r} is not in the ref "
-                               f"(fields: {sorted(ref.field_index)})")
+            loc = ref.field_index[name]  # every name was checked above
             if section is not None and loc.section != section:
                 raise ValueError(f"DataProto field {name!r} is a {loc.section} field, not "
                                  f"{section}")
@@ -467,9 +463,7 @@ def _select_meta(meta_info, keys):
 
 
 def _build_result(batch, non_tensor, meta, data_cls):
-    if data_cls is None:
-        return {"batch": batch, "non_tensor_batch": non_tensor, "meta_info": meta}
-    if data_cls is dict:
+    if data_cls is None or data_cls is dict:
         return {"batch": batch, "non_tensor_batch": non_tensor, "meta_info": meta}
     from_dict = getattr(data_cls, "from_dict", None)
     if callable(from_dict):

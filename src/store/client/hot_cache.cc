@@ -53,7 +53,7 @@ Result<std::optional<HotCache::Config>> HotCache::FromEnv() {
   return std::optional<Config>(c);
 }
 
-HotCache::HotCache(Config config) : config_(config) {}
+HotCache::HotCache(Config config) : config_(config) { stats_.enabled = true; }
 
 bool HotCache::Read(const std::string& key, uint64_t version, uint64_t size,
                     const std::vector<Span>& parts) {

@@ -56,9 +56,7 @@ class HotCache {
             const std::vector<Span>& parts);
   void Erase(const std::string& key);
 
-  struct Stats {
-    uint64_t hits = 0, misses = 0, fills = 0, evictions = 0, entries = 0, bytes = 0;
-  };
+  using Stats = StoreClient::HotCacheStats;  // enabled: true
   Stats stats() const;
   const Config& config() const { return config_; }
 

@@ -337,17 +337,7 @@ std::vector<int64_t> StoreClient::BatchGetSize(const std::vector<std::string>& k
 int64_t StoreClient::GetSize(const std::string& key) { return BatchGetSize({key})[0]; }
 
 StoreClient::HotCacheStats StoreClient::GetHotCacheStats() const {
-  HotCacheStats out;
-  if (!impl_->hot_cache) return out;
-  const HotCache::Stats s = impl_->hot_cache->stats();
-  out.enabled = true;
-  out.hits = s.hits;
-  out.misses = s.misses;
-  out.fills = s.fills;
-  out.evictions = s.evictions;
-  out.entries = s.entries;
-  out.bytes = s.bytes;
-  return out;
+  return impl_->hot_cache ? impl_->hot_cache->stats() : HotCacheStats{};
 }
 
 std::vector<int> StoreClient::BatchIsExist(const std::vector<std::string>& keys) {

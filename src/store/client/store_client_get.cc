@@ -105,7 +105,7 @@ struct StoreClient::Impl::GetRoundState {
   std::vector<std::chrono::steady_clock::time_point> deadline;
   std::vector<const rpc::Replica*> choices;
   std::vector<uint32_t> choice_at, choice_n;
-  // The local hot cache: keys served from it, and the versions of the others.
+  // The local hot cache (empty without one): keys served from it, the versions of the others.
   std::vector<char> served;
   std::vector<uint64_t> versions;
 };
@@ -159,8 +159,10 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
   st->choices.reserve(keys.size());
   st->choice_at.assign(keys.size(), 0);
   st->choice_n.assign(keys.size(), 0);
-  st->served.assign(keys.size(), 0);
-  st->versions.assign(keys.size(), 0);
+  if (hot_cache) {  // nothing per key for it without one
+    st->served.assign(keys.size(), 0);
+    st->versions.assign(keys.size(), 0);
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& r = resp.results(static_cast<int>(i));
     st->lease_ids[i] = r.lease_id();
@@ -181,10 +183,12 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
       continue;
     }
     out[i] = static_cast<int64_t>(r.size());
-    st->versions[i] = r.version();
-    if (hot_cache && hot_cache->Read(keys[i], r.version(), r.size(), parts[i])) {
-      st->served[i] = 1;  // the master names the version cached: the bytes are the value
-      continue;
+    if (hot_cache) {
+      st->versions[i] = r.version();
+      if (hot_cache->Read(keys[i], r.version(), r.size(), parts[i])) {
+        st->served[i] = 1;  // the master names the version cached: the bytes are the value
+        continue;
+      }
     }
     st->choice_at[i] = static_cast<uint32_t>(st->choices.size());
     for (const auto& rep : r.replicas()) {
@@ -217,7 +221,7 @@ void StoreClient::Impl::ReadReplicas(GetRoundState* st, const std::vector<std::v
   std::vector<size_t> attempt(keys.size(), 0);
   std::vector<size_t> pending;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*out)[i] > 0 && !st->served[i]) pending.push_back(i);
+    if ((*out)[i] > 0 && (st->served.empty() || !st->served[i])) pending.push_back(i);
   }
   std::vector<Job> jobs;
   std::vector<Span> clipped;
