@@ -46,6 +46,9 @@ enum class ErrorCode : int32_t {
   FILE_INVALID_BUFFER = -1104,
   FILE_LOCK_FAIL = -1105,
   FILE_INVALID_HANDLE = -1106,
+  TENANT_QUOTA_EXCEEDED = -1700,  // strict mode: the tenant's memory quota is used up
+  TENANT_NOT_REGISTERED = -1701,  // strict mode: the tenant has no quota policy
+  TENANT_NOT_EMPTY = -1702,       // a policy removed while its tenant still holds objects
 };
 
 inline int32_t ToInt(ErrorCode c) { return static_cast<int32_t>(c); }
