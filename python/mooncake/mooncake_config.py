@@ -23,9 +23,10 @@ MOONCAKE_MASTER, MOONCAKE_LOCAL_HOSTNAME ("localhost"), MOONCAKE_TE_META_DATA_SE
 MOONCAKE_DEVICE, MOONCAKE_OFFLOAD_ENABLED, MOONCAKE_OFFLOAD_FILE_STORAGE_PATH,
 MOONCAKE_TENANT_ID, MOONCAKE_ENABLE_CLIENT_HTTP_SERVER, MOONCAKE_CLIENT_HTTP_PORT.
 
-Bad values raise ValueError naming the field. This package's Store ignores the SSD-offload,
-tenant and client-HTTP fields (it has neither feature); they are parsed so that configs
-written for upstream load unchanged.
+Bad values raise ValueError naming the field. tenant_id is what callers pass to
+setup(tenant_id=...) (a master in strict multi-tenant mode keeps each tenant's keys apart).
+This package's Store has no SSD tier and no client HTTP server: those fields are parsed so
+that configs written for upstream load unchanged, and setup refuses them turned on.
 """
 import json
 import logging

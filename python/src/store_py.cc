@@ -181,7 +181,8 @@ void BindStore(py::module_& m) {
       "Connects to the master, starts (or shares) a transfer engine and mounts a segment of "
       "global_segment_size bytes. engine: a mooncake.engine.TransferEngine or its get_engine(). "
       "local_buffer_size may be 0 (then only registered memory can be put or got). "
-      "enable_ssd_offload, tenant_id other than 'default' and enable_client_http_server are "
+      "tenant_id: this client's tenant (a master in strict multi-tenant mode keeps its keys "
+      "apart and charges its quota). enable_ssd_offload and enable_client_http_server are "
       "upstream features this build lacks: refused (-600) with a log line. 0 or a negative "
       "error code.");
   c.def("setup", &PyStore::SetupDict, py::arg("config"),

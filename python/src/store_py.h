@@ -90,9 +90,11 @@ inline int PutCode(int code) {
   return code == ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) ? 0 : code;
 }
 
-// setup()'s keyword arguments for upstream features this build does not have. Accepted at
-// their defaults; anything else is refused (INVALID_PARAMS) with a line naming the argument,
-// since ignoring it would change what the caller gets (another tenant's keys, no SSD tier).
+// setup()'s keyword arguments beyond the engine's. tenant_id goes to the client ("" is
+// "default"; an invalid one fails setup with INVALID_PARAMS, saying why). The others are
+// upstream features this build does not have: accepted at their defaults, anything else
+// refused (INVALID_PARAMS) with a line naming the argument, since ignoring it would change
+// what the caller gets (no SSD tier, no client HTTP server).
 struct SetupExtras {
   bool enable_ssd_offload = false;
   std::string ssd_offload_path;

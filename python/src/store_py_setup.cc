@@ -132,12 +132,6 @@ int SetupExtras::Check() const {
                     "build (no ssd tier); leave it False";
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
-  if (!tenant_id.empty() && tenant_id != "default") {
-    LOG(WARNING) << "setup: tenant_id='" << tenant_id
-                 << "': tenants are not provided by this build (every client shares one key "
-                    "space); use tenant_id='default'";
-    return ToInt(ErrorCode::INVALID_PARAMS);
-  }
   if (enable_client_http_server) {
     LOG(WARNING) << "setup: enable_client_http_server=True: the client HTTP server is not "
                     "provided by this build; leave it False";
@@ -159,6 +153,7 @@ int PyStore::Setup(const std::string& local_hostname, const std::string& metadat
   o.local_buffer_size = local_buffer_size;
   o.protocol = protocol.empty() ? "tcp" : protocol;
   o.master_server_addr = master_server_addr;
+  o.tenant_id = extras.tenant_id.empty() ? "default" : extras.tenant_id;  // setup checks it
   (void)rdma_devices;  // no RDMA transport in this build; the engine picks tcp / shm
   std::shared_ptr<EngineHolder> holder;
   if (!engine.is_none()) {

@@ -311,7 +311,7 @@ def test_garbage_connections_do_not_stop_a_dummy():
 def test_mooncake_client_refuses_bad_flags():
     with Master() as m:
         for flags in (["--global_segment_size=lots"], ["--local_buffer_size=1 XB"], ["--port=0"],
-                      ["--tenant_id=other"]):
+                      ["--tenant_id=_reserved"], ["--tenant_id="]):
             r = subprocess.run([str(CLIENT_BIN), f"--master_server_address={m.addr}",
                                 "--metadata_server=P2PHANDSHAKE", "--global_segment_size=1MB",
                                 *flags], capture_output=True, text=True, timeout=30)

@@ -65,7 +65,11 @@ def test_setup_keyword_arguments(master):
     s = MooncakeDistributedStore()
     args = ("127.0.0.1", "P2PHANDSHAKE", 0, 1 << 20, "tcp", "", master.addr)
     assert s.setup(*args, enable_ssd_offload=True, ssd_offload_path="/tmp/x") == -600
-    assert s.setup(*args, tenant_id="team-a") == -600
+    # A tenant id is this client's (tests/python/test_tenants.py); a bad one fails setup.
+    for bad in ("_reserved", "a\nb", "x" * 129):
+        assert s.setup(*args, tenant_id=bad) == -600
+    assert s.setup(*args, tenant_id="team-a") == 0
+    assert s.close() == 0
     assert s.setup(*args, enable_client_http_server=True, client_http_port=9301) == -600
     assert s.health_check() == 1
     assert s.setup(*args, engine=None, enable_ssd_offload=False, ssd_offload_path="",
@@ -75,7 +79,7 @@ def test_setup_keyword_arguments(master):
     base = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
             "master_server_addr": master.addr, "global_segment_size": 0}
     assert s.setup({**base, "enable_ssd_offload": "true"}) == -600
-    assert s.setup({**base, "tenant_id": "t1"}) == -600
+    assert s.setup({**base, "tenant_id": "_t1"}) == -600
     assert s.setup({**base, "enable_client_http_server": "maybe"}) == -600
     assert s.setup({**base, "tenant_id": "default", "enable_ssd_offload": "false"}) == 0
     assert s.close() == 0

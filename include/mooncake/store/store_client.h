@@ -57,6 +57,12 @@ struct StoreClientOptions {
   // The HA cluster followed through etcd ("": MC_STORE_CLUSTER_ID, else "mooncake_cluster");
   // 1..128 characters of [0-9A-Za-z_.-]; must match the masters' --cluster_id.
   std::string cluster_id;
+  // Who this client is to a master in strict multi-tenant mode (--enable_multi_tenants): its
+  // keys are this tenant's, and its puts count against this tenant's quota. Not
+  // authentication: a client names its own tenant. Upstream's rules (src/store/tenants/
+  // tenant_id.h): 1..128 bytes, no leading '_', no control characters; else setup fails
+  // with INVALID_PARAMS. A master without strict mode puts every tenant in one key space.
+  std::string tenant_id = "default";
   // etcd:// only: how long after its start a call that finds the leader gone may wait for the
   // next one and be sent to it (and how long setup waits for a leader to be named).
   std::chrono::milliseconds failover_timeout{10000};

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "store/client/store_client_impl.h"
+#include "store/tenants/tenant_id.h"
 
 namespace mooncake {
 namespace store {
@@ -34,6 +35,9 @@ int StoreClient::Impl::Start(std::string* message) {
   };
   if (opt.local_hostname.empty()) {
     return fail(ErrorCode::INVALID_PARAMS, "local_hostname is empty");
+  }
+  if (const std::string bad = TenantIdProblem(opt.tenant_id); !bad.empty()) {
+    return fail(ErrorCode::INVALID_PARAMS, "tenant_id: " + bad);
   }
   if (opt.local_buffer_size != 0 && opt.local_buffer_size < kMinLocalBuffer) {
     return fail(ErrorCode::INVALID_PARAMS,
@@ -318,6 +322,7 @@ std::vector<int64_t> StoreClient::BatchGetSize(const std::vector<std::string>& k
     if (keys.empty()) return out;
     rpc::KeysRequest req;
     req.set_client_id(impl_->client_id);
+    req.set_tenant_id(impl_->opt.tenant_id);
     for (const auto& k : keys) req.add_keys(k);
     rpc::ExistResponse resp;
     if (Impl::Checked("ExistKey", impl_->master->ExistKey(req, &resp)) != 0) return out;
@@ -354,6 +359,7 @@ std::vector<int> StoreClient::BatchRemove(const std::vector<std::string>& keys, 
     if (keys.empty()) return out;
     rpc::KeysRequest req;
     req.set_client_id(impl_->client_id);
+    req.set_tenant_id(impl_->opt.tenant_id);
     req.set_force(force);
     for (const auto& k : keys) req.add_keys(k);
     if (force) {
@@ -391,6 +397,7 @@ int64_t RemoveMany(ReadTracker* reads, Req* req, bool force, Send send) {
 int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
   rpc::RemoveByRegexRequest req;
   req.set_client_id(impl_->client_id);
+  req.set_tenant_id(impl_->opt.tenant_id);
   req.set_force(force);
   req.set_regex(regex);
   rpc::CountResponse resp;
@@ -408,6 +415,7 @@ int64_t StoreClient::RemoveByRegex(const std::string& regex, bool force) {
 int64_t StoreClient::RemoveAll(bool force) {
   rpc::KeysRequest req;
   req.set_client_id(impl_->client_id);
+  req.set_tenant_id(impl_->opt.tenant_id);
   req.set_force(force);
   rpc::CountResponse resp;
   int64_t rc = RemoveMany(&impl_->reads, &req, force, [&]() -> int64_t {

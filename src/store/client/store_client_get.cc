@@ -119,6 +119,7 @@ std::unique_ptr<StoreClient::Impl::GetRoundState> StoreClient::Impl::BeginGet(
   st->marked = true;
   auto& req = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&st->arena);
   req.set_client_id(client_id);
+  req.set_tenant_id(opt.tenant_id);
   for (const auto& k : keys) req.add_keys(k);
   st->sent = std::chrono::steady_clock::now();  // the lease starts later (LeaseDeadline)
   st->reply.emplace(master->StartGetReplicaList(req));

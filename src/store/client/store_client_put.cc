@@ -161,6 +161,7 @@ std::vector<int> StoreClient::Impl::PutRound(const std::vector<std::string>& key
     half.end = h + 1 == halves ? keys.size() : split;
     auto& req = *google::protobuf::Arena::CreateMessage<rpc::PutStartRequest>(&b.arena);
     req.set_client_id(client_id);
+    req.set_tenant_id(opt.tenant_id);
     req.set_upsert(upsert);
     if (!upsert) req.set_put_nonce(NewPutNonce());  // a resend is granted the same space
     *req.mutable_config() = ConfigToProto(config);
@@ -213,7 +214,9 @@ void StoreClient::Impl::EndPuts(PutBatch* b) {
   auto& end = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&b->arena);
   auto& revoke = *google::protobuf::Arena::CreateMessage<rpc::KeysRequest>(&b->arena);
   end.set_client_id(client_id);
+  end.set_tenant_id(opt.tenant_id);
   revoke.set_client_id(client_id);
+  revoke.set_tenant_id(opt.tenant_id);
   std::vector<size_t> end_idx;
   for (size_t i = 0; i < b->keys.size(); ++i) {
     if (b->codes[i] != 0) continue;

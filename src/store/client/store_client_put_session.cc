@@ -23,6 +23,7 @@ std::vector<int> StoreClient::PutSessionStart(const std::vector<std::string>& ke
   if (idx.empty()) return out;
   rpc::PutStartRequest req;
   req.set_client_id(m.client_id);
+  req.set_tenant_id(m.opt.tenant_id);
   req.set_put_nonce(NewPutNonce());  // a resend is granted the same space
   *req.mutable_config() = ConfigToProto(config);
   for (size_t i : idx) {
@@ -99,6 +100,7 @@ std::vector<int> FinishPutSessions(StoreClient::Impl& m, const std::vector<std::
   std::vector<int> out(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
   rpc::KeysRequest req;
   req.set_client_id(m.client_id);
+  req.set_tenant_id(m.opt.tenant_id);
   std::vector<size_t> idx;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!m.put_sessions.Close(keys[i])) continue;

@@ -25,6 +25,7 @@ std::vector<KeyPlan> StoreClient::Impl::Plan(const std::vector<std::string>& key
   }
   rpc::KeysRequest req;
   req.set_client_id(client_id);
+  req.set_tenant_id(opt.tenant_id);
   for (const auto& k : keys) req.add_keys(k);
   rpc::GetReplicaListResponse resp;
   const auto sent = Steady::now();
@@ -190,6 +191,7 @@ std::vector<std::string> StoreClient::BatchReplicaClear(const std::vector<std::s
   for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
     rpc::ReplicaClearRequest req;
     req.set_client_id(impl_->client_id);
+    req.set_tenant_id(impl_->opt.tenant_id);
     req.set_segment_name(segment_name);
     for (size_t i = at; i < std::min(keys.size(), at + kMaxBatchItems); ++i) req.add_keys(keys[i]);
     rpc::ReplicaClearResponse resp;

@@ -424,6 +424,10 @@ void HaMaster::Campaign() {
     std::shared_ptr<MasterService> m = master();
     Status p = m->Promote();
     if (!p.ok()) return StepDown("promotion failed: " + p.message());
+    if (options_.before_serving) {
+      p = options_.before_serving(m.get());
+      if (!p.ok()) return StepDown("cannot serve: " + p.message());
+    }
     uint64_t applied, next_id;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -461,6 +465,10 @@ void HaMaster::Campaign() {
   } else {
     auto fresh = std::make_shared<MasterService>(options_.config);  // nothing replicated
     if (options_.events != nullptr) fresh->SetEventSink(options_.events);
+    if (options_.before_serving) {
+      Status p = options_.before_serving(fresh.get());
+      if (!p.ok()) return StepDown("cannot serve: " + p.message());
+    }
     server_->ResetHeld(0);
     std::lock_guard<std::mutex> l(mu_);
     master_ = std::move(fresh);

@@ -62,6 +62,10 @@ class HaMaster {
     // KV events of the objects this master changes while it leads (null: none); must
     // outlive this.
     ObjectEventSink* events = nullptr;
+    // Called on the master about to serve, before it does (the tenant quota policy is loaded
+    // here: it lives in etcd or a shared file, not in the log). Not OK: this master steps
+    // down, saying why, and competes again.
+    std::function<Status(MasterService*)> before_serving;
   };
 
   // Does not contact etcd.

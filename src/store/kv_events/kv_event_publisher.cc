@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "store/kv_events/zmq_lib.h"
+#include "store/tenants/tenant_id.h"
 
 namespace mooncake::store::kv_events {
 namespace {
@@ -119,6 +120,18 @@ KvEventPublisher::~KvEventPublisher() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
+Event KvEventPublisher::MakeEvent(bool stored, std::string key) const {
+  Event e;
+  e.stored = stored;
+  if (options_.scoped_keys) {
+    e.tenant_id = std::string(TenantOf(key));
+    e.key = std::string(LocalKey(key));
+  } else {
+    e.key = std::move(key);
+  }
+  return e;
+}
+
 void KvEventPublisher::Enqueue(bool stored, const std::string& key) {
   bool was_empty;
   {
@@ -177,10 +190,7 @@ void KvEventPublisher::PublishQueued() {
       MutexLock lock(&mu_);
       if (queue_.empty()) return;
       while (!queue_.empty() && batch.size() < kMaxBatchEvents) {
-        Event e;
-        e.stored = queue_.front().stored;
-        e.key = std::move(queue_.front().key);
-        batch.push_back(std::move(e));
+        batch.push_back(MakeEvent(queue_.front().stored, std::move(queue_.front().key)));
         queue_.pop_front();
       }
       seq = next_seq_++;
@@ -309,9 +319,7 @@ void KvEventPublisher::ReplySnapshot(const std::string& identity, bool delimiter
   for (size_t i = 0; i < keys.size(); i += kMaxBatchEvents) {
     batch.clear();
     for (size_t j = i; j < keys.size() && j < i + kMaxBatchEvents; ++j) {
-      Event e;
-      e.key = std::move(keys[j]);
-      batch.push_back(std::move(e));
+      batch.push_back(MakeEvent(true, std::move(keys[j])));
     }
     if (EncodeBatch(batch, options_.codec, NowMs(), &event_ids, &unparsed, &payload) == 0) {
       continue;

@@ -49,6 +49,9 @@ struct PublisherOptions {
   size_t queue_capacity = 65536;
   size_t replay_batches = 4096;
   std::chrono::milliseconds snapshot_interval{5000};
+  // The master is in strict multi-tenant mode: its keys are scoped (src/store/tenants/
+  // tenant_id.h), and each event carries the key's tenant and the key as the tenant sent it.
+  bool scoped_keys = false;
 };
 
 struct PublisherStats {
@@ -86,6 +89,8 @@ class KvEventPublisher : public ObjectEventSink {
 
   KvEventPublisher(PublisherOptions options, SnapshotFn snapshot);
   void Enqueue(bool stored, const std::string& key);
+  // The event of a master's key (its tenant's key and tenant when the keys are scoped).
+  Event MakeEvent(bool stored, std::string key) const;
   void Run();
   void PublishQueued();
   void Send(uint64_t seq, const std::string& payload, size_t events);

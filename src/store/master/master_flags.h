@@ -11,6 +11,7 @@
 #include <gflags/gflags.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "mooncake/status.h"
 #include "store/kv_events/kv_event_publisher.h"
 #include "store/master/master_service.h"
+#include "store/tenants/tenant_policy.h"
 
 // The flags main() reads directly (the servers' addresses); the rest are read only here.
 DECLARE_string(config_path);
@@ -97,6 +99,13 @@ Status ResolveHaSettings(int rpc_port, HaSettings* out);
 // is not an error here: the publisher refuses to start and the master serves on without
 // events (as upstream). InvalidArgument names a flag out of range.
 Status KvEventSettingsFromFlags(bool* enabled, kv_events::PublisherOptions* out);
+
+// Strict multi-tenant mode (master_flags_tenants.cc): config->enable_multi_tenants from
+// --enable_multi_tenants and, when on, *source: where the quota policy lives
+// (--tenant_quota_connector_type / _uri; etcd keys under `cluster_id`). Nothing is read
+// yet. InvalidArgument for a connector type or URI that cannot be used.
+Status TenantSettingsFromFlags(const std::string& cluster_id, MasterConfig* config,
+                               std::unique_ptr<TenantPolicySource>* source);
 
 }  // namespace store
 }  // namespace mooncake

@@ -116,6 +116,7 @@ std::string MasterService::MetricsText() {
           counters_.deferred_frees);
   counter("master_refused_requests_total", "Requests refused as a whole (over a bound)",
           counters_.refused_requests);
+  out << TenantMetricsLocked();
   return out.str();
 }
 

@@ -11,6 +11,7 @@
 
 #include "mooncake/store/error_code.h"
 #include "store/common/limits.h"
+#include "store/tenants/tenant_id.h"
 
 namespace mooncake {
 namespace store {
@@ -20,7 +21,10 @@ using Json = nlohmann::ordered_json;
 
 constexpr char kEndpoints[] =
     "/metrics /metrics/summary /health /leader /role /ha_status /kv_events/status /get_all_keys "
-    "/get_all_segments /query_segment?segment= /query_key?key= /batch_query_keys?keys=";
+    "/get_all_segments /query_segment?segment= /query_key?key= /batch_query_keys?keys= "
+    "/api/v1/tenant_quotas";
+
+constexpr char kTenantQuotas[] = "/api/v1/tenant_quotas";
 
 HttpReply Reply(int status, std::string content_type, std::string body) {
   HttpReply r;
@@ -188,6 +192,12 @@ HttpReply Summary(MasterService& master, const HaView& view) {
   return Reply(200, "text/plain; version=0.0.4", text);
 }
 
+// ?tenant_id= of the key queries and listings (ours: upstream's read the default tenant's).
+std::string TenantParam(const std::map<std::string, std::string>& params) {
+  auto it = params.find("tenant_id");
+  return it == params.end() || it->second.empty() ? std::string("default") : it->second;
+}
+
 HttpReply QueryKey(MasterService& master, const std::map<std::string, std::string>& params) {
   auto it = params.find("key");
   if (it == params.end() || it->second.empty()) {
@@ -198,7 +208,8 @@ HttpReply QueryKey(MasterService& master, const std::map<std::string, std::strin
                      "the key is over " + std::to_string(kMaxKeyBytes) + " bytes");
   }
   std::vector<MasterService::ReplicaView> replicas;
-  const ErrorCode code = master.QueryKey(it->second, &replicas);
+  const ErrorCode code = master.QueryKey(it->second, &replicas, TenantParam(params));
+  if (code == ErrorCode::INVALID_PARAMS) return ErrorJson(400, code, "invalid tenant_id");
   if (code != ErrorCode::OK) return ErrorJson(404, code, ErrorCodeName(code));
   Json data = Json::array();
   for (const auto& r : replicas) data.push_back(Descriptor(r));
@@ -239,7 +250,7 @@ HttpReply BatchQueryKeys(MasterService& master,
   for (const auto& key : keys) {
     if (!seen.insert(key).second) continue;
     std::vector<MasterService::ReplicaView> replicas;
-    const ErrorCode code = master.QueryKey(key, &replicas);
+    const ErrorCode code = master.QueryKey(key, &replicas, TenantParam(params));
     Json item;
     item["ok"] = code == ErrorCode::OK;
     if (code != ErrorCode::OK) {
@@ -286,7 +297,7 @@ bool WalksATable(const std::string& path) {
 // The endpoints that read the master's tables: only a serving master answers them.
 bool NeedsService(const std::string& path) {
   return path == "/get_all_keys" || path == "/get_all_segments" || path == "/query_segment" ||
-         path == "/batch_query_keys" || path == "/query_key";
+         path == "/batch_query_keys" || path == "/query_key" || path == kTenantQuotas;
 }
 
 // Upstream's HA metrics (ha_*) and ours (master_ha_*), for a master run with HA.
@@ -347,6 +358,44 @@ HttpReply Leader(const HaView& view) {
   return JsonReply(200, j);
 }
 
+Json SnapshotJson(const TenantSnapshot& s) {
+  Json j;
+  j["tenant_id"] = s.tenant_id;
+  j["requested_quota_bytes"] = s.requested_quota_bytes;
+  j["effective_quota_bytes"] = s.effective_quota_bytes;
+  j["charged_bytes"] = s.charged_bytes;
+  j["admission_closed"] = s.admission_closed;
+  j["over_quota"] = s.over_quota;
+  j["has_explicit_policy"] = s.has_explicit_policy;
+  return j;
+}
+
+HttpReply NotStrict() {
+  return ErrorJson(409, ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                   "tenant quotas need strict multi-tenant mode: start the master with "
+                   "--enable_multi_tenants");
+}
+
+// GET /api/v1/tenant_quotas[?tenant_id=T]: every tenant with a policy or a charge, or T's.
+HttpReply TenantQuotas(MasterService& master, const std::map<std::string, std::string>& params) {
+  if (!master.multi_tenants()) return NotStrict();
+  Json j;
+  j["success"] = true;
+  auto it = params.find("tenant_id");
+  if (it == params.end() || it->second.empty()) {
+    Json data = Json::array();
+    for (const TenantSnapshot& s : master.TenantSnapshots()) data.push_back(SnapshotJson(s));
+    j["data"] = std::move(data);
+    return JsonReply(200, j);
+  }
+  TenantSnapshot s;
+  const ErrorCode code = master.TenantSnapshotOf(it->second, &s);
+  if (code == ErrorCode::INVALID_PARAMS) return ErrorJson(400, code, "Invalid tenant_id");
+  if (code != ErrorCode::OK) return ErrorJson(404, code, ErrorCodeName(code));
+  j["data"] = SnapshotJson(s);
+  return JsonReply(200, j);
+}
+
 HttpReply Route(MasterService& master, const HaView& view, const std::string& path,
                 const std::map<std::string, std::string>& params) {
   if (path == "/metrics") {
@@ -362,7 +411,7 @@ HttpReply Route(MasterService& master, const HaView& view, const std::string& pa
   if (NeedsService(path) && !view.service_ready) return NotActive(view);
   if (path == "/get_all_keys") {
     size_t total = 0;
-    auto keys = master.ListKeys(kMaxListed, kMaxListedBytes, &total);
+    auto keys = master.ListKeys(kMaxListed, kMaxListedBytes, &total, TenantParam(params));
     return Listing(keys, total);
   }
   if (path == "/get_all_segments") {
@@ -379,11 +428,89 @@ HttpReply Route(MasterService& master, const HaView& view, const std::string& pa
   if (path == "/query_segment") return QuerySegment(master, params);
   if (path == "/query_key") return QueryKey(master, params);
   if (path == "/batch_query_keys") return BatchQueryKeys(master, params);
+  if (path == kTenantQuotas) return TenantQuotas(master, params);
   return Reply(404, "text/plain", "unknown path " + path + "; this master serves " +
                                       std::string(kEndpoints) + "\n");
 }
 
 }  // namespace
+
+HttpReply MasterHttp::ServeWrite(const std::string& method, const std::string& target,
+                                 const std::string& body) {
+  const size_t q = target.find('?');
+  const std::string path = target.substr(0, q);
+  std::map<std::string, std::string> params;
+  if (q != std::string::npos && !ParseQuery(target.substr(q + 1), &params)) {
+    return Reply(400, "text/plain", "bad percent-encoding in the query\n");
+  }
+  if (path != kTenantQuotas || (method != "PUT" && method != "DELETE")) {
+    return Reply(405, "text/plain", method + " " + path + ": only PUT and DELETE " +
+                                        kTenantQuotas + " change anything on this master\n");
+  }
+  auto it = params.find("tenant_id");
+  if (it == params.end() || !TenantIdProblem(it->second).empty()) {
+    return ErrorJson(400, ErrorCode::INVALID_PARAMS, "Missing or invalid tenant_id");
+  }
+  const std::string tenant = it->second;
+  uint64_t bytes = 0;
+  if (method == "PUT") {
+    const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const Json* v = j.is_object() && j.contains("requested_quota_bytes")
+                        ? &j["requested_quota_bytes"]
+                        : nullptr;
+    if (v == nullptr || !v->is_number_unsigned() || v->get<uint64_t>() == 0 ||
+        v->get<uint64_t>() > TenantLedger::kMaxQuotaBytes) {
+      return ErrorJson(400, ErrorCode::INVALID_PARAMS,
+                       "the body must be {\"requested_quota_bytes\": N} with N in [1, 2^63 - 1]");
+    }
+    bytes = v->get<uint64_t>();
+  }
+  const HaView view = ha_view_ ? ha_view_() : HaView{};
+  if (!view.service_ready) return NotActive(view);
+  const std::shared_ptr<MasterService> master = master_();
+  if (!master->multi_tenants()) return NotStrict();
+  // One change at a time: the policy saved is the one in force.
+  MutexLock admin(&admin_mu_);
+  TenantPolicies policies = master->GetTenantPolicies();
+  Json j;
+  j["success"] = true;
+  if (method == "PUT") {
+    policies[tenant] = bytes;
+    if (policies_ != nullptr) {
+      const Status saved = policies_->Save(policies);
+      if (!saved.ok()) {
+        return ErrorJson(500, ErrorCode::INTERNAL_ERROR,
+                         "the policy was not changed: " + saved.message());
+      }
+    }
+    TenantSnapshot now;
+    const ErrorCode code = master->UpsertTenantPolicy(tenant, bytes, &now);
+    if (code != ErrorCode::OK) return ErrorJson(400, code, ErrorCodeName(code));
+    j["data"] = SnapshotJson(now);
+    return JsonReply(200, j);
+  }
+  TenantSnapshot last;
+  const ErrorCode code = master->DeleteTenantPolicy(tenant, &last);
+  if (code == ErrorCode::OBJECT_NOT_FOUND) {
+    return ErrorJson(404, code, "tenant " + tenant + " has no policy");
+  }
+  if (code == ErrorCode::TENANT_NOT_EMPTY) {
+    return ErrorJson(409, code, "TENANT_NOT_EMPTY: tenant " + tenant +
+                                    " still holds objects; remove them first");
+  }
+  if (code != ErrorCode::OK) return ErrorJson(400, code, ErrorCodeName(code));
+  policies.erase(tenant);
+  if (policies_ != nullptr) {
+    const Status saved = policies_->Save(policies);
+    if (!saved.ok()) {
+      master->UpsertTenantPolicy(tenant, last.requested_quota_bytes, nullptr);
+      return ErrorJson(500, ErrorCode::INTERNAL_ERROR,
+                       "the policy was not changed: " + saved.message());
+    }
+  }
+  j["data"] = SnapshotJson(last);
+  return JsonReply(200, j);
+}
 
 HttpReply MasterHttp::Serve(const std::string& target) {
   const size_t q = target.find('?');

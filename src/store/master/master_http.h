@@ -62,6 +62,7 @@
 #include "store/ha/ha_view.h"
 #include "store/master/master_service.h"
 #include "store/master/metrics_server.h"
+#include "store/tenants/tenant_policy.h"
 
 namespace mooncake {
 namespace store {
@@ -95,6 +96,12 @@ class MasterHttp {
 
   // The reply to GET `target` (path and query as sent). Thread-safe.
   HttpReply Serve(const std::string& target);
+  // The reply to a PUT / POST / DELETE (MetricsServer's write handler). Thread-safe.
+  HttpReply ServeWrite(const std::string& method, const std::string& target,
+                       const std::string& body);
+  // Where PUT / DELETE /api/v1/tenant_quotas save the policy before it takes effect (null:
+  // nowhere, the change lasts as long as this master). Set before serving; not owned.
+  void SetTenantPolicySource(TenantPolicySource* source) { policies_ = source; }
   // GET /kv_events/status's body (the publisher's StatusJson); unset: {"enabled":false,...}.
   void SetKvEventsStatus(std::function<std::string()> status) {
     MutexLock lock(&mu_);
@@ -108,6 +115,8 @@ class MasterHttp {
   Mutex mu_;
   Clock::time_point heavy_after_ MC_GUARDED_BY(mu_){};  // table walks wait until then
   std::function<std::string()> kv_events_status_ MC_GUARDED_BY(mu_);
+  TenantPolicySource* policies_ = nullptr;
+  Mutex admin_mu_;  // one tenant policy change at a time
 };
 
 }  // namespace store

@@ -76,6 +76,10 @@ Status StartMetrics(mooncake::store::MasterHttp* http,
   if (!FLAGS_enable_metric_reporting) return Status::OK();
   auto metrics = std::make_unique<mooncake::store::MetricsServer>(
       [http](const std::string& target) { return http->Serve(target); });
+  metrics->SetWriteHandler(
+      [http](const std::string& method, const std::string& target, const std::string& body) {
+        return http->ServeWrite(method, target, body);
+      });
   const std::string host = FLAGS_metrics_host.empty() ? FLAGS_rpc_address : FLAGS_metrics_host;
   const Status started = metrics->Start(host, FLAGS_metrics_port);
   if (!started.ok()) {
@@ -105,13 +109,31 @@ int main(int argc, char** argv) {
   bool kv_events = false;
   mooncake::store::kv_events::PublisherOptions kv_options;
   if (flags.ok()) flags = mooncake::store::KvEventSettingsFromFlags(&kv_events, &kv_options);
+  std::unique_ptr<mooncake::store::TenantPolicySource> tenant_policies;
+  if (flags.ok()) {
+    flags = mooncake::store::TenantSettingsFromFlags(ha.cluster_id, &config, &tenant_policies);
+  }
   if (!flags.ok()) return Fail(flags.message());
+  // Strict mode: the quota policy, read before serving (and by each new HA leader).
+  auto load_policies = [source = tenant_policies.get()](MasterService* m) {
+    if (source == nullptr) return Status::OK();
+    auto loaded = source->Load();
+    if (!loaded.ok()) {
+      return Status::Unavailable("tenant quota policy (" + source->Describe() +
+                                 "): " + loaded.status().message());
+    }
+    m->SetTenantPolicies(*loaded);
+    LOG(INFO) << "strict multi-tenant mode: " << loaded->size() << " tenants in the quota policy ("
+              << source->Describe() << ")";
+    return Status::OK();
+  };
   // With --enable_ha the MasterService is HaMaster's (a standby's until it leads).
   std::unique_ptr<MasterService> alone;
   std::unique_ptr<mooncake::store::ha::HaMaster> ha_master;
   // KV events (as upstream: a missing endpoint or backend id, or a bind failure, is logged and
   // the master serves on without them). Snapshots read the master serving at that moment.
   std::unique_ptr<mooncake::store::kv_events::KvEventPublisher> publisher;
+  kv_options.scoped_keys = config.enable_multi_tenants;
   if (kv_events) {
     auto started_events = mooncake::store::kv_events::KvEventPublisher::Start(
         kv_options, [&alone, &ha_master](const std::function<void(const std::string&)>& fn) {
@@ -142,12 +164,15 @@ int main(int argc, char** argv) {
     o.ack_before_durable = ha.ack_before_durable;
     o.checkpoint_entries = ha.checkpoint_entries;
     o.events = publisher.get();
+    o.before_serving = load_policies;
     auto created = mooncake::store::ha::HaMaster::Create(std::move(o));
     if (!created.ok()) return Fail("--enable_ha: " + created.status().message());
     ha_master = std::move(*created);
   } else {
     alone = std::make_unique<MasterService>(config);
     if (publisher) alone->SetEventSink(publisher.get());
+    const Status loaded = load_policies(alone.get());
+    if (!loaded.ok()) return Fail("--enable_multi_tenants: " + loaded.message());
   }
   mooncake::store::ha::HaMaster* const ha_ptr = ha_master.get();
   MasterService* const alone_ptr = alone.get();
@@ -183,6 +208,7 @@ int main(int argc, char** argv) {
                                       [ha_ptr] { return ha_ptr->View(); })
                                 : std::make_unique<mooncake::store::MasterHttp>(alone_ptr);
   if (publisher) http->SetKvEventsStatus([p = publisher.get()] { return p->StatusJson(); });
+  http->SetTenantPolicySource(tenant_policies.get());
   std::unique_ptr<mooncake::store::MetricsServer> metrics;
   started = StartMetrics(http.get(), &metrics);
   if (!started.ok()) return Fail(started.message());

@@ -9,6 +9,7 @@
 #include "store/common/limits.h"
 #include "store/master/master_service.h"
 #include "store/master/master_service_internal.h"
+#include "store/tenants/tenant_id.h"
 
 namespace mooncake {
 namespace store {
@@ -72,7 +73,7 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
     ++counters_.remove;
-    if (!KeyProblem(key).empty()) {
+    if (!StoredKeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
     }
@@ -129,16 +130,24 @@ rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest&
                      " (large counted repetitions like {1000} cost that much per key byte)");
     return resp;
   }
-  return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
-                     [&](const std::string& key) { return RE2::PartialMatch(key, re); });
+  // Strict mode: the sender's objects only, matched as it named them.
+  const std::string* tenant = multi_tenants() ? &req.tenant_id() : nullptr;
+  return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "", tenant,
+                     [&](const std::string& key) {
+                       const std::string_view local = LocalKey(key);
+                       return tenant ? RE2::PartialMatch(re2::StringPiece(local.data(), local.size()), re)
+                                     : RE2::PartialMatch(key, re);
+                     });
 }
 
 rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
   return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
+                     multi_tenants() ? &req.tenant_id() : nullptr,
                      [](const std::string&) { return true; });
 }
 
 rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& done_client,
+                                              const std::string* tenant,
                                               const std::function<bool(const std::string&)>& match) {
   rpc::CountResponse resp;
   int64_t count = 0;
@@ -156,7 +165,8 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
       MutexLock lock(&mu_);
       const auto now = now_();
       done = objects_.Scan(&cursor, 2 * kRemoveChunk, [&](const ObjectEntry& e) {
-        if (e.second.complete && (force || !Leased(e.second, now))) {
+        if (e.second.complete && (force || !Leased(e.second, now)) &&
+            (tenant == nullptr || TenantOf(e.first) == *tenant)) {
           candidates.push_back(e.first);
         }
       });
@@ -200,7 +210,7 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
   }
   const auto now = now_();
   for (const std::string& key : req.keys()) {
-    if (!KeyProblem(key).empty()) continue;
+    if (!StoredKeyProblem(key).empty()) continue;
     auto it = objects_.find(key);
     // Only the writer's own, complete objects that nobody holds a lease on (upstream's rule;
     // as upstream, a write counts as a lease of one TTL from its PutEnd).
@@ -222,6 +232,7 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
       auto seg = segments_.find(r->segment_id);
       if (seg != segments_.end() && seg->second->name == req.segment_name()) {
         seg->second->alloc.Free({r->offset, r->handle});  // unleased: nobody reads it
+        UnchargeLocked(it->first, it->second.size);
         r = reps.erase(r);
       } else {
         ++r;

@@ -384,6 +384,7 @@ Status MasterService::Promote() {
   }
   for (auto& [key, obj] : upserts_) ReserveLocked(obj.owner, InFlightBytes(obj));
   standby_ = false;
+  RechargeLocked();  // the tenants' charges, from the objects it holds
   ++view_version_;
   LOG(INFO) << "promoted: " << segments_.size() << " segments, " << objects_.size()
             << " objects (" << in_flight_.size() << " puts in flight), " << upserts_.size()

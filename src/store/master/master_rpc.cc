@@ -17,7 +17,7 @@ namespace {
 // The request parsed on `arena` (a batch's keys cost no malloc / free each), or nullptr
 // after appending what was wrong to *out.
 template <class Req>
-const Req* ParseOnArena(const char* data, size_t n, std::string* out, const char* name,
+Req* ParseOnArena(const char* data, size_t n, std::string* out, const char* name,
                         google::protobuf::Arena* arena) {
   Req* req = google::protobuf::Arena::CreateMessage<Req>(arena);
   if (n > static_cast<size_t>(INT32_MAX) || !req->ParseFromArray(data, static_cast<int>(n))) {
@@ -36,13 +36,52 @@ google::protobuf::ArenaOptions ArenaFor(size_t n) {
   return options;
 }
 
+// Strict multi-tenant mode: the request's keys become its tenant's (MasterService::
+// ScopeRequest), or *refused says why its tenant_id is not acceptable. Requests without keys
+// or a tenant pass as they are.
+template <class Req, class Resp>
+bool ScopeOrRefuse(MasterService*, Req*, Resp*) {
+  return true;
+}
+template <class Req, class Resp>
+bool Refuse(const std::string& problem, Resp* refused) {
+  if (problem.empty()) return true;
+  refused->set_code(ToInt(ErrorCode::INVALID_PARAMS));
+  refused->set_message(problem);
+  return false;
+}
+template <class Resp>
+bool ScopeOrRefuse(MasterService* m, rpc::KeysRequest* req, Resp* refused) {
+  return Refuse<rpc::KeysRequest>(m->ScopeRequest(req), refused);
+}
+bool ScopeOrRefuse(MasterService* m, rpc::PutStartRequest* req, rpc::PutStartResponse* refused) {
+  return Refuse<rpc::PutStartRequest>(m->ScopeRequest(req), refused);
+}
+bool ScopeOrRefuse(MasterService* m, rpc::RemoveByRegexRequest* req, rpc::CountResponse* refused) {
+  return Refuse<rpc::RemoveByRegexRequest>(m->ScopeRequest(req), refused);
+}
+bool ScopeOrRefuse(MasterService* m, rpc::ReplicaClearRequest* req,
+                   rpc::ReplicaClearResponse* refused) {
+  return Refuse<rpc::ReplicaClearRequest>(m->ScopeRequest(req), refused);
+}
+template <class Resp>
+void Unscope(MasterService*, Resp*) {}
+void Unscope(MasterService* m, rpc::ReplicaClearResponse* resp) { m->UnscopeReply(resp); }
+
 template <class Req, class Resp>
 RpcStatus Serve(const char* data, size_t n, std::string* out, const char* name,
                 Resp (*call)(MasterService*, const Req&), MasterService* m) {
   google::protobuf::Arena arena(ArenaFor(n));
-  const Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
+  Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
   if (req == nullptr) return RpcStatus::kBadRequest;
-  call(m, *req).AppendToString(out);
+  Resp refused;
+  if (!ScopeOrRefuse(m, req, &refused)) {
+    refused.AppendToString(out);
+    return RpcStatus::kOk;
+  }
+  Resp resp = call(m, *req);
+  Unscope(m, &resp);
+  resp.AppendToString(out);
   return RpcStatus::kOk;
 }
 
@@ -52,9 +91,13 @@ template <class Req, class Resp>
 RpcStatus ServeInto(const char* data, size_t n, std::string* out, const char* name,
                     void (MasterService::*into)(const Req&, Resp*), MasterService* m) {
   google::protobuf::Arena arena(ArenaFor(n));
-  const Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
+  Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
   if (req == nullptr) return RpcStatus::kBadRequest;
   Resp& resp = *google::protobuf::Arena::CreateMessage<Resp>(&arena);
+  if (!ScopeOrRefuse(m, req, &resp)) {
+    resp.AppendToString(out);
+    return RpcStatus::kOk;
+  }
   (m->*into)(*req, &resp);
   resp.AppendToString(out);
   return RpcStatus::kOk;

@@ -148,6 +148,7 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
 MasterService::ObjectMap::iterator MasterService::EraseObjectLocked(ObjectMap::iterator it,
                                                                    Clock::time_point now) {
   if (!it->second.complete) ReleaseLocked(it->second.owner, InFlightBytes(it->second));
+  UnchargeLocked(it->first, InFlightBytes(it->second));
   if (it->second.complete && events_ != nullptr) events_->ObjectRemoved(it->first);
   LogKeyLocked(oplog::Entry::ERASE, it->first);
   UnlistLocked(&*it);
@@ -267,7 +268,7 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
     const auto& item = req.items(i);
     ++counters_.put_start;
     rpc::PutStartResult* result = resp.add_results();
-    const std::string key_problem = KeyProblem(item.key());
+    const std::string key_problem = StoredKeyProblem(item.key());
     if (!key_problem.empty() || item.size() == 0) {
       result->set_code(Code(!key_problem.empty() ? ErrorCode::INVALID_KEY : ErrorCode::INVALID_PARAMS));
       result->set_message(!key_problem.empty() ? key_problem : "an object needs at least 1 byte");
@@ -315,12 +316,17 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       EraseObjectLocked(existing, now);
       ++counters_.discarded_puts;
     }
+    if (!AdmitLocked(item.key(), item.size() * copies, result, now)) {
+      ++counters_.put_start_fail;
+      continue;
+    }
     Object obj = NewObjectLocked(req, item.size(), owner, now);
     if (!PlaceOrFailLocked(item.key(), item.size(), req.config(), &obj, result, now)) {
       ++counters_.put_start_fail;
       continue;
     }
     ReserveLocked(owner, InFlightBytes(obj));
+    ChargeLocked(item.key(), InFlightBytes(obj));
     ObjectEntry* placed = &*objects_.emplace(item.key(), std::move(obj)).first;
     in_flight_.push_back(placed);
     LogObjectLocked(oplog::Entry::OBJECT, placed->first, placed->second);
@@ -433,7 +439,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
     ++counters_.put_end;
-    if (!KeyProblem(key).empty()) {
+    if (!StoredKeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
     }
@@ -471,7 +477,7 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
   const auto now = now_();
   for (const auto& key : req.keys()) {
     ++counters_.put_revoke;
-    if (!KeyProblem(key).empty()) {
+    if (!StoredKeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
     }
@@ -512,7 +518,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     const std::string& key = req.keys(i);
     ++counters_.get_replica_list;
     rpc::GetReplicaListResult* result = resp.add_results();
-    if (!KeyProblem(key).empty()) {
+    if (!StoredKeyProblem(key).empty()) {
       ++counters_.get_miss;
       result->set_code(Code(ErrorCode::INVALID_KEY));
       continue;
@@ -571,7 +577,7 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
     const std::string& key = req.keys(i);
     ++counters_.exist_key;
     rpc::ExistResult* result = resp.add_results();
-    if (!KeyProblem(key).empty()) {
+    if (!StoredKeyProblem(key).empty()) {
       result->set_code(Code(ErrorCode::INVALID_KEY));
       continue;
     }

@@ -67,6 +67,7 @@
 #include "store/master/master_records.h"
 #include "store/common/offset_allocator.h"
 #include "store/master/object_table.h"
+#include "store/tenants/tenant_ledger.h"
 
 namespace mooncake {
 namespace store {
@@ -87,6 +88,9 @@ struct MasterConfig {
   // not made on it (the HA layer answers them), Tick() changes nothing, and Promote() makes
   // it a serving master.
   bool standby = false;
+  // Strict multi-tenant mode (--enable_multi_tenants; src/store/tenants/tenant_id.h): keys
+  // are scoped per tenant, only tenants with a quota policy write, and within their quota.
+  bool enable_multi_tenants = false;
 };
 
 // Where a serving master's changes go: an HA leader's operation log (src/store/ha). Called
@@ -159,10 +163,14 @@ class MasterService {
   };
   // OK with the complete object's replicas; INVALID_KEY; OBJECT_NOT_FOUND (absent, or still
   // being written).
-  ErrorCode QueryKey(const std::string& key, std::vector<ReplicaView>* replicas) const;
+  // In strict mode, `tenant`'s key (another mode: every key is the default tenant's).
+  ErrorCode QueryKey(const std::string& key, std::vector<ReplicaView>* replicas,
+                     const std::string& tenant = "default") const;
   // Keys of complete objects, in no particular order, until `max_keys` keys or `max_bytes`
-  // bytes of keys; *total: how many complete objects there are.
-  std::vector<std::string> ListKeys(size_t max_keys, size_t max_bytes, size_t* total) const;
+  // bytes of keys; *total: how many complete objects there are. In strict mode only
+  // `tenant`'s, as it sent them.
+  std::vector<std::string> ListKeys(size_t max_keys, size_t max_bytes, size_t* total,
+                                    const std::string& tenant = "default") const;
   struct SegmentView {
     std::string name;
     std::string client_id;
@@ -177,6 +185,29 @@ class MasterService {
     uint64_t segments = 0, clients = 0;
   };
   Summary GetSummary() const;
+
+  // --- Tenants (master_tenants.cc; src/store/tenants/) ---
+  // The RPC layer (master_rpc.cc) hands each request to ScopeRequest before the call: in
+  // strict mode its keys become the sending tenant's scoped keys (tenant_id.h; an empty
+  // tenant_id is the default tenant) and "" is returned, or why the tenant_id is refused.
+  // Without strict mode the request is left as it is. UnscopeReply gives the keys a reply
+  // names back as the tenant sent them.
+  std::string ScopeRequest(rpc::PutStartRequest* req) const;
+  std::string ScopeRequest(rpc::KeysRequest* req) const;
+  std::string ScopeRequest(rpc::RemoveByRegexRequest* req) const;
+  std::string ScopeRequest(rpc::ReplicaClearRequest* req) const;
+  void UnscopeReply(rpc::ReplicaClearResponse* resp) const;
+  bool multi_tenants() const { return config_.enable_multi_tenants; }
+  // The admin API's (GET|PUT|DELETE /api/v1/tenant_quotas) and a new leader's: every policy
+  // replaced (the charges stay), the policies in force, one set (INVALID_PARAMS outside
+  // [1, 2^63 - 1]), one removed (OBJECT_NOT_FOUND: none; TENANT_NOT_EMPTY: its tenant holds
+  // memory), the tenants' states. UNAVAILABLE_IN_CURRENT_MODE without strict mode.
+  void SetTenantPolicies(const TenantPolicies& policies);
+  TenantPolicies GetTenantPolicies() const;
+  ErrorCode UpsertTenantPolicy(const std::string& tenant, uint64_t bytes, TenantSnapshot* now);
+  ErrorCode DeleteTenantPolicy(const std::string& tenant, TenantSnapshot* last);
+  std::vector<TenantSnapshot> TenantSnapshots() const;
+  ErrorCode TenantSnapshotOf(const std::string& tenant, TenantSnapshot* out) const;
 
   // --- HA (master_replica.cc; the design in src/store/ha/README.md) ---
   // Every change from now on goes to `sink` as an entry (null: none). Set before serving.
@@ -266,7 +297,8 @@ class MasterService {
   // Removes the complete objects whose key matches (and that are not leased, unless `force`).
   // `done_client` (or ""): a client with no read in flight, whose own leases need not delay
   // the freeing.
-  rpc::CountResponse RemoveWhere(bool force, const std::string& done_client,
+  // tenant non-null (strict mode): only that tenant's objects, `match` given its keys.
+  rpc::CountResponse RemoveWhere(bool force, const std::string& done_client, const std::string* tenant,
                                  const std::function<bool(const std::string&)>& match);
   // Ends the object's lease now when `client` holds it alone (latest grant theirs, every
   // other client's lapsed), so that its space is freed at once.
@@ -288,7 +320,7 @@ class MasterService {
   void HousekeepUnderLock(std::vector<uint64_t>* dropped) MC_EXCLUDES(mu_);
   void FinishUnmount(const std::vector<uint64_t>& segment_ids);
   // Drops e's replicas on draining segments; true when none is left.
-  bool DropDrainingLocked(Object* obj) MC_REQUIRES(mu_);
+  bool DropDrainingLocked(const std::string& key, Object* obj) MC_REQUIRES(mu_);
   bool OnDrainingLocked(const Object& obj) const MC_REQUIRES(mu_);
   // The client's bytes in flight (InFlightBytes of its puts and upserts).
   void ReserveLocked(const ClientName& owner, uint64_t bytes) MC_REQUIRES(mu_);
@@ -301,6 +333,19 @@ class MasterService {
   void FillReplicasLocked(const Object& obj, bool complete_only,
                           google::protobuf::RepeatedPtrField<rpc::Replica>* out) const MC_REQUIRES(mu_);
   uint64_t CapacityLocked() const MC_REQUIRES(mu_);
+  // Strict mode (master_tenants.cc): KeyProblem of a stored key; the memory charged to the
+  // tenant of `key` (placed) or returned (freed, dropped); whether `bytes` more may be placed
+  // for it (else *result says why: TENANT_NOT_REGISTERED, or TENANT_QUOTA_EXCEEDED once
+  // evicting its own objects did not make room); every charge rebuilt from the tables.
+  std::string StoredKeyProblem(const std::string& key) const;
+  void ChargeLocked(const std::string& key, uint64_t bytes) MC_REQUIRES(mu_);
+  void UnchargeLocked(const std::string& key, uint64_t bytes) MC_REQUIRES(mu_);
+  bool AdmitLocked(const std::string& key, uint64_t bytes, rpc::PutStartResult* result,
+                   Clock::time_point now) MC_REQUIRES(mu_);
+  uint64_t EvictTenantLocked(std::string_view tenant, uint64_t needed, Clock::time_point now)
+      MC_REQUIRES(mu_);
+  void RechargeLocked() MC_REQUIRES(mu_);
+  std::string TenantMetricsLocked() MC_REQUIRES(mu_);
   uint64_t AllocatedLocked() const MC_REQUIRES(mu_);
 
   // The HA log's entries (no-ops without a sink): an object's state, a key's end.
@@ -381,6 +426,16 @@ class MasterService {
   // takes no new objects (the unmount time plus one lease TTL).
   std::unordered_map<std::string, Clock::time_point> dropped_names_ MC_GUARDED_BY(mu_);
   MasterCounters counters_ MC_GUARDED_BY(mu_);
+  // Strict mode: the tenants' policies and charges (a standby's are rebuilt by Promote).
+  mutable TenantLedger tenants_ MC_GUARDED_BY(mu_);  // mutable: snapshots cache the shares
+  struct TenantCounters {
+    uint64_t quota_rejects = 0;  // TENANT_QUOTA_EXCEEDED items
+    uint64_t evicted_bytes = 0;  // taken from the tenant to make room within its quota
+  };
+  // Registered tenants only (a client cannot grow it by naming tenants); the refusals of
+  // unregistered tenants are counted together.
+  std::map<std::string, TenantCounters, std::less<>> tenant_counters_ MC_GUARDED_BY(mu_);
+  uint64_t unregistered_rejects_ MC_GUARDED_BY(mu_) = 0;
   std::mt19937_64 lease_ids_ MC_GUARDED_BY(mu_);  // seeded from std::random_device
 };
 

@@ -36,12 +36,12 @@ void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
   // writing there now. One walk for all the segments (bounded: the writers' reservations,
   // max_client_inflight_ratio).
   std::unordered_set<uint64_t> written;  // draining segments a put or upsert in flight was on
-  auto drop = [&](Object* obj) MC_REQUIRES(mu_) {
+  auto drop = [&](const std::string& key, Object* obj) MC_REQUIRES(mu_) {
     for (const auto& p : obj->replicas) {
       if (draining_.count(p.segment_id)) written.insert(p.segment_id);
     }
     const uint64_t before = InFlightBytes(*obj);
-    const bool none_left = DropDrainingLocked(obj);
+    const bool none_left = DropDrainingLocked(key, obj);
     ReleaseLocked(obj->owner, before - InFlightBytes(*obj));
     return none_left;
   };
@@ -49,7 +49,7 @@ void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
     ObjectEntry* put = e;
     e = in_flight_.next(e);
     if (!OnDrainingLocked(put->second)) continue;
-    if (drop(&put->second)) {
+    if (drop(put->first, &put->second)) {
       EraseObjectLocked(objects_.find(put->first), now);
     } else {
       LogObjectLocked(oplog::Entry::OBJECT, put->first, put->second);
@@ -58,7 +58,7 @@ void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
   for (auto up = upserts_.begin(); up != upserts_.end();) {
     if (!OnDrainingLocked(up->second)) {
       ++up;
-    } else if (drop(&up->second)) {
+    } else if (drop(up->first, &up->second)) {
       up = EraseUpsertLocked(up, now);
     } else {
       LogObjectLocked(oplog::Entry::UPSERT_OBJECT, up->first, up->second);
@@ -88,13 +88,15 @@ bool MasterService::OnDrainingLocked(const Object& obj) const {
   return false;
 }
 
-bool MasterService::DropDrainingLocked(Object* obj) {
+bool MasterService::DropDrainingLocked(const std::string& key, Object* obj) {
   auto& reps = obj->replicas;
+  const size_t before = reps.size();
   reps.erase(std::remove_if(reps.begin(), reps.end(),
                             [&](const auto& p) MC_REQUIRES(mu_) {
                               return draining_.count(p.segment_id) > 0;
                             }),
              reps.end());
+  UnchargeLocked(key, obj->size * (before - reps.size()));
   return reps.empty();
 }
 
@@ -126,7 +128,7 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
       if (it == objects_.end()) continue;
       if (!it->second.complete) {  // (BeginUnmountLocked took these already: defensive)
         const uint64_t before = InFlightBytes(it->second);
-        const bool none_left = DropDrainingLocked(&it->second);
+        const bool none_left = DropDrainingLocked(it->first, &it->second);
         ReleaseLocked(it->second.owner, before - InFlightBytes(it->second));
         if (none_left) {
           EraseObjectLocked(it, now);
@@ -135,7 +137,7 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
         }
         continue;
       }
-      if (DropDrainingLocked(&it->second)) {
+      if (DropDrainingLocked(it->first, &it->second)) {
         EraseObjectLocked(it, now);
       } else {
         LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);

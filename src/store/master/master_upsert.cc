@@ -32,11 +32,14 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
     ++counters_.discarded_puts;
     existing = objects_.end();
   }
+  const uint64_t copies = std::max<uint32_t>(1, req.config().replica_num());
+  if (!AdmitLocked(key, item.size() * copies, result, now)) return;
   Object obj = NewObjectLocked(req, item.size(), owner, now);
   obj.keep_soft_pin = req.config().keep_soft_pin() && !req.config().with_soft_pin();
   // Placement may evict, the old value among others: look it up again afterwards.
   if (!PlaceOrFailLocked(key, item.size(), req.config(), &obj, result, now)) return;
   ReserveLocked(owner, InFlightBytes(obj));
+  ChargeLocked(key, InFlightBytes(obj));
   if (objects_.count(key)) {
     // The old value stays visible until PutEnd.
     auto up = upserts_.emplace(key, std::move(obj)).first;
@@ -52,6 +55,7 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
 std::unordered_map<std::string, MasterService::Object>::iterator MasterService::EraseUpsertLocked(
     std::unordered_map<std::string, Object>::iterator it, Clock::time_point now) {
   ReleaseLocked(it->second.owner, InFlightBytes(it->second));
+  UnchargeLocked(it->first, InFlightBytes(it->second));
   LogKeyLocked(oplog::Entry::UPSERT_ERASE, it->first);
   FreeObjectLocked(it->second, now);
   return upserts_.erase(it);

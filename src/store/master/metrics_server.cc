@@ -1,5 +1,6 @@
 #include "store/master/metrics_server.h"
 
+#include <cctype>
 #include <exception>
 
 namespace mooncake {
@@ -13,6 +14,9 @@ const char* Reason(int status) {
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
     case 414: return "URI Too Long";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
@@ -39,6 +43,49 @@ HttpReply Text(int status, std::string body) {
   return r;
 }
 
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool IsWrite(const std::string& method) {
+  return method == "PUT" || method == "POST" || method == "DELETE";
+}
+
+// The body's length from the head's headers (0 without Content-Length), or an error reply.
+bool BodyLength(const std::string& head, size_t* len, HttpReply* error) {
+  *len = 0;
+  size_t at = head.find("\r\n");
+  while (at != std::string::npos && at + 2 < head.size()) {
+    const size_t end = head.find("\r\n", at + 2);
+    const std::string line = head.substr(at + 2, end == std::string::npos ? std::string::npos
+                                                                          : end - at - 2);
+    at = end;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = Lower(line.substr(0, colon));
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t") + 1);
+    if (name == "transfer-encoding") {
+      *error = Text(411, "chunked bodies are not read: send Content-Length\n");
+      return false;
+    }
+    if (name != "content-length") continue;
+    if (value.empty() || value.size() > 12 ||
+        value.find_first_not_of("0123456789") != std::string::npos) {
+      *error = Text(400, "bad Content-Length\n");
+      return false;
+    }
+    *len = std::stoull(value);
+    if (*len > MetricsServer::kMaxBodyBytes) {
+      *error = Text(413, "body over " + std::to_string(MetricsServer::kMaxBodyBytes) + " bytes\n");
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 MetricsServer::MetricsServer(std::function<std::string()> body)
@@ -61,12 +108,24 @@ HttpReply MetricsServer::Answer(const std::string& in, bool* head_only) {
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
   const std::string method = line.substr(0, sp1);
-  if (method != "GET" && method != "HEAD") return Text(405, "only GET and HEAD\n");
+  const bool write = IsWrite(method) && write_handler_;
+  if (method != "GET" && method != "HEAD" && !write) {
+    return Text(405, write_handler_ ? "only GET, HEAD, PUT, POST and DELETE\n"
+                                    : "only GET and HEAD\n");
+  }
   if (sp2 == std::string::npos || line[sp1 + 1] != '/') {
     return Text(400, "malformed request line\n");
   }
   *head_only = method == "HEAD";
   try {
+    if (write) {
+      const size_t head_end = in.find("\r\n\r\n");
+      size_t len = 0;
+      HttpReply error;
+      if (!BodyLength(in.substr(0, head_end), &len, &error)) return error;
+      return write_handler_(method, line.substr(sp1 + 1, sp2 - sp1 - 1),
+                            in.substr(head_end + 4, len));
+    }
     return handler_(line.substr(sp1 + 1, sp2 - sp1 - 1));
   } catch (const std::exception& e) {  // never let a handler end the loop
     return Text(500, std::string("internal error: ") + e.what() + "\n");
@@ -74,8 +133,18 @@ HttpReply MetricsServer::Answer(const std::string& in, bool* head_only) {
 }
 
 bool MetricsServer::OnRead(PollServer::Conn& c, Clock::time_point now) {
-  if (c.in.find("\r\n\r\n") == std::string::npos && c.in.size() <= kMaxRequestBytes) {
+  const size_t head_end = c.in.find("\r\n\r\n");
+  if (head_end == std::string::npos && c.in.size() <= kMaxRequestBytes) {
     return true;  // the head is not complete yet
+  }
+  if (head_end != std::string::npos && write_handler_ &&
+      IsWrite(c.in.substr(0, c.in.find(' ')))) {
+    size_t len = 0;
+    HttpReply unused;
+    // The whole body first (its length is bounded: a bad one is answered at once).
+    if (BodyLength(c.in.substr(0, head_end), &len, &unused) && c.in.size() < head_end + 4 + len) {
+      return true;
+    }
   }
   bool head_only = false;
   const HttpReply reply = Answer(c.in, &head_only);

@@ -9,8 +9,11 @@
 // the oldest connection is closed to make room. The replies waiting to be sent hold at most
 // kMaxPendingReplyBytes together: a reply that would pass that is replaced by 503 (a few clients
 // that ask for big listings and never read cannot exhaust memory). Every reply closes the
-// connection (Connection: close); a HEAD gets the head alone. Request bodies are not read. Only GET
-// and HEAD reach the handler (others: 405).
+// connection (Connection: close); a HEAD gets the head alone. GET and HEAD reach the handler;
+// PUT, POST and DELETE reach the write handler when one is set (else 405), with their body:
+// at most kMaxBodyBytes, its length given by Content-Length (none: an empty body; chunked
+// bodies get 411, longer ones 413), all of it within kRequestDeadline. No 100-continue is
+// sent: a client that waits for one (curl does for bodies over 1 MiB) sends after its wait.
 //
 // The port is bound without SO_REUSEPORT: a port in use is refused.
 #pragma once
@@ -38,10 +41,15 @@ struct HttpReply {
 // Called on the server's thread for each GET / HEAD: `target` is the request target as
 // sent (path and query, not decoded).
 using HttpHandler = std::function<HttpReply(const std::string& target)>;
+// Called on the server's thread for each PUT / POST / DELETE, with its body.
+using HttpWriteHandler = std::function<HttpReply(const std::string& method,
+                                                 const std::string& target,
+                                                 const std::string& body)>;
 
 class MetricsServer : private PollServer::Handler {
  public:
   static constexpr size_t kMaxRequestBytes = 64 << 10;
+  static constexpr size_t kMaxBodyBytes = 64 << 10;
   static constexpr size_t kMaxConnections = 512;
   static constexpr size_t kMaxPendingReplyBytes = 128 << 20;
   static constexpr std::chrono::milliseconds kRequestDeadline{2000};
@@ -53,6 +61,9 @@ class MetricsServer : private PollServer::Handler {
   ~MetricsServer() override { Stop(); }
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // Before Start.
+  void SetWriteHandler(HttpWriteHandler h) { write_handler_ = std::move(h); }
 
   // Binds host:port (port 0: any free one) and starts serving. "" on success, else why not.
   Status Start(const std::string& host, int port) { return poll_.Start(host, port); }
@@ -69,6 +80,7 @@ class MetricsServer : private PollServer::Handler {
   HttpReply Answer(const std::string& in, bool* head_only);
 
   HttpHandler handler_;
+  HttpWriteHandler write_handler_;
   size_t pending_ = 0;  // bytes of the replies of open connections; the loop's thread only
   PollServer poll_{{"metrics server", kMaxConnections, kRequestDeadline,
                     /*evict_when_out_of_fds=*/true, /*any_is_ipv4=*/false},

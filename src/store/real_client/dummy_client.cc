@@ -169,6 +169,7 @@ std::unique_ptr<DummyClient> DummyClient::Create(uint64_t mem_pool_size,
   o.protocol = rc.protocol.empty() ? "tcp" : rc.protocol;
   o.master_server_addr = rc.master_server_address;
   o.cluster_id = rc.store_cluster_id;  // "": this process's MC_STORE_CLUSTER_ID
+  o.tenant_id = rc.tenant_id;          // the real client's: its objects are the same tenant's
   o.global_segment_size = 0;
   o.local_buffer_size = local_buffer_size;
   int c = 0;

@@ -41,7 +41,9 @@ DEFINE_string(local_buffer_size, "0", "Size of the local buffer (e.g. 16MB, 1GB)
 DEFINE_int32(threads, 1,
              "Threads of the dummy-client service (accepted for upstream's command lines: one "
              "poll loop serves every dummy, which move their data themselves)");
-DEFINE_string(tenant_id, "default", "Tenant identifier (only the default tenant is provided)");
+DEFINE_string(tenant_id, "default",
+              "Tenant of this client and its dummies: with a master in strict multi-tenant "
+              "mode (--enable_multi_tenants) their keys and quota are this tenant's");
 
 namespace {
 
@@ -101,9 +103,6 @@ int main(int argc, char* argv[]) {
   auto lbuf = ParseByteSize(FLAGS_local_buffer_size);
   if (!gseg) return Fail("--global_segment_size '" + FLAGS_global_segment_size + "' is not a size");
   if (!lbuf) return Fail("--local_buffer_size '" + FLAGS_local_buffer_size + "' is not a size");
-  if (FLAGS_tenant_id != "default") {
-    return Fail("--tenant_id " + FLAGS_tenant_id + ": only the default tenant is provided");
-  }
   if (!FLAGS_device_names.empty()) {
     LOG(WARNING) << "--device_names " << FLAGS_device_names << " ignored (no RDMA transport)";
   }
@@ -117,6 +116,7 @@ int main(int argc, char* argv[]) {
   o.local_buffer_size = std::max<uint64_t>(*lbuf, 1 << 20);
   o.protocol = FLAGS_protocol;
   o.master_server_addr = FLAGS_master_server_address;
+  o.tenant_id = FLAGS_tenant_id;  // checked by setup (INVALID_PARAMS, saying why)
   int code = 0;
   std::string message;
   auto client = mooncake::store::StoreClient::Create(o, &code, &message);
@@ -134,6 +134,7 @@ int main(int argc, char* argv[]) {
   }
   config.segment_name = segment;
   config.store_cluster_id = mooncake::EngineOptions::FromEnvironment().store_cluster_id;
+  config.tenant_id = FLAGS_tenant_id;
   mooncake::store::RealClientServer server(config);
   auto bind = mooncake::ParseHostPort(FLAGS_host);
   const mooncake::Status started = server.Start(bind.ok() ? bind->host : FLAGS_host, FLAGS_port);

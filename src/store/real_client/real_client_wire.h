@@ -39,12 +39,17 @@ struct RealClientConfig {
   // environment says. Optional on the wire ("store_cluster_id"): absent from an older real
   // client, it is "" (the dummy's own MC_STORE_CLUSTER_ID).
   std::string store_cluster_id;
+  // The real client's tenant (mooncake_client --tenant_id), which its dummies' calls carry.
+  // Optional on the wire ("tenant_id"): absent (an older real client, or "default"), it is
+  // "default".
+  std::string tenant_id = "default";
 };
 
 // Same master and metadata server: a restarted real client the dummy's own client still fits.
 inline bool SameCluster(const RealClientConfig& a, const RealClientConfig& b) {
   return a.master_server_address == b.master_server_address &&
-         a.metadata_server == b.metadata_server && a.store_cluster_id == b.store_cluster_id;
+         a.metadata_server == b.metadata_server && a.store_cluster_id == b.store_cluster_id &&
+         a.tenant_id == b.tenant_id;
 }
 
 // One line, '\n' included. Never throws: bytes of a field that are not UTF-8 are each

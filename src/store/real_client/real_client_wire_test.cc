@@ -61,6 +61,28 @@ TEST(RealClientWire, AnEtcdMasterAndItsClusterTravelUnchanged) {
   EXPECT_EQ(old->store_cluster_id, "");
 }
 
+TEST(RealClientWire, TheTenantTravelsToTheDummies) {
+  RealClientConfig c = Sample();
+  EXPECT_EQ(EncodeConfig(c).find("tenant_id"), std::string::npos);  // "default": as before
+  c.tenant_id = "team-a";
+  const std::string line = EncodeConfig(c);
+  auto back = DecodeConfig(line.substr(0, line.size() - 1));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tenant_id, "team-a");
+  RealClientConfig other = c;
+  other.tenant_id = "team-b";
+  EXPECT_FALSE(SameCluster(other, c));  // a real client back under another tenant
+  auto old = DecodeConfig(
+      "{\"master_server_address\":\"h:1\",\"metadata_server\":\"P2PHANDSHAKE\","
+      "\"protocol\":\"tcp\",\"device_names\":\"\",\"host\":\"h\",\"segment_name\":\"h:1\"}");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->tenant_id, "default");
+  EXPECT_FALSE(DecodeConfig(
+      "{\"master_server_address\":\"h:1\",\"metadata_server\":\"P2PHANDSHAKE\","
+      "\"protocol\":\"tcp\",\"device_names\":\"\",\"host\":\"h\",\"segment_name\":\"h:1\","
+      "\"tenant_id\":7}").ok());
+}
+
 TEST(RealClientWire, DecodeRefusesWhatIsNotAConfig) {
   EXPECT_FALSE(DecodeConfig("").ok());
   EXPECT_FALSE(DecodeConfig("[]").ok());
