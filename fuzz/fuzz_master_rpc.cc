@@ -40,23 +40,28 @@ namespace {
 using namespace mooncake::store;  // NOLINT
 
 MasterService* g_master = nullptr;
+MasterService* g_strict = nullptr;  // strict multi-tenant mode: payloads of odd length go here
 RpcServer* g_server = nullptr;
 
 void Setup() {
   FLAGS_minloglevel = 3;
   MasterConfig config;
   g_master = new MasterService(config);
+  config.enable_multi_tenants = true;
+  g_strict = new MasterService(config);
+  g_strict->SetTenantPolicies({{"default", 1ull << 29}, {"a", 1ull << 20}});
   rpc::MountSegmentRequest m;
   m.set_client_id("fuzz-client");
   m.set_segment_name("127.0.0.1:1");
   m.set_base(1ull << 40);
   m.set_size(1ull << 30);
   (void)g_master->MountSegment(m);
+  (void)g_strict->MountSegment(m);
   RpcServer::Options o;
   o.threads = 1;
   o.slow = &IsSlowMasterMethod;
   g_server = new RpcServer(o, [](uint16_t method, const char* data, size_t n, std::string* out) {
-    return ServeMasterRpc(g_master, method, data, n, out);
+    return ServeMasterRpc(n % 2 ? g_strict : g_master, method, data, n, out);
   });
   if (!g_server->Start("127.0.0.1", 0).ok()) fuzz::Fail("cannot start the RPC server");
 }

@@ -38,6 +38,17 @@
 //   GET /batch_query_keys?keys=K1,K2,...
 //                           {"success":true,"data":{"K1":{"ok":true,"values":[...]},
 //                           "K2":{"ok":false,"error":"OBJECT_NOT_FOUND"}}}
+//   (the three above read the default tenant's keys, as upstream; &tenant_id=T another's)
+//   GET /api/v1/tenant_quotas[?tenant_id=T]
+//                           strict mode: {"success":true,"data":[snapshot...]} or one
+//                           snapshot: {"tenant_id","requested_quota_bytes",
+//                           "effective_quota_bytes","charged_bytes","admission_closed",
+//                           "over_quota","has_explicit_policy"}; 404 for a tenant without;
+//                           409 UNAVAILABLE_IN_CURRENT_MODE without strict mode
+//   PUT /api/v1/tenant_quotas?tenant_id=T {"requested_quota_bytes":N}, DELETE ...?tenant_id=T
+//                           (ServeWrite): the policy saved (SetTenantPolicySource) before it
+//                           applies; 400 for a bad tenant or N, 404 / 409 TENANT_NOT_EMPTY
+//                           for DELETE, 500 when the save fails (nothing changed)
 // Query values are percent-decoded ('+' is a space); keys= is split at ',' after decoding,
 // as upstream. "protocol_" is "tcp": the master does not know which transport a reader will
 // use (the engine picks tcp or the same-host path per peer).
