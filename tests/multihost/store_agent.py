@@ -1,7 +1,8 @@
 """A Store client driven over stdin/stdout, one JSON object a line each way (run on a host with
 the project's venv: host.run([cluster.venv_python, AGENT], pipe=True)). Prints {"ready": true},
 then answers each request with one line:
-  {"op": "setup", "host": ip, "master": "ip:port", "segment": n, "buffer": n}  -> {"rc": 0}
+  {"op": "setup", "host": ip, "master": "ip:port", "segment": n, "buffer": n
+   [, "tenant": t]}  -> {"rc": 0}
   {"op": "put_random", "prefix": p, "count": n, "size": s}  -> {"rcs": [...], "sha": {key: hex},
       "seconds": t}   (random bytes from os.urandom, key = prefix + index)
   {"op": "get", "keys": [...], "size": s}  -> {"rc": {key: bytes read or a negative code},
@@ -32,7 +33,7 @@ def main():
         if op == "setup":
             store = MooncakeDistributedStore()
             rc = store.setup(req["host"], "P2PHANDSHAKE", req["segment"], req["buffer"], "tcp",
-                             "", req["master"])
+                             "", req["master"], tenant_id=req.get("tenant", "default"))
             reply({"rc": rc})
         elif op == "put_random":
             rcs, sha = [], {}

@@ -3,9 +3,11 @@
 // real StoreClients following master_view (etcd://). And the log's codec, which needs no
 // server.
 #include "store/ha/ha_master.h"
+#include "store/tenants/tenant_policy.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -442,6 +444,53 @@ TEST_F(HaMasterTest, OnlyTheLeaderReportsObjectEvents) {
   ASSERT_EQ(Put(client.get(), "k3", "v3"), 0);
   EXPECT_EQ(orr.Take(), (std::vector<std::string>{"stored:k3"}));
   EXPECT_TRUE(lr.Take().empty()) << "a stepped-down master reported events";
+}
+
+// A new leader loads what is not in the log (the tenant quota policy) before it serves; one
+// that cannot steps down and serves only once it can.
+TEST_F(HaMasterTest, ALeaderServesOnlyOnceItsPolicyIsLoaded) {
+  std::atomic<int> calls{0};
+  auto a = Start(true, 100000, [&](HaMaster::Options* o) {
+    o->config.enable_multi_tenants = true;
+    o->before_serving = [&](MasterService* m) {
+      if (calls.fetch_add(1) == 0) return Status::Unavailable("the policy store is down");
+      m->SetTenantPolicies({{"team-a", 1 << 20}});
+      return Status::OK();
+    };
+  });
+  ASSERT_EQ(WaitLeader({a.get()}, 15), 0);
+  EXPECT_GE(calls.load(), 2);
+  const auto snaps = a->ha->master()->TenantSnapshots();
+  ASSERT_EQ(snaps.size(), 1u);
+  EXPECT_EQ(snaps[0].tenant_id, "team-a");
+}
+
+// The etcd connector of the tenant quota policy (tenants/tenant_policy.h), on a real etcd: no
+// key is the empty policy, a save is the whole YAML under the cluster's key, a value that is
+// not a policy is an error naming the key.
+TEST_F(HaMasterTest, TheTenantPolicyLivesInEtcd) {
+  auto source = MakeTenantPolicySource("etcd", "127.0.0.1:" + std::to_string(etcd_->port()),
+                                       cluster_);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  auto empty = (*source)->Load();
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_TRUE(empty->empty());
+  ASSERT_TRUE((*source)->Save({{"team-a", 1 << 30}, {"team-b", 5}}).ok());
+  auto loaded = (*source)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(*loaded, (TenantPolicies{{"team-a", 1 << 30}, {"team-b", 5}}));
+  const std::string key = "mooncake-store/" + cluster_ + "/tenant_quota_policy";
+  auto raw = kv_->Range(key);
+  ASSERT_TRUE(raw.ok());
+  ASSERT_EQ(raw->kvs.size(), 1u);
+  EXPECT_NE(raw->kvs[0].value.find("version: 1"), std::string::npos);
+  ASSERT_TRUE(kv_->Put(key, "tenants: {").ok());
+  auto bad = (*source)->Load();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(key), std::string::npos);
+  auto down = MakeTenantPolicySource("etcd", "127.0.0.1:1", cluster_);
+  ASSERT_TRUE(down.ok());
+  EXPECT_FALSE((*down)->Load().ok());
 }
 
 }  // namespace
