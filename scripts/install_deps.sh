@@ -24,7 +24,9 @@ pkgs=(build-essential cmake ninja-build pkg-config
       # its baseline in bench/ucx_bench.py.
       libucx-dev ucx-utils
       # clang's thread-safety analysis of the lock annotations (scripts/check_thread_safety.sh).
-      clang)
+      clang
+      # promtool: the master's /metrics and monitoring/'s rules checked (test_monitoring.py).
+      prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -104,7 +104,7 @@ def cluster():
 def test_dummies_share_objects_through_the_real_client(cluster):
     m, real, (a, b) = cluster
     # Only the real client lends memory; the dummies' clients mount nothing.
-    assert m.metric("master_segment_count") == 1
+    assert m.metric("master_mounted_segments") == 1
     sizes = [1, 4096, (1 << 20) + 3, 9 << 20]
     assert a.call("result = [store.put(f'k{i}', data(i, n)) for i, n in enumerate(sizes)]",
                   sizes=sizes) == [0] * len(sizes)

@@ -74,7 +74,7 @@ def test_clients_find_each_other_through_the_metadata_store(metadata_server):
                                "enumerate(sizes)]", sizes=sizes) == [0] * len(sizes)
             assert reader.call("result = [store.get(f'm{i}') == data(i, n) for i, n in "
                                "enumerate(sizes)]", sizes=sizes) == [True] * len(sizes)
-            assert m.metric("master_segment_count") == 1
+            assert m.metric("master_mounted_segments") == 1
         finally:
             for p in made:
                 p.close()
@@ -93,7 +93,7 @@ def test_clients_of_one_host_share_a_local_hostname(metadata_server):
                 made.append(named_client(m, "127.0.0.1", metadata_server, 16 << 20, env=env))
             names = [p.hostname for p in made]
             assert len(set(names)) == 3, names
-            assert m.metric("master_segment_count") == 3
+            assert m.metric("master_mounted_segments") == 3
             # Each rank writes into its own segment (preferred) and the others read it.
             for i, p in enumerate(made):
                 rc = p.call("from mooncake.store import ReplicateConfig\n"

@@ -341,7 +341,7 @@ def test_concurrent_upserts_every_get_is_one_complete_version():
             for versions, bad in wres:
                 assert versions > 5 and bad == [], wres
             # (a cache may evict the key: then gets miss; the pool is sized so that it does not)
-            assert m.metric("master_evicted_objects_total") == 0, "evicted: pool too small"
+            assert m.metric("master_evicted_key_count") == 0, "evicted: pool too small"
             for gets, bad, nbad, seen in rres:
                 assert gets > 5 and nbad == 0, rres   # bad: get_into's codes, or sizes
             assert sum(r[3] for r in rres) > 2       # readers saw several versions

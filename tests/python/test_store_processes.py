@@ -120,7 +120,7 @@ result = [store.put(f"r1_{i}", data(100 + i, n), cfg) for i in range(k)]
         # before the master notices: reads fall back to the replica on C
         assert a.call(get2, n=n, k=k) == [True] * k
         # past --client_ttl the master drops B's segment and its replicas
-        wait_until(lambda: m.metric("master_segment_count") == 1, 15,
+        wait_until(lambda: m.metric("master_mounted_segments") == 1, 15,
                    what="the master to expire the killed client")
         assert m.metric("master_expired_clients_total") == 1
         assert m.metric("master_total_capacity_bytes") == 32 << 20
@@ -179,7 +179,7 @@ def test_eviction_keeps_puts_succeeding(small_pool, pool_client):
     assert exist[-1] == 1 and exist[0] == 0
     assert sum(exist) <= 32
     mt = m.metrics()
-    assert mt["master_evicted_objects_total"] >= 96 - 32
+    assert mt["master_evicted_key_count"] >= 96 - 32
     assert mt["master_allocated_bytes"] <= mt["master_total_capacity_bytes"] == 32 * MiB
     # whatever is still there is intact
     for i, (k, e) in enumerate(zip(keys, exist)):
@@ -271,7 +271,7 @@ def test_master_restart_remounts_segments(procs):
         m = Master(rpc_port=rpc_port, metrics_port=metrics_port, client_ttl=2,
                    default_kv_lease_ttl=lease_ms)
         # the holder's heartbeat finds itself unknown and mounts its segment again
-        wait_until(lambda: m.metric("master_segment_count") == 1, 30,
+        wait_until(lambda: m.metric("master_mounted_segments") == 1, 30,
                    what="the holder to remount its segment")
         assert m.metric("master_total_capacity_bytes") == 16 << 20
         wait_until(lambda: client.call("result = store.health_check()") == 0, 30,
@@ -323,8 +323,8 @@ def test_close_while_threads_are_busy(procs):
     with Master() as m:
         holder = procs(m, global_segment_size=64 << 20)
         client = procs(m, global_segment_size=16 << 20, local_buffer_size=1 << 20)
-        assert m.metric("master_segment_count") == 2
+        assert m.metric("master_mounted_segments") == 2
         assert client.call(CLOSE_UNDER_TRAFFIC, timeout=60) == [0, True, True, 1, 0, b""]
-        wait_until(lambda: m.metric("master_segment_count") == 1, 10,
+        wait_until(lambda: m.metric("master_mounted_segments") == 1, 10,
                    what="the closed client's segment to be unmounted")
         assert holder.call("result = store.health_check()") == 0

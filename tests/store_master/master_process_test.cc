@@ -155,15 +155,15 @@ TEST_F(MasterProcessTest, PutGetThroughStagingAndZeroCopy) {
   auto keys = MetricValue(metrics, "master_key_count");
   ASSERT_TRUE(keys.has_value()) << metrics;
   EXPECT_EQ(*keys, 6u);
-  EXPECT_EQ(MetricValue(metrics, "master_segment_count"), std::optional<uint64_t>(2));
-  EXPECT_EQ(MetricValue(metrics, "master_client_count"), std::optional<uint64_t>(2));
+  EXPECT_EQ(MetricValue(metrics, "master_mounted_segments"), std::optional<uint64_t>(2));
+  EXPECT_EQ(MetricValue(metrics, "master_active_clients"), std::optional<uint64_t>(2));
   EXPECT_EQ(MetricValue(metrics, "master_total_capacity_bytes"),
             std::optional<uint64_t>(112 * MiB));
 
   EXPECT_EQ(a->RemoveAll(true), 6);
   EXPECT_EQ(big->Close(), 0);
   EXPECT_EQ(a->Close(), 0);
-  EXPECT_EQ(MetricValue(Metrics(), "master_segment_count"), std::optional<uint64_t>(0));
+  EXPECT_EQ(MetricValue(Metrics(), "master_mounted_segments"), std::optional<uint64_t>(0));
 }
 
 // The child role: a client that puts `n` keys into its own segment, says READY, and waits.
@@ -285,7 +285,7 @@ TEST_F(MasterProcessTest, KilledClientLosesItsSegmentAfterClientTtl) {
     out.resize(1000 + i);
     EXPECT_TRUE(out == Pattern(1000 + i, static_cast<uint64_t>(i)));
   }
-  EXPECT_EQ(MetricValue(Metrics(), "master_segment_count"), std::optional<uint64_t>(2));
+  EXPECT_EQ(MetricValue(Metrics(), "master_mounted_segments"), std::optional<uint64_t>(2));
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -310,7 +310,7 @@ TEST_F(MasterProcessTest, KilledClientLosesItsSegmentAfterClientTtl) {
   char byte;
   EXPECT_EQ(a->Get("child-0", {{&byte, 1}}), ToInt(ErrorCode::OBJECT_NOT_FOUND));
   const std::string metrics = Metrics();
-  EXPECT_EQ(MetricValue(metrics, "master_segment_count"), std::optional<uint64_t>(1));
+  EXPECT_EQ(MetricValue(metrics, "master_mounted_segments"), std::optional<uint64_t>(1));
   EXPECT_EQ(MetricValue(metrics, "master_expired_clients_total"), std::optional<uint64_t>(1));
   // The surviving client is unaffected.
   std::vector<char> v = Pattern(4096, 7), out(4096);

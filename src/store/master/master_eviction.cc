@@ -92,6 +92,7 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
     if (!Leased(victim->second, now)) evict(victim);
   }
   counters_.evicted_bytes += freed;
+  if (victims > 0) ++counters_.eviction_successes;
   // Still above the low watermark with something taken: the next call goes on.
   evicting_ = victims > 0 && allocated - std::min(allocated, freed) > target;
   if (freed > 0) VLOG(1) << "evicted " << freed << " bytes (" << victims << " objects)";

@@ -38,8 +38,11 @@ TEST_F(MasterEvictionTest, FullPoolEvictsLeastRecentlyAccessedFirst) {
   auto stats = master_->GetStats();
   EXPECT_EQ(stats.evicted_objects(), 4u);
   auto m = Metrics();
-  EXPECT_EQ(m["master_evicted_objects_total"], 4u);
-  EXPECT_EQ(m["master_evicted_bytes_total"], 4 * kObj);
+  EXPECT_EQ(m["master_evicted_key_count"], 4u);
+  EXPECT_EQ(m["master_evicted_size_bytes"], 4 * kObj);
+  EXPECT_EQ(m["master_evicted_key_count_mem"], 4u);
+  EXPECT_GE(m["master_successful_evictions_total"], 1u);
+  EXPECT_GE(m["master_attempted_evictions_total"], m["master_successful_evictions_total"]);
   EXPECT_EQ(Exist("new1"), kOk);
   EXPECT_EQ(Exist("new2"), kOk);
 }
@@ -106,6 +109,8 @@ TEST_F(MasterEvictionTest, NothingEvictableMeansNoAvailableHandle) {
   EXPECT_FALSE(r.message().empty());
   EXPECT_TRUE(Gone(keys).empty());
   EXPECT_EQ(Exist("new"), C(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(Metrics()["master_put_start_alloc_failures_total"], 1u);
+  EXPECT_EQ(Metrics()["master_put_start_failures_total"], 1u);
   // Unpinning by removal makes room again.
   ASSERT_EQ(Remove("hard3"), kOk);
   EXPECT_EQ(Put("c1", "new", kObj), kOk);

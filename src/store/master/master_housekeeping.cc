@@ -1,8 +1,6 @@
 // MasterService: housekeeping (Tick: expired clients, stale puts, the graveyard, eviction
-// above the watermark) and what it reports (GetStats, the Prometheus text of /metrics).
+// above the watermark) and GetStats. The Prometheus text of /metrics: master_metrics.cc.
 #include <glog/logging.h>
-
-#include <sstream>
 
 #include "store/master/master_service.h"
 #include "store/master/master_service_internal.h"
@@ -73,51 +71,6 @@ void MasterService::HousekeepUnderLock(std::vector<uint64_t>* dropped) {
     it = it->second <= now ? dropped_names_.erase(it) : std::next(it);
   }
   EvictIfFullLocked(now);
-}
-
-std::string MasterService::MetricsText() {
-  MutexLock lock(&mu_);
-  std::ostringstream out;
-  auto gauge = [&](const char* name, const char* help, uint64_t v) {
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
-        << name << " " << v << "\n";
-  };
-  auto counter = [&](const char* name, const char* help, uint64_t v) {
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
-        << name << " " << v << "\n";
-  };
-  gauge("master_total_capacity_bytes", "Bytes of all mounted segments", CapacityLocked());
-  gauge("master_allocated_bytes", "Bytes allocated to replicas", AllocatedLocked());
-  gauge("master_key_count", "Objects stored (complete or being written)", objects_.size());
-  gauge("master_segment_count", "Mounted segments", placeable_.size());
-  gauge("master_client_count", "Clients with a live heartbeat", clients_.size());
-  gauge("master_deferred_free_bytes",
-        "Bytes of objects removed while leased, freed once the lease lapses (a segment unmounted meanwhile counts until then)",
-        GraveyardBytesLocked());
-  counter("master_put_start_requests_total", "PutStart items", counters_.put_start);
-  counter("master_put_start_failures_total", "PutStart items refused", counters_.put_start_fail);
-  counter("master_put_end_requests_total", "PutEnd items", counters_.put_end);
-  counter("master_put_revoke_requests_total", "PutRevoke items", counters_.put_revoke);
-  counter("master_get_replica_list_requests_total", "GetReplicaList items",
-          counters_.get_replica_list);
-  counter("master_get_replica_list_misses_total", "GetReplicaList items not found",
-          counters_.get_miss);
-  counter("master_exist_key_requests_total", "ExistKey items", counters_.exist_key);
-  counter("master_remove_requests_total", "Remove items", counters_.remove);
-  counter("master_eviction_runs_total", "Eviction passes", counters_.eviction_runs);
-  counter("master_evicted_objects_total", "Objects evicted", counters_.evicted_objects);
-  counter("master_evicted_bytes_total", "Replica bytes evicted", counters_.evicted_bytes);
-  counter("master_expired_clients_total", "Clients dropped after client_ttl",
-          counters_.expired_clients);
-  counter("master_discarded_puts_total", "Puts discarded without PutEnd", counters_.discarded_puts);
-  counter("master_mount_segment_total", "Segments mounted", counters_.mounts);
-  counter("master_unmount_segment_total", "Segments unmounted", counters_.unmounts);
-  counter("master_deferred_frees_total", "Replicas whose space waited for a lease to lapse",
-          counters_.deferred_frees);
-  counter("master_refused_requests_total", "Requests refused as a whole (over a bound)",
-          counters_.refused_requests);
-  out << TenantMetricsLocked();
-  return out.str();
 }
 
 }  // namespace store

@@ -96,10 +96,19 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
       resp.add_codes(Code(ErrorCode::OK));
     }
   }
+  counters_.remove_failures += FailedCodes(resp.codes());
   return resp;
 }
 
 rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest& req) {
+  rpc::CountResponse resp = RemoveByRegexUncounted(req);
+  MutexLock lock(&mu_);
+  ++counters_.remove_by_regex;
+  if (resp.code() != Code(ErrorCode::OK)) ++counters_.remove_by_regex_failures;
+  return resp;
+}
+
+rpc::CountResponse MasterService::RemoveByRegexUncounted(const rpc::RemoveByRegexRequest& req) {
   rpc::CountResponse resp;
   if (req.regex().size() > kMaxRegexBytes) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
@@ -141,6 +150,10 @@ rpc::CountResponse MasterService::RemoveByRegex(const rpc::RemoveByRegexRequest&
 }
 
 rpc::CountResponse MasterService::RemoveAll(const rpc::KeysRequest& req) {
+  {
+    MutexLock lock(&mu_);
+    ++counters_.remove_all;
+  }
   return RemoveWhere(req.force(), req.own_reads_done() ? req.client_id() : "",
                      multi_tenants() ? &req.tenant_id() : nullptr,
                      [](const std::string&) { return true; });
@@ -209,6 +222,8 @@ rpc::ReplicaClearResponse MasterService::ReplicaClear(const rpc::ReplicaClearReq
     return resp;
   }
   const auto now = now_();
+  ++counters_.replica_clear.batch_requests;  // upstream's BatchReplicaClear, whatever the size
+  counters_.replica_clear.batch_items += static_cast<uint64_t>(req.keys_size());
   for (const std::string& key : req.keys()) {
     if (!StoredKeyProblem(key).empty()) continue;
     auto it = objects_.find(key);

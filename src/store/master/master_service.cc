@@ -41,6 +41,14 @@ uint64_t MasterService::AllocatedLocked() const {
 }
 
 rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentRequest& req) {
+  rpc::MountSegmentResponse resp = MountSegmentUncounted(req);
+  MutexLock lock(&mu_);
+  ++(req.remount() ? counters_.remounts : counters_.mounts);
+  if (resp.code() != Code(ErrorCode::OK)) ++(req.remount() ? counters_.remount_failures : counters_.mount_failures);
+  return resp;
+}
+
+rpc::MountSegmentResponse MasterService::MountSegmentUncounted(const rpc::MountSegmentRequest& req) {
   rpc::MountSegmentResponse resp;
   if (req.client_id().empty() || req.segment_name().empty() || req.size() == 0 ||
       req.base() == 0 || req.base() + req.size() < req.base()) {
@@ -113,7 +121,6 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
   client.last_ping = now_();
   client.segments.insert(id);
   ++view_version_;
-  ++counters_.mounts;
   if (sink_ != nullptr) {
     oplog::Entry e;
     e.set_kind(oplog::Entry::MOUNT);
@@ -133,6 +140,7 @@ rpc::MountSegmentResponse MasterService::MountSegment(const rpc::MountSegmentReq
 rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
   rpc::PingResponse resp;
   MutexLock lock(&mu_);
+  ++counters_.ping;
   auto it = clients_.find(req.client_id());
   resp.set_code(Code(ErrorCode::OK));
   resp.set_view_version(view_version_);
@@ -266,13 +274,11 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
   });
   for (int i = 0; i < req.items_size(); ++i) {
     const auto& item = req.items(i);
-    ++counters_.put_start;
     rpc::PutStartResult* result = resp.add_results();
     const std::string key_problem = StoredKeyProblem(item.key());
     if (!key_problem.empty() || item.size() == 0) {
       result->set_code(Code(!key_problem.empty() ? ErrorCode::INVALID_KEY : ErrorCode::INVALID_PARAMS));
       result->set_message(!key_problem.empty() ? key_problem : "an object needs at least 1 byte");
-      ++counters_.put_start_fail;
       continue;
     }
     auto held = inflight_bytes_.find(req.client_id());
@@ -282,13 +288,11 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
                           " bytes of puts in flight; with this one it would hold more than " +
                           std::to_string(inflight_limit) +
                           " (max_client_inflight_ratio of the capacity): end or revoke them first");
-      ++counters_.put_start_fail;
       continue;
     }
     if (req.upsert()) {
       UpsertStartLocked(req, item, owner, now, result);
-      if (result->code() != Code(ErrorCode::OK)) ++counters_.put_start_fail;
-      continue;
+        continue;
     }
     auto existing = objects_.find(item.key(), hashes_[i]);
     if (existing != objects_.end() && !existing->second.complete && req.put_nonce() != 0 &&
@@ -310,28 +314,26 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       if (!stale) {
         result->set_code(Code(ErrorCode::OBJECT_ALREADY_EXISTS));
         result->set_message("key " + item.key() + " already exists");
-        ++counters_.put_start_fail;
         continue;
       }
       EraseObjectLocked(existing, now);
       ++counters_.discarded_puts;
     }
     if (!AdmitLocked(item.key(), item.size() * copies, result, now)) {
-      ++counters_.put_start_fail;
       continue;
     }
     Object obj = NewObjectLocked(req, item.size(), owner, now);
     if (!PlaceOrFailLocked(item.key(), item.size(), req.config(), &obj, result, now)) {
-      ++counters_.put_start_fail;
       continue;
     }
     ReserveLocked(owner, InFlightBytes(obj));
     ChargeLocked(item.key(), InFlightBytes(obj));
+    counters_.value_sizes.Observe(item.size());
     ObjectEntry* placed = &*objects_.emplace(item.key(), std::move(obj)).first;
     in_flight_.push_back(placed);
     LogObjectLocked(oplog::Entry::OBJECT, placed->first, placed->second);
   }
-  return;
+  counters_.put_start.Count(resp.results_size(), Failed(resp.results()));
 }
 
 void MasterService::ReserveLocked(const ClientName& owner, uint64_t bytes) {
@@ -382,6 +384,7 @@ bool MasterService::PlaceOrFailLocked(const std::string& key, uint64_t size,
   if (obj->replicas.empty()) {
     bool waiting = false;
     for (const auto& [id, seg] : placeable_) waiting |= seg->alloc_after > now;
+    ++counters_.put_start_alloc_failures;
     result->set_code(Code(ErrorCode::NO_AVAILABLE_HANDLE));
     result->set_message(placeable_.empty()
                             ? "no segment is mounted: start a client with global_segment_size > 0"
@@ -438,7 +441,6 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
   });
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
-    ++counters_.put_end;
     if (!StoredKeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
@@ -461,6 +463,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
     }
     resp.add_codes(Code(code));
   }
+  counters_.put_end.Count(resp.codes_size(), FailedCodes(resp.codes()));
   return resp;
 }
 
@@ -476,7 +479,6 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
   }
   const auto now = now_();
   for (const auto& key : req.keys()) {
-    ++counters_.put_revoke;
     if (!StoredKeyProblem(key).empty()) {
       resp.add_codes(Code(ErrorCode::INVALID_KEY));
       continue;
@@ -490,6 +492,7 @@ rpc::CodesResponse MasterService::PutRevoke(const rpc::KeysRequest& req) {
     if (code == ErrorCode::OK) EraseObjectLocked(it, now);
     resp.add_codes(Code(code));
   }
+  counters_.put_revoke.Count(resp.codes_size(), FailedCodes(resp.codes()));
   return resp;
 }
 
@@ -516,16 +519,14 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
   });
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
-    ++counters_.get_replica_list;
+    ++counters_.total_gets;
     rpc::GetReplicaListResult* result = resp.add_results();
     if (!StoredKeyProblem(key).empty()) {
-      ++counters_.get_miss;
       result->set_code(Code(ErrorCode::INVALID_KEY));
       continue;
     }
     auto it = objects_.find(key, hashes_[i]);
     if (it == objects_.end() || !it->second.complete) {
-      ++counters_.get_miss;
       result->set_code(Code(it == objects_.end() ? ErrorCode::OBJECT_NOT_FOUND
                                                  : ErrorCode::REPLICA_IS_NOT_READY));
       continue;
@@ -535,7 +536,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
                                           [&](const auto& p) MC_REQUIRES(mu_) {
                                             return draining_.count(p.segment_id) > 0;
                                           })) {
-      ++counters_.get_miss;  // every replica is on a segment being unmounted: gone
+      // every replica is on a segment being unmounted: gone
       result->set_code(Code(ErrorCode::OBJECT_NOT_FOUND));
       continue;
     }
@@ -548,6 +549,8 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
                                now + std::chrono::milliseconds(config_.default_kv_lease_ttl_ms));
     result->set_code(Code(ErrorCode::OK));
     result->set_size(obj.size);
+    ++counters_.valid_gets;
+    counters_.hit_bytes += obj.size;
     result->set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
     obj.lease_id = lease_ids_() | 1;  // never 0
     if (obj.lease_client != req.client_id()) {
@@ -557,7 +560,7 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     result->set_version(obj.version);
     FillReplicasLocked(obj, true, result->mutable_replicas());
   }
-  return;
+  counters_.get_replica_list.Count(resp.results_size(), Failed(resp.results()));
 }
 
 rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
@@ -575,7 +578,6 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
   });
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
-    ++counters_.exist_key;
     rpc::ExistResult* result = resp.add_results();
     if (!StoredKeyProblem(key).empty()) {
       result->set_code(Code(ErrorCode::INVALID_KEY));
@@ -589,6 +591,10 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
       result->set_size(it->second.size);
     }
   }
+  // As upstream: an absent key is an answer (false), not a failure.
+  size_t bad = 0;
+  for (const auto& r : resp.results()) bad += r.code() == Code(ErrorCode::INVALID_KEY);
+  counters_.exist_key.Count(resp.results_size(), bad);
   return resp;
 }
 

@@ -64,6 +64,7 @@
 #include "mooncake/status.h"
 #include "oplog.pb.h"
 #include "mooncake/store/error_code.h"
+#include "store/master/master_counters.h"
 #include "store/master/master_records.h"
 #include "store/common/offset_allocator.h"
 #include "store/master/object_table.h"
@@ -111,15 +112,6 @@ class ObjectEventSink {
   virtual ~ObjectEventSink() = default;
   virtual void ObjectStored(const std::string& key) = 0;
   virtual void ObjectRemoved(const std::string& key) = 0;
-};
-
-// Counters and gauges for /metrics.
-struct MasterCounters {
-  uint64_t put_start = 0, put_start_fail = 0, put_end = 0, put_revoke = 0;
-  uint64_t get_replica_list = 0, get_miss = 0, exist_key = 0, remove = 0;
-  uint64_t evicted_objects = 0, evicted_bytes = 0, eviction_runs = 0;
-  uint64_t expired_clients = 0, discarded_puts = 0, mounts = 0, unmounts = 0;
-  uint64_t deferred_frees = 0, refused_requests = 0;
 };
 
 class MasterService {
@@ -262,6 +254,9 @@ class MasterService {
   // neighbours: object_table.h), so that the loop finds them in cache.
   template <class KeyAt>
   void PrefetchLocked(size_t n, KeyAt&& key_at) MC_REQUIRES(mu_);
+  rpc::MountSegmentResponse MountSegmentUncounted(const rpc::MountSegmentRequest& req);
+  rpc::CountResponse RemoveByRegexUncounted(const rpc::RemoveByRegexRequest& req);
+  rpc::UnmountSegmentResponse UnmountSegmentUncounted(const rpc::UnmountSegmentRequest& req);
   bool PlaceLocked(const std::string& key, uint64_t size, const rpc::ReplicateConfig& config,
                    Object* obj, Clock::time_point now) MC_REQUIRES(mu_);
   // Open addressing in shards, records that never move (object_table.h).

@@ -80,6 +80,20 @@ inline bool MasterService::Leased(const Object& obj, Clock::time_point now) {
 
 inline int32_t Code(ErrorCode c) { return ToInt(c); }
 
+// Results (each with a code()) or codes that are not OK.
+template <class Results>
+size_t Failed(const Results& results) {
+  size_t n = 0;
+  for (const auto& r : results) n += r.code() != Code(ErrorCode::OK);
+  return n;
+}
+template <class Codes>
+size_t FailedCodes(const Codes& codes) {
+  size_t n = 0;
+  for (int32_t c : codes) n += c != Code(ErrorCode::OK);
+  return n;
+}
+
 template <class KeyAt>
 void MasterService::PrefetchLocked(size_t n, KeyAt&& key_at) {
   hashes_.resize(n);

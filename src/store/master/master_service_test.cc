@@ -143,9 +143,16 @@ TEST_F(MasterServiceTest, BatchPutStartReportsPerItem) {
   EXPECT_EQ(resp.results(2).code(), C(ErrorCode::INVALID_PARAMS));
   EXPECT_EQ(resp.results(3).code(), C(ErrorCode::NO_AVAILABLE_HANDLE));
   EXPECT_EQ(resp.results(4).code(), C(ErrorCode::OBJECT_ALREADY_EXISTS));
+  // A call of five items is upstream's batch call (its single-call counters stay 0).
   auto m = Metrics();
-  EXPECT_EQ(m["master_put_start_requests_total"], 5u);
-  EXPECT_EQ(m["master_put_start_failures_total"], 4u);
+  EXPECT_EQ(m["master_put_start_requests_total"], 0u);
+  EXPECT_EQ(m["master_batch_put_start_requests_total"], 1u);
+  EXPECT_EQ(m["master_batch_put_start_items_total"], 5u);
+  EXPECT_EQ(m["master_batch_put_start_partial_successes_total"], 1u);
+  EXPECT_EQ(m["master_batch_put_start_failed_items_total"], 4u);
+  EXPECT_EQ(m["master_batch_put_start_failures_total"], 0u);
+  // "c" was refused by the client's in-flight bound (half the pool), before any placement.
+  EXPECT_EQ(m["master_put_start_alloc_failures_total"], 0u);
 }
 
 TEST_F(MasterServiceTest, NoSegmentMeansNoAvailableHandle) {
@@ -446,7 +453,8 @@ TEST_F(MasterServiceTest, StalePutStartIsDiscardedByTick) {
   EXPECT_EQ(master_->GetStats().keys(), 0u);
   EXPECT_EQ(master_->GetStats().allocated(), 0u);
   EXPECT_EQ(PutEnd("c1", "stale"), C(ErrorCode::OBJECT_NOT_FOUND));
-  EXPECT_EQ(Metrics()["master_discarded_puts_total"], 1u);
+  EXPECT_EQ(Metrics()["master_put_start_discard_cnt"], 1u);
+  EXPECT_EQ(Metrics()["master_put_start_release_cnt"], 1u);
   EXPECT_EQ(Put("c2", "stale", 1000), kOk);
 }
 
@@ -468,8 +476,9 @@ TEST_F(MasterServiceTest, MetricsTextHasTheGaugesWithTheirValues) {
   auto empty = Metrics();
   for (const char* name :
        {"master_total_capacity_bytes", "master_allocated_bytes", "master_key_count",
-        "master_segment_count", "master_client_count", "master_put_start_requests_total",
-        "master_get_replica_list_requests_total", "master_evicted_objects_total"}) {
+        "master_mounted_segments", "master_active_clients", "master_put_start_requests_total",
+        "master_get_replica_list_requests_total", "master_evicted_key_count",
+        "master_value_size_bytes_count"}) {
     ASSERT_TRUE(empty.count(name)) << name;
     EXPECT_EQ(empty[name], 0u) << name;
   }
@@ -486,21 +495,34 @@ TEST_F(MasterServiceTest, MetricsTextHasTheGaugesWithTheirValues) {
   EXPECT_EQ(m["master_total_capacity_bytes"], 3 * MiB);
   EXPECT_EQ(m["master_allocated_bytes"], 1024u + 2 * 64u + 128u);
   EXPECT_EQ(m["master_key_count"], 3u);
-  EXPECT_EQ(m["master_segment_count"], 2u);
-  EXPECT_EQ(m["master_client_count"], 2u);
+  EXPECT_EQ(m["master_mounted_segments"], 2u);
+  EXPECT_EQ(m["master_active_clients"], 2u);
   EXPECT_EQ(m["master_put_start_requests_total"], 3u);
   EXPECT_EQ(m["master_put_start_failures_total"], 0u);
   EXPECT_EQ(m["master_put_end_requests_total"], 2u);
+  // Upstream counts a miss as a failed get; hits and bytes as its cache-hit counters.
   EXPECT_EQ(m["master_get_replica_list_requests_total"], 2u);
-  EXPECT_EQ(m["master_get_replica_list_misses_total"], 1u);
+  EXPECT_EQ(m["master_get_replica_list_failures_total"], 1u);
+  EXPECT_EQ(m["total_get_nums_"], 2u);
+  EXPECT_EQ(m["valid_get_nums_"], 1u);
+  EXPECT_EQ(m["mem_cache_hit_nums_"], 1u);
+  EXPECT_EQ(m["mem_cache_hit_bytes_total"], 1000u);
+  EXPECT_EQ(m["mem_cache_nums_"], 2u);
   EXPECT_EQ(m["master_exist_key_requests_total"], 1u);
+  EXPECT_EQ(m["master_exist_key_failures_total"], 0u);
   EXPECT_EQ(m["master_remove_requests_total"], 1u);
-  EXPECT_EQ(m["master_mount_segment_total"], 2u);
-  EXPECT_EQ(m["master_unmount_segment_total"], 0u);
+  EXPECT_EQ(m["master_remove_failures_total"], 1u);
+  EXPECT_EQ(m["master_mount_segment_requests_total"], 2u);
+  EXPECT_EQ(m["master_unmount_segment_requests_total"], 0u);
+  // The sizes of the three objects placed: 1000 and 100 under 4 KiB, 64 too.
+  EXPECT_EQ(m["master_value_size_bytes_count"], 3u);
+  EXPECT_EQ(m["master_value_size_bytes_sum"], 1164u);
+  EXPECT_EQ(m["master_value_size_bytes_bucket{le=\"4096\"}"], 3u);
+  EXPECT_EQ(m["master_value_size_bytes_bucket{le=\"+Inf\"}"], 3u);
   ASSERT_EQ(Unmount("c2", "s2", 0x100000), kOk);
   m = Metrics();
-  EXPECT_EQ(m["master_unmount_segment_total"], 1u);
-  EXPECT_EQ(m["master_segment_count"], 1u);
+  EXPECT_EQ(m["master_unmount_segment_requests_total"], 1u);
+  EXPECT_EQ(m["master_mounted_segments"], 1u);
   EXPECT_EQ(m["master_total_capacity_bytes"], MiB);
   // "b" kept its replica on s1 (or went, if that was its only one); "a" and "c" are on s1
   // or were on s2. Whatever happened, the gauges agree with GetStats.

@@ -144,10 +144,12 @@ class MasterServiceTest : public ::testing::Test {
     }
     return out;
   }
-  // "name value" lines of the Prometheus text; also checks each has HELP and TYPE lines.
+  // "name value" lines of the Prometheus text (a labelled sample under its name with the
+  // labels, e.g. master_value_size_bytes_bucket{le="4096"}); also checks each family has HELP
+  // and TYPE lines, and a histogram's samples are its _bucket, _sum and _count.
   std::map<std::string, uint64_t> Metrics() {
     std::map<std::string, uint64_t> out;
-    std::set<std::string> helped, typed;
+    std::set<std::string> helped, typed, histograms;
     std::istringstream in(master_->MetricsText());
     std::string line;
     while (std::getline(in, line)) {
@@ -160,15 +162,27 @@ class MasterServiceTest : public ::testing::Test {
       } else if (line.rfind("# TYPE ", 0) == 0) {
         std::string hash, type, name, kind;
         words >> hash >> type >> name >> kind;
-        EXPECT_TRUE(kind == "gauge" || kind == "counter") << line;
+        EXPECT_TRUE(kind == "gauge" || kind == "counter" || kind == "histogram") << line;
         typed.insert(name);
+        if (kind == "histogram") histograms.insert(name);
       } else {
         std::string name, extra;
         uint64_t value = 0;
         EXPECT_TRUE(static_cast<bool>(words >> name >> value)) << "not 'name value': " << line;
         EXPECT_FALSE(static_cast<bool>(words >> extra)) << "trailing text: " << line;
-        EXPECT_TRUE(helped.count(name)) << name << " has no # HELP line";
-        EXPECT_TRUE(typed.count(name)) << name << " has no # TYPE line";
+        std::string family = name.substr(0, name.find('{'));
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          const std::string sfx = suffix;
+          if (family.size() > sfx.size() &&
+              family.compare(family.size() - sfx.size(), sfx.size(), sfx) == 0 &&
+              histograms.count(family.substr(0, family.size() - sfx.size()))) {
+            family = family.substr(0, family.size() - sfx.size());
+            break;
+          }
+        }
+        EXPECT_TRUE(family == name.substr(0, name.find('{')) || histograms.count(family)) << line;
+        EXPECT_TRUE(helped.count(family)) << name << " has no # HELP line";
+        EXPECT_TRUE(typed.count(family)) << name << " has no # TYPE line";
         EXPECT_EQ(out.count(name), 0u) << name << " twice";
         out[name] = value;
       }

@@ -141,12 +141,10 @@ uint64_t MasterService::EvictTenantLocked(std::string_view tenant, uint64_t need
       if (TenantOf(victim->first) != tenant || Leased(obj, now)) continue;
       if (list == &pinned_lru_ && obj.last_access + obj.soft_pin_ttl > now) continue;
       freed += obj.size * obj.replicas.size();
-      ++counters_.evicted_objects;
       EraseObjectLocked(objects_.find(victim->first), now);
     }
   }
-  if (freed > 0) {
-    counters_.evicted_bytes += freed;
+  if (freed > 0) {  // upstream counts these apart from the pool's evictions, as here
     tenant_counters_[std::string(tenant)].evicted_bytes += freed;
     VLOG(1) << "tenant " << tenant << ": evicted " << freed << " bytes within its quota";
   }

@@ -154,7 +154,6 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
       gone.push_back(it->second->name + " of client " + it->second->client_id);
       draining_.erase(id);
       segments_.erase(it);
-      ++counters_.unmounts;
       if (sink_ != nullptr) {
         oplog::Entry e;
         e.set_kind(oplog::Entry::UNMOUNT);
@@ -173,6 +172,15 @@ void MasterService::FinishUnmount(const std::vector<uint64_t>& segment_ids) {
 }
 
 rpc::UnmountSegmentResponse MasterService::UnmountSegment(const rpc::UnmountSegmentRequest& req) {
+  rpc::UnmountSegmentResponse resp = UnmountSegmentUncounted(req);
+  MutexLock lock(&mu_);
+  ++counters_.unmounts;
+  if (resp.code() != Code(ErrorCode::OK)) ++counters_.unmount_failures;
+  return resp;
+}
+
+rpc::UnmountSegmentResponse MasterService::UnmountSegmentUncounted(
+    const rpc::UnmountSegmentRequest& req) {
   rpc::UnmountSegmentResponse resp;
   uint64_t id = 0;
   {

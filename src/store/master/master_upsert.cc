@@ -40,6 +40,7 @@ void MasterService::UpsertStartLocked(const rpc::PutStartRequest& req,
   if (!PlaceOrFailLocked(key, item.size(), req.config(), &obj, result, now)) return;
   ReserveLocked(owner, InFlightBytes(obj));
   ChargeLocked(key, InFlightBytes(obj));
+  counters_.value_sizes.Observe(item.size());
   if (objects_.count(key)) {
     // The old value stays visible until PutEnd.
     auto up = upserts_.emplace(key, std::move(obj)).first;
