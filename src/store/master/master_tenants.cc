@@ -38,43 +38,46 @@ std::string Label(std::string_view tenant) {
 
 }  // namespace
 
-std::string MasterService::ScopeRequest(rpc::PutStartRequest* req) const {
-  if (!config_.enable_multi_tenants) return "";
+namespace {
+
+// Strict mode: `req`'s tenant (an empty one is the default) checked and set on it, and each
+// key for_each_key names made that tenant's scoped key; else why the tenant is refused.
+template <class Req, class ForEachKey>
+std::string ScopeWith(Req* req, ForEachKey&& for_each_key) {
   std::string t;
   const std::string problem = RequestTenant(req->tenant_id(), &t);
   if (!problem.empty()) return problem;
-  for (auto& item : *req->mutable_items()) item.set_key(ScopedKey(t, item.key()));
+  for_each_key([&t](std::string* key) { *key = ScopedKey(t, *key); });
   req->set_tenant_id(t);
   return "";
+}
+
+}  // namespace
+
+std::string MasterService::ScopeRequest(rpc::PutStartRequest* req) const {
+  if (!config_.enable_multi_tenants) return "";
+  return ScopeWith(req, [req](auto&& scope) {
+    for (auto& item : *req->mutable_items()) scope(item.mutable_key());
+  });
 }
 
 std::string MasterService::ScopeRequest(rpc::KeysRequest* req) const {
   if (!config_.enable_multi_tenants) return "";
-  std::string t;
-  const std::string problem = RequestTenant(req->tenant_id(), &t);
-  if (!problem.empty()) return problem;
-  for (std::string& key : *req->mutable_keys()) key = ScopedKey(t, key);
-  req->set_tenant_id(t);
-  return "";
+  return ScopeWith(req, [req](auto&& scope) {
+    for (std::string& key : *req->mutable_keys()) scope(&key);
+  });
 }
 
 std::string MasterService::ScopeRequest(rpc::RemoveByRegexRequest* req) const {
   if (!config_.enable_multi_tenants) return "";
-  std::string t;
-  const std::string problem = RequestTenant(req->tenant_id(), &t);
-  if (!problem.empty()) return problem;
-  req->set_tenant_id(t);
-  return "";
+  return ScopeWith(req, [](auto&&) {});  // no keys: the tenant says whose objects
 }
 
 std::string MasterService::ScopeRequest(rpc::ReplicaClearRequest* req) const {
   if (!config_.enable_multi_tenants) return "";
-  std::string t;
-  const std::string problem = RequestTenant(req->tenant_id(), &t);
-  if (!problem.empty()) return problem;
-  for (std::string& key : *req->mutable_keys()) key = ScopedKey(t, key);
-  req->set_tenant_id(t);
-  return "";
+  return ScopeWith(req, [req](auto&& scope) {
+    for (std::string& key : *req->mutable_keys()) scope(&key);
+  });
 }
 
 void MasterService::UnscopeReply(rpc::ReplicaClearResponse* resp) const {
