@@ -266,8 +266,9 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
   ReapGraveyardLocked(now);
   EvictIfFullLocked(now);
   const ClientName owner = client_names_.Get(req.client_id());
+  admit_capacity_ = CapacityLocked();  // mounts do not change during the call
   const uint64_t inflight_limit = static_cast<uint64_t>(
-      config_.max_client_inflight_ratio * static_cast<double>(CapacityLocked()));
+      config_.max_client_inflight_ratio * static_cast<double>(admit_capacity_));
   const uint64_t copies = std::max<uint32_t>(1, req.config().replica_num());
   PrefetchLocked(req.items_size(), [&](size_t i) -> const std::string& {
     return req.items(static_cast<int>(i)).key();

@@ -388,6 +388,7 @@ class MasterService {
   std::vector<std::pair<uint64_t, Segment*>> placeable_ MC_GUARDED_BY(mu_);
   std::unordered_set<uint64_t> draining_ MC_GUARDED_BY(mu_);  // ids of segments being unmounted
   std::vector<uint64_t> hashes_ MC_GUARDED_BY(mu_);               // PrefetchLocked's
+  uint64_t admit_capacity_ MC_GUARDED_BY(mu_) = 0;  // PutStartInto's CapacityLocked(), for AdmitLocked
   std::vector<const ObjectEntry*> prefetched_ MC_GUARDED_BY(mu_);  // PrefetchLocked's scratch
   std::map<uint64_t, std::unique_ptr<Segment>> segments_ MC_GUARDED_BY(mu_);
   std::unordered_map<std::string, Client> clients_ MC_GUARDED_BY(mu_);

@@ -102,10 +102,10 @@ bool MasterService::AdmitLocked(const std::string& key, uint64_t bytes,
   if (!config_.enable_multi_tenants) return true;
   const std::string_view tenant = TenantOf(key);
   uint64_t deficit = 0;
-  ErrorCode code = tenants_.Admit(tenant, bytes, CapacityLocked(), &deficit);
+  ErrorCode code = tenants_.Admit(tenant, bytes, admit_capacity_, &deficit);
   if (code == ErrorCode::TENANT_QUOTA_EXCEEDED) {
     EvictTenantLocked(tenant, deficit, now);
-    code = tenants_.Admit(tenant, bytes, CapacityLocked(), &deficit);
+    code = tenants_.Admit(tenant, bytes, admit_capacity_, &deficit);
   }
   if (code == ErrorCode::OK) return true;
   result->set_code(Code(code));

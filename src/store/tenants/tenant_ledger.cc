@@ -30,7 +30,7 @@ ErrorCode TenantLedger::Upsert(const std::string& tenant, uint64_t requested_byt
 }
 
 ErrorCode TenantLedger::RemoveIfEmpty(const std::string& tenant, TenantSnapshot* last) {
-  auto it = accounts_.find(tenant);
+  auto it = Find(tenant);
   if (it == accounts_.end() || it->second.requested == 0) return ErrorCode::OBJECT_NOT_FOUND;
   if (it->second.charged > 0) return ErrorCode::TENANT_NOT_EMPTY;
   if (last != nullptr) *last = SnapshotOf(it->first, it->second);
@@ -41,14 +41,14 @@ ErrorCode TenantLedger::RemoveIfEmpty(const std::string& tenant, TenantSnapshot*
 }
 
 bool TenantLedger::Registered(std::string_view tenant) const {
-  auto it = accounts_.find(tenant);
+  auto it = Find(tenant);
   return it != accounts_.end() && it->second.requested > 0;
 }
 
 ErrorCode TenantLedger::Admit(std::string_view tenant, uint64_t bytes, uint64_t capacity,
                               uint64_t* deficit) {
   if (deficit != nullptr) *deficit = 0;
-  auto it = accounts_.find(tenant);
+  auto it = Find(tenant);
   if (it == accounts_.end() || it->second.requested == 0) return ErrorCode::TENANT_NOT_REGISTERED;
   Recompute(capacity);
   const Account& a = it->second;
@@ -59,14 +59,14 @@ ErrorCode TenantLedger::Admit(std::string_view tenant, uint64_t bytes, uint64_t 
 
 void TenantLedger::Charge(std::string_view tenant, uint64_t bytes) {
   if (bytes == 0) return;
-  auto it = accounts_.find(tenant);
+  auto it = Find(tenant);
   if (it == accounts_.end()) it = accounts_.emplace(std::string(tenant), Account{}).first;
   it->second.charged += bytes;
 }
 
 void TenantLedger::Release(std::string_view tenant, uint64_t bytes) {
   if (bytes == 0) return;
-  auto it = accounts_.find(tenant);
+  auto it = Find(tenant);
   if (it == accounts_.end()) return;
   it->second.charged -= std::min(it->second.charged, bytes);
   DropIfUnused(it);
@@ -78,13 +78,13 @@ void TenantLedger::ClearCharges() {
 }
 
 uint64_t TenantLedger::Charged(std::string_view tenant) const {
-  auto it = accounts_.find(tenant);
+  auto it = Find(tenant);
   return it == accounts_.end() ? 0 : it->second.charged;
 }
 
 std::optional<TenantSnapshot> TenantLedger::Snapshot(std::string_view tenant, uint64_t capacity) {
   Recompute(capacity);
-  auto it = accounts_.find(tenant);
+  auto it = Find(tenant);
   if (it == accounts_.end()) return std::nullopt;
   return SnapshotOf(it->first, it->second);
 }
@@ -137,8 +137,17 @@ void TenantLedger::Recompute(uint64_t capacity) {
   }
 }
 
-void TenantLedger::DropIfUnused(std::map<std::string, Account, std::less<>>::iterator it) {
-  if (it->second.requested == 0 && it->second.charged == 0) accounts_.erase(it);
+void TenantLedger::DropIfUnused(Accounts::iterator it) {
+  if (it->second.requested != 0 || it->second.charged != 0) return;
+  if (it == last_) last_ = accounts_.end();
+  accounts_.erase(it);
+}
+
+TenantLedger::Accounts::iterator TenantLedger::Find(std::string_view tenant) const {
+  if (last_ != accounts_.end() && last_->first == tenant) return last_;
+  auto it = accounts_.find(tenant);
+  if (it != accounts_.end()) last_ = it;
+  return it;
 }
 
 TenantSnapshot TenantLedger::SnapshotOf(const std::string& id, const Account& a) const {

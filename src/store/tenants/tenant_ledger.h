@@ -36,6 +36,9 @@ using TenantPolicies = std::map<std::string, uint64_t, std::less<>>;
 
 class TenantLedger {
  public:
+  TenantLedger() = default;
+  TenantLedger(const TenantLedger&) = delete;  // remembers an iterator into itself
+  TenantLedger& operator=(const TenantLedger&) = delete;
   // A requested quota must be in [1, kMaxQuotaBytes] (upstream's bound, 2^63 - 1).
   static constexpr uint64_t kMaxQuotaBytes = (uint64_t{1} << 63) - 1;
 
@@ -67,11 +70,16 @@ class TenantLedger {
     uint64_t effective = 0;
     uint64_t charged = 0;
   };
+  using Accounts = std::map<std::string, Account, std::less<>>;
   void Recompute(uint64_t capacity);
-  void DropIfUnused(std::map<std::string, Account, std::less<>>::iterator it);
+  void DropIfUnused(Accounts::iterator it);
   TenantSnapshot SnapshotOf(const std::string& id, const Account& a) const;
+  // accounts_.find, with the last tenant found remembered: a batch of puts looks up its one
+  // tenant once per item twice (admission, charge).
+  Accounts::iterator Find(std::string_view tenant) const;
 
-  std::map<std::string, Account, std::less<>> accounts_;
+  mutable Accounts accounts_;
+  mutable Accounts::iterator last_ = accounts_.end();  // end(): none remembered
   uint64_t capacity_ = 0;
   bool stale_ = true;  // policies changed since the effective quotas were computed
 };
