@@ -106,10 +106,12 @@ std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<s
 }  // namespace store_py
 
 void BindStoreDummy(py::module_& m);  // store_dummy_py.cc
+void BindNuma(py::module_& m);        // numa_bind.cc
 
 void BindStore(py::module_& m) {
   using namespace store_py;  // NOLINT(build/namespaces)
   BindStoreDummy(m);
+  BindNuma(m);
   m.doc() = "Mooncake Store (upstream-compatible MooncakeDistributedStore); use mooncake.store.";
 
   py::enum_<SoftPinAction>(m, "SoftPinAction")

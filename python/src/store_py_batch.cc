@@ -193,6 +193,26 @@ void BindZeroCopy(py::class_<PyStore>& c, const PyReplicateConfig& kDefault) {
       Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("size"),
       py::arg("config") = kDefault);
   c.def(
+      "put_from_with_metadata",
+      [](PyStore& s, const std::string& key, uintptr_t ptr, uintptr_t metadata_ptr, size_t size,
+         size_t metadata_size, const PyReplicateConfig& config) {
+        // One object: the metadata's bytes, then the data's (upstream's layout), both moved
+        // from where they are. An empty data part is refused (upstream answers 0 and stores
+        // nothing, which a caller cannot tell from a put).
+        if (size == 0) {
+          LOG(WARNING) << "put_from_with_metadata(" << key << "): size is 0: nothing to store";
+          return ToInt(ErrorCode::INVALID_PARAMS);
+        }
+        std::vector<Span> parts;
+        if (metadata_size > 0) parts.push_back({reinterpret_cast<void*>(metadata_ptr), metadata_size});
+        parts.push_back({reinterpret_cast<void*>(ptr), size});
+        return PutFromMany(s, "put_from_with_metadata", {key}, {parts}, config)[0];
+      },
+      Release(), py::arg("key"), py::arg("buffer_ptr"), py::arg("metadata_buffer_ptr"),
+      py::arg("size"), py::arg("metadata_size"), py::arg("config") = kDefault,
+      "Stores the metadata buffer's bytes followed by the data buffer's as one object of "
+      "metadata_size + size bytes, from registered (or staged) memory. 0 or a negative code.");
+  c.def(
       "get_into",
       [](PyStore& s, const std::string& key, uintptr_t ptr, size_t size) {
         return GetIntoMany(s, "get_into", {key}, {{{reinterpret_cast<void*>(ptr), size}}})[0];
