@@ -19,6 +19,7 @@ struct CallCounters {
   uint64_t batch_requests = 0, batch_items = 0, batch_failures = 0, batch_partial = 0,
            batch_failed_items = 0;
   void Count(size_t n, size_t failed) {
+    if (n == 0) return;  // an empty request: no call of upstream's kinds
     if (n == 1) {
       ++requests;
       failures += failed;
@@ -27,7 +28,7 @@ struct CallCounters {
     ++batch_requests;
     batch_items += n;
     batch_failed_items += failed;
-    if (n > 0 && failed == n) {
+    if (failed == n) {
       ++batch_failures;
     } else if (failed > 0) {
       ++batch_partial;

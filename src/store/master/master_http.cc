@@ -475,6 +475,11 @@ HttpReply MasterHttp::ServeWrite(const std::string& method, const std::string& t
   Json j;
   j["success"] = true;
   if (method == "PUT") {
+    if (policies.count(tenant) == 0 && policies.size() >= kMaxTenants) {
+      return ErrorJson(409, ErrorCode::INVALID_PARAMS,
+                       "the policy holds " + std::to_string(policies.size()) +
+                           " tenants, the limit: remove one first");
+    }
     policies[tenant] = bytes;
     if (policies_ != nullptr) {
       const Status saved = policies_->Save(policies);

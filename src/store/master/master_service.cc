@@ -267,6 +267,7 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
   EvictIfFullLocked(now);
   const ClientName owner = client_names_.Get(req.client_id());
   admit_capacity_ = CapacityLocked();  // mounts do not change during the call
+  quota_evict_failed_ = false;
   const uint64_t inflight_limit = static_cast<uint64_t>(
       config_.max_client_inflight_ratio * static_cast<double>(admit_capacity_));
   const uint64_t copies = std::max<uint32_t>(1, req.config().replica_num());

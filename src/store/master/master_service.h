@@ -184,10 +184,11 @@ class MasterService {
   // tenant_id is the default tenant) and "" is returned, or why the tenant_id is refused.
   // Without strict mode the request is left as it is. UnscopeReply gives the keys a reply
   // names back as the tenant sent them.
-  std::string ScopeRequest(rpc::PutStartRequest* req) const;
-  std::string ScopeRequest(rpc::KeysRequest* req) const;
-  std::string ScopeRequest(rpc::RemoveByRegexRequest* req) const;
-  std::string ScopeRequest(rpc::ReplicaClearRequest* req) const;
+  // A refused request counts in master_refused_requests_total.
+  std::string ScopeRequest(rpc::PutStartRequest* req);
+  std::string ScopeRequest(rpc::KeysRequest* req);
+  std::string ScopeRequest(rpc::RemoveByRegexRequest* req);
+  std::string ScopeRequest(rpc::ReplicaClearRequest* req);
   void UnscopeReply(rpc::ReplicaClearResponse* resp) const;
   bool multi_tenants() const { return config_.enable_multi_tenants; }
   // The admin API's (GET|PUT|DELETE /api/v1/tenant_quotas) and a new leader's: every policy
@@ -333,6 +334,7 @@ class MasterService {
   // for it (else *result says why: TENANT_NOT_REGISTERED, or TENANT_QUOTA_EXCEEDED once
   // evicting its own objects did not make room); every charge rebuilt from the tables.
   std::string StoredKeyProblem(const std::string& key) const;
+  std::string CountIfRefused(std::string problem) MC_EXCLUDES(mu_);
   void ChargeLocked(const std::string& key, uint64_t bytes) MC_REQUIRES(mu_);
   void UnchargeLocked(const std::string& key, uint64_t bytes) MC_REQUIRES(mu_);
   bool AdmitLocked(const std::string& key, uint64_t bytes, rpc::PutStartResult* result,
@@ -389,6 +391,7 @@ class MasterService {
   std::unordered_set<uint64_t> draining_ MC_GUARDED_BY(mu_);  // ids of segments being unmounted
   std::vector<uint64_t> hashes_ MC_GUARDED_BY(mu_);               // PrefetchLocked's
   uint64_t admit_capacity_ MC_GUARDED_BY(mu_) = 0;  // PutStartInto's CapacityLocked(), for AdmitLocked
+  bool quota_evict_failed_ MC_GUARDED_BY(mu_) = false;  // this PutStart's quota eviction found no room
   std::vector<const ObjectEntry*> prefetched_ MC_GUARDED_BY(mu_);  // PrefetchLocked's scratch
   std::map<uint64_t, std::unique_ptr<Segment>> segments_ MC_GUARDED_BY(mu_);
   std::unordered_map<std::string, Client> clients_ MC_GUARDED_BY(mu_);

@@ -27,9 +27,15 @@ std::string RequestTenant(const std::string& sent, std::string* tenant) {
 // evictable objects among many others' costs a bounded walk.
 constexpr size_t kMaxTenantEvictScan = 1 << 16;
 
+// A label value in the text format: \\, \" and \n escaped (a tenant id has no control
+// character, but a key stored before strict mode was turned on may name anything).
 std::string Label(std::string_view tenant) {
   std::string out;
   for (char c : tenant) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
     if (c == '\\' || c == '"') out.push_back('\\');
     out.push_back(c);
   }
@@ -54,30 +60,38 @@ std::string ScopeWith(Req* req, ForEachKey&& for_each_key) {
 
 }  // namespace
 
-std::string MasterService::ScopeRequest(rpc::PutStartRequest* req) const {
+std::string MasterService::ScopeRequest(rpc::PutStartRequest* req) {
   if (!config_.enable_multi_tenants) return "";
-  return ScopeWith(req, [req](auto&& scope) {
+  return CountIfRefused(ScopeWith(req, [req](auto&& scope) {
     for (auto& item : *req->mutable_items()) scope(item.mutable_key());
-  });
+  }));
 }
 
-std::string MasterService::ScopeRequest(rpc::KeysRequest* req) const {
+std::string MasterService::ScopeRequest(rpc::KeysRequest* req) {
   if (!config_.enable_multi_tenants) return "";
-  return ScopeWith(req, [req](auto&& scope) {
+  return CountIfRefused(ScopeWith(req, [req](auto&& scope) {
     for (std::string& key : *req->mutable_keys()) scope(&key);
-  });
+  }));
 }
 
-std::string MasterService::ScopeRequest(rpc::RemoveByRegexRequest* req) const {
+std::string MasterService::ScopeRequest(rpc::RemoveByRegexRequest* req) {
   if (!config_.enable_multi_tenants) return "";
-  return ScopeWith(req, [](auto&&) {});  // no keys: the tenant says whose objects
+  return CountIfRefused(ScopeWith(req, [](auto&&) {}));  // no keys: the tenant says whose objects
 }
 
-std::string MasterService::ScopeRequest(rpc::ReplicaClearRequest* req) const {
+std::string MasterService::ScopeRequest(rpc::ReplicaClearRequest* req) {
   if (!config_.enable_multi_tenants) return "";
-  return ScopeWith(req, [req](auto&& scope) {
+  return CountIfRefused(ScopeWith(req, [req](auto&& scope) {
     for (std::string& key : *req->mutable_keys()) scope(&key);
-  });
+  }));
+}
+
+std::string MasterService::CountIfRefused(std::string problem) {
+  if (!problem.empty()) {
+    MutexLock lock(&mu_);
+    ++counters_.refused_requests;
+  }
+  return problem;
 }
 
 void MasterService::UnscopeReply(rpc::ReplicaClearResponse* resp) const {
@@ -103,8 +117,12 @@ bool MasterService::AdmitLocked(const std::string& key, uint64_t bytes,
   const std::string_view tenant = TenantOf(key);
   uint64_t deficit = 0;
   ErrorCode code = tenants_.Admit(tenant, bytes, admit_capacity_, &deficit);
-  if (code == ErrorCode::TENANT_QUOTA_EXCEEDED) {
-    EvictTenantLocked(tenant, deficit, now);
+  // Evicting helps only when the put fits the quota at all (deficit <= charged), and is
+  // tried once per request: a batch of an over-quota tenant whose objects are all leased
+  // must not walk the lists once per key.
+  const bool fits = deficit <= tenants_.Charged(tenant);
+  if (code == ErrorCode::TENANT_QUOTA_EXCEEDED && fits && !quota_evict_failed_) {
+    if (EvictTenantLocked(tenant, deficit, now) == 0) quota_evict_failed_ = true;
     code = tenants_.Admit(tenant, bytes, admit_capacity_, &deficit);
   }
   if (code == ErrorCode::OK) return true;
@@ -123,8 +141,10 @@ bool MasterService::AdmitLocked(const std::string& key, uint64_t bytes,
                         std::to_string(s.charged_bytes) + " bytes of its quota of " +
                         std::to_string(s.effective_quota_bytes) + " and this put needs " +
                         std::to_string(bytes) +
-                        " more; none of its objects could be evicted for it (leased or "
-                        "pinned): remove some, or raise its quota");
+                        (fits ? " more; not enough of its objects could be evicted for it "
+                                "(leased, pinned or being written): remove some, or raise its "
+                                "quota"
+                              : " more, over its whole quota: raise the quota"));
   }
   return false;
 }
@@ -132,21 +152,25 @@ bool MasterService::AdmitLocked(const std::string& key, uint64_t bytes,
 uint64_t MasterService::EvictTenantLocked(std::string_view tenant, uint64_t needed,
                                           Clock::time_point now) {
   if (lease_floor_ > now) return 0;  // just promoted: nothing freed would be reusable
+  // The victims first, erased only when they free enough: a put that cannot be admitted
+  // anyway takes nothing of the tenant's cache with it.
   uint64_t freed = 0;
   size_t looked = 0;
+  std::vector<ObjectEntry*> victims;
   for (RecordList<ObjectEntry>* list : {&lru_, &pinned_lru_}) {
     for (ObjectEntry* e = list->front(); e != nullptr && freed < needed &&
-                                         looked < kMaxTenantEvictScan;) {
-      ObjectEntry* victim = e;
-      e = list->next(e);
+                                         looked < kMaxTenantEvictScan;
+         e = list->next(e)) {
       ++looked;
-      const Object& obj = victim->second;
-      if (TenantOf(victim->first) != tenant || Leased(obj, now)) continue;
+      const Object& obj = e->second;
+      if (TenantOf(e->first) != tenant || Leased(obj, now)) continue;
       if (list == &pinned_lru_ && obj.last_access + obj.soft_pin_ttl > now) continue;
       freed += obj.size * obj.replicas.size();
-      EraseObjectLocked(objects_.find(victim->first), now);
+      victims.push_back(e);
     }
   }
+  if (freed < needed) return 0;
+  for (ObjectEntry* victim : victims) EraseObjectLocked(objects_.find(victim->first), now);
   if (freed > 0) {  // upstream counts these apart from the pool's evictions, as here
     tenant_counters_[std::string(tenant)].evicted_bytes += freed;
     VLOG(1) << "tenant " << tenant << ": evicted " << freed << " bytes within its quota";

@@ -199,6 +199,55 @@ TEST_F(TenantsTest, OnlyRegisteredTenantsWriteAndBadTenantIdsAreRefused) {
   EXPECT_EQ(Put("c", "k", 10), kOk);
 }
 
+// A put that eviction cannot make room for takes nothing: the tenant's cache stays.
+TEST_F(TenantsTest, AQuotaEvictionThatCannotMakeRoomEvictsNothing) {
+  Make(true, {{"a", 1000}});
+  ASSERT_EQ(Put("a", "a0", 300), kOk);
+  ASSERT_EQ(Put("a", "a1", 300), kOk);
+  ASSERT_EQ(Put("a", "a2", 300), kOk);
+  ASSERT_EQ(Get("a", "a1"), kOk);  // leased: not evictable
+  ASSERT_EQ(Get("a", "a2"), kOk);
+  EXPECT_EQ(Put("a", "big", 500), C(ErrorCode::TENANT_QUOTA_EXCEEDED));  // a0 frees 300 < 400
+  EXPECT_EQ(Exist("a", "a0"), kOk);
+  EXPECT_EQ(Put("a", "huge", 2000), C(ErrorCode::TENANT_QUOTA_EXCEEDED));  // over the quota
+  EXPECT_EQ(Exist("a", "a0"), kOk);
+  EXPECT_EQ(Charged("a"), 900u);
+  // A batch of such puts: one eviction attempt, each item refused, a0 still there.
+  rpc::PutStartRequest r;
+  r.set_client_id("client-a");
+  r.set_tenant_id("a");
+  for (int i = 0; i < 64; ++i) {
+    auto* item = r.add_items();
+    item->set_key("b" + std::to_string(i));
+    item->set_size(500);
+  }
+  auto resp = Call<rpc::PutStartResponse>(MasterMethod::kPutStart, r);
+  for (const auto& res : resp.results()) EXPECT_EQ(res.code(), C(ErrorCode::TENANT_QUOTA_EXCEEDED));
+  EXPECT_EQ(Exist("a", "a0"), kOk);
+  // A bad tenant id is a refused request (master_refused_requests_total).
+  const auto before = master_->MetricsText();
+  EXPECT_EQ(Put("_x", "k", 1), C(ErrorCode::INVALID_PARAMS));
+  EXPECT_NE(master_->MetricsText().find("master_refused_requests_total 1\n"), std::string::npos);
+  EXPECT_NE(before.find("master_refused_requests_total 0\n"), std::string::npos);
+}
+
+// Keys a master stored before strict mode was turned on may hold any bytes before a NUL: the
+// charges rebuilt from them never break the metrics' text.
+TEST_F(TenantsTest, KeysFromBeforeStrictModeKeepTheMetricsParseable) {
+  Make(false);
+  ASSERT_EQ(Put("", std::string("x\ny\"z\0k", 7), 10), kOk);
+  MasterConfig config;
+  config.enable_multi_tenants = true;
+  config.standby = true;
+  MasterService standby(config);
+  master_->ExportState([&](oplog::Entry&& e) { ASSERT_TRUE(standby.Apply(e).ok()); });
+  ASSERT_TRUE(standby.Promote().ok());
+  const std::string text = standby.MetricsText();
+  EXPECT_NE(text.find("mooncake_tenant_quota_charged_bytes{tenant_id=\"x\\ny\\\"z\"} 10\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(TenantsTest, AFullQuotaEvictsTheTenantsOwnObjectsOnly) {
   Make(true, {{"a", 1000}, {"b", 1 << 20}});
   ASSERT_EQ(Put("b", "b0", 300), kOk);
@@ -372,6 +421,18 @@ TEST_F(TenantsTest, TheAdminApiChangesAndSavesThePolicy) {
   EXPECT_EQ(http.ServeWrite("PUT", "/api/v1/tenant_quotas", "{\"requested_quota_bytes\":1}").status, 400);
   EXPECT_EQ(http.ServeWrite("PUT", "/api/v1/tenant_quotas?tenant_id=_c", "{\"requested_quota_bytes\":1}").status, 400);
   EXPECT_EQ(http.ServeWrite("POST", "/get_all_keys", "").status, 405);
+  // A bounded number of tenants: past kMaxTenants a new one is refused, a known one updated.
+  TenantPolicies many = master_->GetTenantPolicies();
+  for (size_t i = many.size(); i < kMaxTenants; ++i) many["t" + std::to_string(i)] = 1;
+  master_->SetTenantPolicies(many);
+  EXPECT_EQ(http.ServeWrite("PUT", "/api/v1/tenant_quotas?tenant_id=one-more",
+                            "{\"requested_quota_bytes\":1}").status, 409);
+  EXPECT_EQ(http.ServeWrite("PUT", "/api/v1/tenant_quotas?tenant_id=t100",
+                            "{\"requested_quota_bytes\":2}").status, 200);
+  many.erase("t100");
+  for (size_t i = 0; i < kMaxTenants; ++i) many.erase("t" + std::to_string(i));
+  master_->SetTenantPolicies(many);
+  ASSERT_TRUE((*source)->Save(many).ok());
 
   // A tenant that holds objects keeps its policy.
   ASSERT_EQ(Put("tenant-b", "k", 100), kOk);

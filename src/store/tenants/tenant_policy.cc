@@ -78,6 +78,9 @@ Result<TenantPolicies> ParseTenantPolicyYaml(const std::string& yaml) {
       if (!problem.empty()) return Status::InvalidArgument(where + ": " + problem);
       auto bytes = ParseQuotaBytes(t["quota"].as<std::string>());
       if (!bytes.ok()) return Status::InvalidArgument(where + " (" + name + "): " + bytes.status().message());
+      if (out.size() >= kMaxTenants) {
+        return Status::InvalidArgument("more than " + std::to_string(kMaxTenants) + " tenants");
+      }
       if (!out.emplace(name, *bytes).second) {
         return Status::InvalidArgument(where + ": tenant '" + name + "' is listed twice");
       }

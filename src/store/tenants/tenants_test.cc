@@ -23,6 +23,15 @@ TEST(TenantId, UpstreamsRulesAndALengthBound) {
   EXPECT_NE(TenantIdProblem("a\nb"), "");
   EXPECT_NE(TenantIdProblem("a\x7f"), "");
   EXPECT_EQ(TenantIdProblem(std::string(kMaxTenantIdBytes, 'x')), "");
+  // UTF-8 only: the policy's YAML and the real client's JSON would turn other bytes into
+  // another id.
+  for (const char* ok : {"\xc3\xa9quipe", "\xe6\x97\xa5\xe6\x9c\xac", "\xf0\x9f\x98\x80"}) {
+    EXPECT_EQ(TenantIdProblem(ok), "") << ok;
+  }
+  for (const char* bad : {"\xff", "a\xc3", "\xed\xa0\x80", "\xc0\xaf", "\xe0\x80\xaf",
+                          "\xf4\x90\x80\x80", "\x80"}) {
+    EXPECT_NE(TenantIdProblem(bad), "") << bad;
+  }
   EXPECT_NE(TenantIdProblem(std::string(kMaxTenantIdBytes + 1, 'x')), "");
 }
 
