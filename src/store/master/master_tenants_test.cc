@@ -20,6 +20,18 @@ namespace {
 constexpr int32_t kOk = 0;
 int32_t C(ErrorCode c) { return ToInt(c); }
 
+// A strict-mode standby given `master`'s export and promoted: it rebuilds the charges from
+// every object and upsert.
+std::unique_ptr<MasterService> PromotedCopy(MasterService* master) {
+  MasterConfig config;
+  config.enable_multi_tenants = true;
+  config.standby = true;
+  auto standby = std::make_unique<MasterService>(config);
+  master->ExportState([&](oplog::Entry&& e) { EXPECT_TRUE(standby->Apply(e).ok()); });
+  EXPECT_TRUE(standby->Promote().ok());
+  return standby;
+}
+
 class TenantsTest : public ::testing::Test {
  protected:
   void Make(bool strict, const TenantPolicies& policies = {{"a", 1 << 20}, {"b", 1 << 20}}) {
@@ -236,13 +248,7 @@ TEST_F(TenantsTest, AQuotaEvictionThatCannotMakeRoomEvictsNothing) {
 TEST_F(TenantsTest, KeysFromBeforeStrictModeKeepTheMetricsParseable) {
   Make(false);
   ASSERT_EQ(Put("", std::string("x\ny\"z\0k", 7), 10), kOk);
-  MasterConfig config;
-  config.enable_multi_tenants = true;
-  config.standby = true;
-  MasterService standby(config);
-  master_->ExportState([&](oplog::Entry&& e) { ASSERT_TRUE(standby.Apply(e).ok()); });
-  ASSERT_TRUE(standby.Promote().ok());
-  const std::string text = standby.MetricsText();
+  const std::string text = PromotedCopy(master_.get())->MetricsText();
   EXPECT_NE(text.find("mooncake_tenant_quota_charged_bytes{tenant_id=\"x\\ny\\\"z\"} 10\n"),
             std::string::npos)
       << text;
@@ -278,17 +284,12 @@ TEST_F(TenantsTest, AFullQuotaEvictsTheTenantsOwnObjectsOnly) {
 // The charges the master keeps as it goes, against those rebuilt from its state (a standby
 // given its export and promoted recomputes them from every object and upsert).
 void ExpectChargesAsRebuilt(MasterService* master, const char* when) {
-  MasterConfig config;
-  config.enable_multi_tenants = true;
-  config.standby = true;
-  MasterService standby(config);
-  master->ExportState([&](oplog::Entry&& e) { ASSERT_TRUE(standby.Apply(e).ok()); });
-  ASSERT_TRUE(standby.Promote().ok());
-  standby.SetTenantPolicies(master->GetTenantPolicies());
+  auto standby = PromotedCopy(master);
+  standby->SetTenantPolicies(master->GetTenantPolicies());
   for (const char* t : {"a", "b"}) {
     TenantSnapshot kept, rebuilt;
     master->TenantSnapshotOf(t, &kept);
-    standby.TenantSnapshotOf(t, &rebuilt);
+    standby->TenantSnapshotOf(t, &rebuilt);
     ASSERT_EQ(kept.charged_bytes, rebuilt.charged_bytes) << t << " " << when;
   }
 }
@@ -351,17 +352,12 @@ TEST_F(TenantsTest, APromotedStandbyRebuildsTheCharges) {
   ASSERT_EQ(Put("a", "k1", 100), kOk);
   ASSERT_EQ(Put("a", "k2", 50, /*end=*/false), kOk);
   ASSERT_EQ(Put("b", "k1", 70), kOk);
-  MasterConfig config;
-  config.enable_multi_tenants = true;
-  config.standby = true;
-  MasterService standby(config);
-  master_->ExportState([&](oplog::Entry&& e) { ASSERT_TRUE(standby.Apply(e).ok()); });
-  ASSERT_TRUE(standby.Promote().ok());
-  standby.SetTenantPolicies({{"a", 1 << 20}, {"b", 1 << 20}});
+  auto standby = PromotedCopy(master_.get());
+  standby->SetTenantPolicies({{"a", 1 << 20}, {"b", 1 << 20}});
   TenantSnapshot s;
-  ASSERT_EQ(standby.TenantSnapshotOf("a", &s), ErrorCode::OK);
+  ASSERT_EQ(standby->TenantSnapshotOf("a", &s), ErrorCode::OK);
   EXPECT_EQ(s.charged_bytes, 150u);
-  ASSERT_EQ(standby.TenantSnapshotOf("b", &s), ErrorCode::OK);
+  ASSERT_EQ(standby->TenantSnapshotOf("b", &s), ErrorCode::OK);
   EXPECT_EQ(s.charged_bytes, 70u);
 }
 
