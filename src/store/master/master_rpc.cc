@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "master.pb.h"
 #include "mooncake/store/error_code.h"
@@ -37,32 +38,24 @@ google::protobuf::ArenaOptions ArenaFor(size_t n) {
 }
 
 // Strict multi-tenant mode: the request's keys become its tenant's (MasterService::
-// ScopeRequest), or *refused says why its tenant_id is not acceptable. Requests without keys
-// or a tenant pass as they are.
-template <class Req, class Resp>
-bool ScopeOrRefuse(MasterService*, Req*, Resp*) {
-  return true;
+// ScopeRequest); "" or why its tenant_id is not acceptable. Requests without keys or a tenant
+// (NotScoped) pass as they are.
+struct NotScoped {};
+template <class Req>
+NotScoped Scope(MasterService*, Req*) {
+  return {};
 }
-template <class Req, class Resp>
-bool Refuse(const std::string& problem, Resp* refused) {
-  if (problem.empty()) return true;
-  refused->set_code(ToInt(ErrorCode::INVALID_PARAMS));
-  refused->set_message(problem);
-  return false;
-}
+std::string Scope(MasterService* m, rpc::KeysRequest* req) { return m->ScopeRequest(req); }
+std::string Scope(MasterService* m, rpc::PutStartRequest* req) { return m->ScopeRequest(req); }
+std::string Scope(MasterService* m, rpc::RemoveByRegexRequest* req) { return m->ScopeRequest(req); }
+std::string Scope(MasterService* m, rpc::ReplicaClearRequest* req) { return m->ScopeRequest(req); }
+// The method's response refusing the request as a whole, appended to *out.
 template <class Resp>
-bool ScopeOrRefuse(MasterService* m, rpc::KeysRequest* req, Resp* refused) {
-  return Refuse<rpc::KeysRequest>(m->ScopeRequest(req), refused);
-}
-bool ScopeOrRefuse(MasterService* m, rpc::PutStartRequest* req, rpc::PutStartResponse* refused) {
-  return Refuse<rpc::PutStartRequest>(m->ScopeRequest(req), refused);
-}
-bool ScopeOrRefuse(MasterService* m, rpc::RemoveByRegexRequest* req, rpc::CountResponse* refused) {
-  return Refuse<rpc::RemoveByRegexRequest>(m->ScopeRequest(req), refused);
-}
-bool ScopeOrRefuse(MasterService* m, rpc::ReplicaClearRequest* req,
-                   rpc::ReplicaClearResponse* refused) {
-  return Refuse<rpc::ReplicaClearRequest>(m->ScopeRequest(req), refused);
+void AppendRefusal(const std::string& problem, std::string* out) {
+  Resp refused;
+  refused.set_code(ToInt(ErrorCode::INVALID_PARAMS));
+  refused.set_message(problem);
+  refused.AppendToString(out);
 }
 template <class Resp>
 void Unscope(MasterService*, Resp*) {}
@@ -74,10 +67,11 @@ RpcStatus Serve(const char* data, size_t n, std::string* out, const char* name,
   google::protobuf::Arena arena(ArenaFor(n));
   Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
   if (req == nullptr) return RpcStatus::kBadRequest;
-  Resp refused;
-  if (!ScopeOrRefuse(m, req, &refused)) {
-    refused.AppendToString(out);
-    return RpcStatus::kOk;
+  if constexpr (!std::is_same_v<decltype(Scope(m, req)), NotScoped>) {
+    if (const std::string problem = Scope(m, req); !problem.empty()) {
+      AppendRefusal<Resp>(problem, out);
+      return RpcStatus::kOk;
+    }
   }
   Resp resp = call(m, *req);
   Unscope(m, &resp);
@@ -93,11 +87,13 @@ RpcStatus ServeInto(const char* data, size_t n, std::string* out, const char* na
   google::protobuf::Arena arena(ArenaFor(n));
   Req* req = ParseOnArena<Req>(data, n, out, name, &arena);
   if (req == nullptr) return RpcStatus::kBadRequest;
-  Resp& resp = *google::protobuf::Arena::CreateMessage<Resp>(&arena);
-  if (!ScopeOrRefuse(m, req, &resp)) {
-    resp.AppendToString(out);
-    return RpcStatus::kOk;
+  if constexpr (!std::is_same_v<decltype(Scope(m, req)), NotScoped>) {
+    if (const std::string problem = Scope(m, req); !problem.empty()) {
+      AppendRefusal<Resp>(problem, out);
+      return RpcStatus::kOk;
+    }
   }
+  Resp& resp = *google::protobuf::Arena::CreateMessage<Resp>(&arena);
   (m->*into)(*req, &resp);
   resp.AppendToString(out);
   return RpcStatus::kOk;
