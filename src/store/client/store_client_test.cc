@@ -6,9 +6,11 @@
 
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -331,10 +333,18 @@ TEST_F(StoreClientTest, AMasterThatForgetsTheClientGetsItsSegmentRemounted) {
   master_ = std::make_shared<InProcessMaster>(config, [now] {
     return MasterService::Clock::now() + std::chrono::seconds(now->load());
   });
+  // Written by the heartbeat thread, read here once `served` says the remount is done.
+  std::mutex mu;
   std::vector<bool> remounts;
+  std::atomic<int> served{0};  // mounts the master has finished (calls() counts them on entry)
   master_->on_MountSegment = [&](const rpc::MountSegmentRequest& q, rpc::MountSegmentResponse* r) {
-    remounts.push_back(q.remount());
-    return master_->ServeMountSegment(q, r);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      remounts.push_back(q.remount());
+    }
+    Status s = master_->ServeMountSegment(q, r);
+    served.fetch_add(1);
+    return s;
   };
   std::atomic<bool> deaf{false};  // pings lost (the heartbeat is late)
   master_->on_Ping = [&](const rpc::PingRequest& q, rpc::PingResponse* r) {
@@ -350,12 +360,15 @@ TEST_F(StoreClientTest, AMasterThatForgetsTheClientGetsItsSegmentRemounted) {
   master_->service().Tick();
   deaf = false;
   EXPECT_EQ(c->GetSize("k"), kNotFound);
-  for (int i = 0; i < 200 && master_->calls(MasterMethod::kMountSegment) < 2; ++i) {
+  for (int i = 0; i < 200 && served.load() < 2; ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
+  ASSERT_EQ(served.load(), 2);
   EXPECT_EQ(master_->calls(MasterMethod::kMountSegment), 2);
-  master_->on_MountSegment = nullptr;
-  EXPECT_EQ(remounts, (std::vector<bool>{false, true}));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(remounts, (std::vector<bool>{false, true}));
+  }
   // The remounted segment takes new objects once a lease TTL has passed (the master's rule
   // for a segment dropped with reads possibly in flight: src/store/README.md).
   EXPECT_EQ(Put(c.get(), "k", v), ToInt(ErrorCode::NO_AVAILABLE_HANDLE));
