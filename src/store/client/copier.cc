@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "platform/device.h"
+#include "store/client/device_copy.h"
 #include "store/client/opened_segments.h"
 #include "store/client/registrations.h"
 #include "store/client/staging.h"
@@ -14,6 +16,18 @@ namespace store {
 
 namespace {
 constexpr size_t kMaxStagingChunk = 4 << 20;
+
+// A copy between the caller's memory and the client's host memory: through the device
+// backend when the caller's is device memory (the CPU must not touch it).
+bool CopyOut(bool device, void* dst, const void* src, size_t n) {
+  if (!device) {
+    std::memcpy(dst, src, n);
+    return true;
+  }
+  Status s = platform::Devices().Copy(dst, src, n);
+  if (!s.ok()) LOG(ERROR) << "store: device copy of " << n << " bytes failed: " << s.ToString();
+  return s.ok();
+}
 }  // namespace
 
 void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
@@ -47,7 +61,7 @@ void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed) {
     Stage(staged, &next, &round, failed);
     if (round.reqs.empty()) break;
     if (!Transfer(round, failed)) all_inline = false;
-    Unstage(round, *failed);
+    Unstage(round, failed);
   }
   copies_inline_.store(all_inline, std::memory_order_relaxed);
 }
@@ -66,8 +80,11 @@ void Copier::Sort(const std::vector<Job>& jobs, std::vector<char>* failed, Round
     if ((*failed)[job.owner]) continue;
     if (*job.segment == own_segment_) {  // a replica in our own segment: plain memory
       void* remote = reinterpret_cast<void*>(job.remote);
-      if (job.op == TransferRequest::WRITE) std::memcpy(remote, job.local, job.len);
-      else std::memcpy(job.local, remote, job.len);
+      const bool device = IsDeviceMemory(job.local);
+      const bool copied = job.op == TransferRequest::WRITE
+                              ? CopyOut(device, remote, job.local, job.len)
+                              : CopyOut(device, job.local, remote, job.len);
+      if (!copied) (*failed)[job.owner] = 1;
       continue;
     }
     if (last_segment == nullptr || *job.segment != *last_segment) {
@@ -98,8 +115,9 @@ void Copier::Sort(const std::vector<Job>& jobs, std::vector<char>* failed, Round
       LOG(ERROR) << "store: unregistered memory and no local buffer to stage it";
       (*failed)[job.owner] = 1;
     } else {
+      const bool device = IsDeviceMemory(job.local);
       for (size_t off = 0; off < job.len; off += chunk_) {
-        staged->push_back({&job, off, std::min(chunk_, job.len - off)});
+        staged->push_back({&job, off, std::min(chunk_, job.len - off), device});
       }
     }
   }
@@ -119,7 +137,12 @@ void Copier::Stage(const std::vector<Staged>& staged, size_t* next, Round* round
       (*failed)[s.job->owner] = 1;
       continue;
     }
-    if (s.job->op == TransferRequest::WRITE) std::memcpy(buf, s.job->local + s.offset, s.len);
+    if (s.job->op == TransferRequest::WRITE &&
+        !CopyOut(s.device, buf, s.job->local + s.offset, s.len)) {
+      staging_->Free(buf);
+      (*failed)[s.job->owner] = 1;
+      continue;
+    }
     auto target = segments_->Open(*s.job->segment);  // opened by Sort
     round->reqs.push_back({s.job->op, buf, *target, s.job->remote + s.offset, s.len});
     round->owners.push_back(s.job->owner);
@@ -170,10 +193,11 @@ bool Copier::Transfer(const Round& round, std::vector<char>* failed) {
   return ended_inline;
 }
 
-void Copier::Unstage(const Round& round, const std::vector<char>& failed) {
+void Copier::Unstage(const Round& round, std::vector<char>* failed) {
   for (const auto& [s, buf] : round.staged) {
-    if (s->job->op == TransferRequest::READ && !failed[s->job->owner]) {
-      std::memcpy(s->job->local + s->offset, buf, s->len);
+    if (s->job->op == TransferRequest::READ && !(*failed)[s->job->owner] &&
+        !CopyOut(s->device, s->job->local + s->offset, buf, s->len)) {
+      (*failed)[s->job->owner] = 1;
     }
     staging_->Free(buf);
   }

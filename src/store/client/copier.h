@@ -1,5 +1,6 @@
 // Copier: moves the bytes of puts and gets between local memory and replicas. A job whose
-// replica is in this client's own segment is a memcpy; one in registered memory is an
+// replica is in this client's own segment is a memcpy (a device copy when the local memory
+// is device memory, device_copy.h); one in registered memory is an
 // engine request as it is; any other is staged through the local buffer (Staging) in
 // chunks of at most 4 MiB, as many rounds as the buffer needs. Every request ends (the
 // engine's timeouts bound a silent peer) before the staging memory it uses is reused.
@@ -61,6 +62,7 @@ class Copier {
     const Job* job;
     size_t offset;  // within the job
     size_t len;
+    bool device;  // the job's local memory is device memory (copied by the device backend)
   };
   struct Round {
     std::vector<TransferRequest> reqs;
@@ -79,8 +81,9 @@ class Copier {
   // One engine batch; marks the owners of the requests that did not complete. Returns
   // whether the batch had ended when its Submit returned.
   bool Transfer(const Round& round, std::vector<char>* failed);
-  // Copies staged reads out and frees the round's staging memory.
-  void Unstage(const Round& round, const std::vector<char>& failed);
+  // Copies staged reads out (a failed device copy fails its owner) and frees the round's
+  // staging memory.
+  void Unstage(const Round& round, std::vector<char>* failed);
 
   TransferEngine* const engine_;
   const std::string own_segment_;

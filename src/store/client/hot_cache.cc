@@ -1,7 +1,8 @@
 #include "store/client/hot_cache.h"
 
 #include <cstdlib>
-#include <cstring>
+
+#include "store/client/device_copy.h"
 
 namespace mooncake {
 namespace store {
@@ -74,7 +75,8 @@ bool HotCache::Read(const std::string& key, uint64_t version, uint64_t size,
   for (const Span& p : parts) {
     if (at == bytes->size()) break;
     const size_t n = std::min(p.size, bytes->size() - at);
-    std::memcpy(p.ptr, bytes->data() + at, n);
+    // The caller's memory may be device memory (device_copy.h); a failed copy is a miss.
+    if (!CopyBytes(p.ptr, bytes->data() + at, n).ok()) return false;
     at += n;
   }
   return true;
@@ -91,7 +93,7 @@ void HotCache::Fill(const std::string& key, uint64_t version, uint64_t size,
   for (const Span& p : parts) {
     if (at == size) break;
     const size_t n = std::min(p.size, size - at);
-    std::memcpy(bytes->data() + at, p.ptr, n);
+    if (!CopyBytes(bytes->data() + at, p.ptr, n).ok()) return;
     at += n;
   }
   if (at != size) return;  // the parts did not hold the value

@@ -46,8 +46,9 @@ class HotCache {
 
   explicit HotCache(Config config);
 
-  // Copies (key, version)'s value into `parts` (at least `size` bytes) and returns true when
-  // it is cached; version 0 (unknown) never hits.
+  // Copies (key, version)'s value into `parts` (at least `size` bytes; they may be device
+  // memory, device_copy.h) and returns true when it is cached; version 0 (unknown) never
+  // hits, and a failed device copy is a miss.
   bool Read(const std::string& key, uint64_t version, uint64_t size,
             const std::vector<Span>& parts);
   // Keeps a copy of `size` bytes of `parts` as (key, version)'s value, replacing any other

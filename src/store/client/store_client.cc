@@ -433,7 +433,9 @@ int StoreClient::RegisterBuffer(void* ptr, size_t size, bool remote_accessible) 
   // Upstream's dummies register ranges of their memory pool (alloc_from_mem_pool), which is
   // registered as a whole already: nothing to do but remember it.
   if (impl_->registrations.AddInPool(ptr, size)) return 0;
-  Status s = impl_->engine->RegisterLocalMemory(ptr, size, "cpu:0", remote_accessible);
+  // "*": the engine asks the device backend, so a CUDA tensor registers as cuda:N memory
+  // (which the engine moves with device copies) rather than as host memory the CPU touches.
+  Status s = impl_->engine->RegisterLocalMemory(ptr, size, "*", remote_accessible);
   if (!s.ok()) {
     LOG(WARNING) << "register_buffer: " << s.ToString();
     return ToInt(ErrorCode::INVALID_PARAMS);
