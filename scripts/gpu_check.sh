@@ -4,7 +4,9 @@
 #      interpreter has pybind11; where the build cannot be configured (missing -dev
 #      packages), the prebuilt bundle .gpu_bundle made by `gpu_check.sh --bundle` is used;
 #   2. the GPU tests: platform_device_test and device_test against the real CUDA backend
-#      (the device_gpu.* ctest cases), plus tests/python/test_cuda.py when torch sees a GPU;
+#      (the device_gpu.* ctest cases), store_client_device_test (the Store client's puts and
+#      gets with CUDA memory as the caller's buffers), plus tests/python/test_cuda.py and
+#      test_tensor_into_cuda.py when torch sees a GPU;
 #   3. the seed pair (examples/python/run_pair.sh) with cuda:0 tensors;
 #   4. the bench, 16 MiB blocks: GPU->GPU same host (cuda_ipc) beside a cudaMemcpy
 #      device-to-device baseline measured in the same run, GPU->host and host->GPU over TCP;
@@ -31,10 +33,10 @@ bundle() {
   local b=${MC_BUNDLE_BUILD_DIR:-build-gpu}
   cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || return 1
   ninja -C "$b" -j "${JOBS:-2}" device_test mp_peer platform_device_test transfer_engine_bench \
-    gpu_baseline || return 1
+    gpu_baseline store_client_device_test || return 1
   rm -rf .gpu_bundle && mkdir -p .gpu_bundle/lib
   for t in tests/device_test tests/mp_peer platform_device_test tools/transfer_engine_bench \
-           bench/gpu_baseline; do
+           bench/gpu_baseline src/store/client/store_client_device_test; do
     cp "$b/$t" .gpu_bundle/ || return 1
     # Every library but glibc's own travels (the GPU machine may lack the -dev packages).
     ldd "$b/$t" | awk '/=> \//{print $3}' |
@@ -63,7 +65,7 @@ start=$(date +%s)
 py=${PYTHON:-python3}
 pyopt=OFF
 "$py" -c 'import pybind11' 2>/dev/null && pyopt=ON
-bin_test=""; bin_peer=""; bin_unit=""; bin_bench=""; bin_base=""; pypath=""
+bin_test=""; bin_peer=""; bin_unit=""; bin_bench=""; bin_base=""; bin_store=""; pypath=""
 if cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMC_WERROR=OFF \
      -DMC_BUILD_PYTHON=$pyopt -DPython_EXECUTABLE="$(command -v "$py")" >"/tmp/gpu_check_cmake.log" 2>&1 &&
    ninja -C "$bdir" -j "$jobs" >"/tmp/gpu_check_build.log" 2>&1; then
@@ -71,8 +73,9 @@ if cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMC_WERROR=OFF \
   b=$root/$bdir
   bin_test=$b/tests/device_test; bin_peer=$b/tests/mp_peer
   bin_unit=$b/platform_device_test; bin_bench=$b/tools/transfer_engine_bench
-  bin_base=$b/bench/gpu_baseline
+  bin_base=$b/bench/gpu_baseline; bin_store=$b/src/store/client/store_client_device_test
   [ "$pyopt" = ON ] && pypath=$root/$bdir/python
+  export MC_MASTER_BIN=$b/src/store/mooncake_master
   row build ok "$bdir"
 elif [ -x .gpu_bundle/device_test ]; then
   note "build failed here (log: /tmp/gpu_check_cmake.log, /tmp/gpu_check_build.log): using .gpu_bundle"
@@ -81,7 +84,7 @@ elif [ -x .gpu_bundle/device_test ]; then
   b=$root/.gpu_bundle
   bin_test=$b/device_test; bin_peer=$b/mp_peer
   bin_unit=$b/platform_device_test; bin_bench=$b/transfer_engine_bench
-  bin_base=$b/gpu_baseline
+  bin_base=$b/gpu_baseline; bin_store=$b/store_client_device_test
   row build "SKIP (prebuilt bundle used)" "configure/build failed on this host"
 else
   note "build failed and no .gpu_bundle: see /tmp/gpu_check_cmake.log and /tmp/gpu_check_build.log"
@@ -92,7 +95,9 @@ export MC_TEST_MP_PEER=$bin_peer
 
 # 2. GPU tests (the real CUDA backend: MC_DEVICE_SIM unset, except in the script's own test).
 [ "$sim" = 1 ] || unset MC_DEVICE_SIM
-for t in "$bin_unit" "$bin_test"; do
+export MC_STORE_DEVICE_TEST_REAL=1  # store_client_device_test on the real backend
+for t in "$bin_unit" "$bin_test" "$bin_store"; do
+  [ -x "$t" ] || { row "$(basename "${t:-store_client_device_test}")" SKIP "not built"; continue; }
   name=$(basename "$t")
   if timeout 120 "$t" --gtest_brief=1 >"/tmp/gpu_check_$name.log" 2>&1; then
     skipped=$(grep -c '\[  SKIPPED \]' "/tmp/gpu_check_$name.log")
@@ -111,12 +116,12 @@ if [ -n "$pypath" ] &&
   have_torch_cuda=1
 fi
 if [ $have_torch_cuda = 1 ]; then
-  if PYTHONPATH=$pypath:$root/tests/python timeout 120 "$py" -m pytest -q tests/python/test_cuda.py \
-       >/tmp/gpu_check_pytest.log 2>&1; then
-    row "pytest test_cuda.py" ok "$(tail -n 1 /tmp/gpu_check_pytest.log)"
+  if PYTHONPATH=$pypath:$root/tests/python timeout 180 "$py" -m pytest -q tests/python/test_cuda.py \
+       tests/python/test_tensor_into_cuda.py >/tmp/gpu_check_pytest.log 2>&1; then
+    row "pytest test_cuda.py test_tensor_into_cuda.py" ok "$(tail -n 1 /tmp/gpu_check_pytest.log)"
   else
     failures=$((failures + 1)); tail -n 30 /tmp/gpu_check_pytest.log
-    row "pytest test_cuda.py" FAIL "log /tmp/gpu_check_pytest.log"
+    row "pytest test_cuda.py test_tensor_into_cuda.py" FAIL "log /tmp/gpu_check_pytest.log"
   fi
   if PYTHONPATH=$pypath PYTHON=$py timeout 150 examples/python/run_pair.sh >/tmp/gpu_check_pair.log 2>&1 &&
      grep -q 'target_device cuda:0' /tmp/gpu_check_pair.log; then

@@ -139,6 +139,15 @@ def parse(raw, total_length):
     return md
 
 
+def parse_prefix(raw):
+    """parse() of an object known only by its first HEADER_SIZE bytes: its length is taken to
+    be what the header says (data_offset + data_bytes); a read of its data checks that."""
+    if len(raw) < HEADER_SIZE:
+        return None
+    data_offset, data_bytes = _HEADER.unpack_from(raw, 0)[7:9]
+    return parse(raw, data_offset + data_bytes)
+
+
 def parse_at(ptr, total_length):
     """parse() of the object at address `ptr` (its first HEADER_SIZE bytes are read)."""
     if not ptr or total_length < HEADER_SIZE:

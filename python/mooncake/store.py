@@ -20,6 +20,7 @@ upstream's key names and shard manifest (mooncake/_parallel_spec.py).
 from .engine import _store
 from ._store_tensor import TensorMethods
 from ._store_tensor_read import TensorReadMethods, deserialize_tensor, serialize_tensor
+from ._store_tensor_device import TensorDeviceReadMethods
 from ._store_tensor_parallel import TensorParallelWriteMethods
 from ._store_tensor_parallel_read import TensorParallelReadMethods
 from ._parallel_spec import ParallelAxis, ReadTarget, TensorParallelism
@@ -58,7 +59,7 @@ def _size_of(value):
 
 
 class MooncakeDistributedStore(TensorParallelWriteMethods, TensorParallelReadMethods,
-                               TensorMethods, TensorReadMethods,
+                               TensorMethods, TensorReadMethods, TensorDeviceReadMethods,
                                _store.MooncakeDistributedStore):
     __doc__ = _store.MooncakeDistributedStore.__doc__
 

@@ -32,7 +32,10 @@ import traceback
 import urllib.request
 
 HERE = pathlib.Path(__file__).resolve().parent
-MASTER_BIN = pathlib.Path(sys.executable).parent / "mooncake_master"
+# The master installed beside the interpreter (scripts/python_test.sh's venv), or MC_MASTER_BIN
+# (scripts/gpu_check.sh runs these tests against a build directory).
+MASTER_BIN = pathlib.Path(os.environ.get("MC_MASTER_BIN")
+                          or pathlib.Path(sys.executable).parent / "mooncake_master")
 SERVERS = HERE.parents[1] / "scripts" / "store_servers.sh"
 
 
