@@ -66,7 +66,8 @@ py=${PYTHON:-python3}
 pyopt=OFF
 "$py" -c 'import pybind11' 2>/dev/null && pyopt=ON
 bin_test=""; bin_peer=""; bin_unit=""; bin_bench=""; bin_base=""; bin_store=""; pypath=""
-if cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMC_WERROR=OFF \
+if [ "${MC_GPU_CHECK_BUNDLE:-0}" != 1 ] &&  # MC_GPU_CHECK_BUNDLE=1: the bundle, no build
+   cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMC_WERROR=OFF \
      -DMC_BUILD_PYTHON=$pyopt -DPython_EXECUTABLE="$(command -v "$py")" >"/tmp/gpu_check_cmake.log" 2>&1 &&
    ninja -C "$bdir" -j "$jobs" >"/tmp/gpu_check_build.log" 2>&1; then
   note "built in $bdir ($(( $(date +%s) - start )) s)"
@@ -95,7 +96,7 @@ export MC_TEST_MP_PEER=$bin_peer
 
 # 2. GPU tests (the real CUDA backend: MC_DEVICE_SIM unset, except in the script's own test).
 [ "$sim" = 1 ] || unset MC_DEVICE_SIM
-export MC_STORE_DEVICE_TEST_REAL=1  # store_client_device_test on the real backend
+[ "$sim" = 1 ] || export MC_STORE_DEVICE_TEST_REAL=1  # store_client_device_test: the real backend
 for t in "$bin_unit" "$bin_test" "$bin_store"; do
   [ -x "$t" ] || { row "$(basename "${t:-store_client_device_test}")" SKIP "not built"; continue; }
   name=$(basename "$t")
