@@ -53,7 +53,7 @@
 #include "store/common/limits.h"
 #include "store/master/master_http.h"
 #include "store/master/master_service.h"
-#include "store/master/metrics_server.h"
+#include "store/common/metrics_server.h"
 
 namespace {
 

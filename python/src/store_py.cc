@@ -45,8 +45,14 @@ std::vector<int64_t> FetchMany(PyStore& s, const char* method,
                                const std::vector<std::string>& keys, Make make) {
   auto c = s.Get(method);
   if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
+  // Upstream's get and get_batch read through its get_buffer and batch_get_buffer.
+  const std::string m = method;
+  const bool batch = m == "get_batch" || m == "batch_get_buffer";
+  OpTimer op(c.get(), store::OpKind::kRead, batch ? "batch_get_buffer" : "get_buffer");
   py::gil_scoped_release release;
-  return c->BatchGetWith(keys, make);
+  auto rc = c->BatchGetWith(keys, make);
+  op.Done(!rc.empty() && rc[0] >= 0, batch, BytesRead(rc));
+  return rc;
 }
 
 // Each key's object as bytes (b"" for a missing key or a failed read). Called with the GIL.
@@ -89,6 +95,21 @@ std::vector<py::object> GetBuffers(PyStore& s, const char* method,
 
 }  // namespace
 
+uint64_t BytesPut(const std::vector<std::vector<Span>>& parts, const std::vector<int>& codes) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < parts.size() && i < codes.size(); ++i) {
+    if (codes[i] != 0) continue;
+    for (const Span& p : parts[i]) n += p.size;
+  }
+  return n;
+}
+
+uint64_t BytesRead(const std::vector<int64_t>& results) {
+  uint64_t n = 0;
+  for (int64_t r : results) n += r > 0 ? r : 0;
+  return n;
+}
+
 std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<std::string>& keys,
                              const std::vector<std::vector<Span>>& parts,
                              const PyReplicateConfig& config, bool upsert) {
@@ -96,9 +117,20 @@ std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<s
   auto c = s.Get(method);
   // upstream: an upsert on a store not set up answers INVALID_PARAMS
   if (!c) return std::vector<int>(keys.size(), upsert ? ToInt(ErrorCode::INVALID_PARAMS) : kNotReady);
-  if (upsert) return c->BatchUpsert(keys, parts, config.ToCpp());
-  auto codes = c->BatchPut(keys, parts, config.ToCpp());
-  for (int& code : codes) code = PutCode(code);
+  const bool batch = std::string(method).find("batch") != std::string::npos;
+  OpTimer op(c.get(), store::OpKind::kWrite, method);
+  std::vector<int> codes;
+  if (keys.size() == 1 && parts.size() == 1) {  // upstream's Put / Upsert (its put latency)
+    codes = {upsert ? c->Upsert(keys[0], parts[0], config.ToCpp())
+                    : c->Put(keys[0], parts[0], config.ToCpp())};
+  } else {
+    codes = upsert ? c->BatchUpsert(keys, parts, config.ToCpp())
+                   : c->BatchPut(keys, parts, config.ToCpp());
+  }
+  if (!upsert) {
+    for (int& code : codes) code = PutCode(code);
+  }
+  op.Done(!codes.empty() && codes[0] == 0, batch, BytesPut(parts, codes));
   return codes;
 }
 
@@ -184,9 +216,9 @@ void BindStore(py::module_& m) {
       "global_segment_size bytes. engine: a mooncake.engine.TransferEngine or its get_engine(). "
       "local_buffer_size may be 0 (then only registered memory can be put or got). "
       "tenant_id: this client's tenant (a master in strict multi-tenant mode keeps its keys "
-      "apart and charges its quota). enable_ssd_offload and enable_client_http_server are "
-      "upstream features this build lacks: refused (-600) with a log line. 0 or a negative "
-      "error code.");
+      "apart and charges its quota). enable_client_http_server: serve /metrics, "
+      "/metrics/summary and /health on client_http_port. enable_ssd_offload is an upstream "
+      "feature this build lacks: refused (-600) with a log line. 0 or a negative error code.");
   c.def("setup", &PyStore::SetupDict, py::arg("config"),
         "setup from a dict: local_hostname and metadata_server required; sizes may be ints or "
         "strings such as \"16MB\".");
@@ -214,7 +246,10 @@ void BindStore(py::module_& m) {
         auto cl = s.Get("put");
         if (!cl) return kNotReady;
         py::gil_scoped_release release;
-        return PutCode(cl->Put(key, {v.span()}, config.ToCpp()));
+        OpTimer op(cl.get(), store::OpKind::kWrite, "put");
+        const int rc = PutCode(cl->Put(key, {v.span()}, config.ToCpp()));
+        op.Done(rc == 0, false, v.span().size);
+        return rc;
       },
       py::arg("key"), py::arg("value"), py::arg("config") = kDefault);
   c.def(
@@ -231,7 +266,10 @@ void BindStore(py::module_& m) {
         auto cl = s.Get("put_parts");
         if (!cl) return kNotReady;
         py::gil_scoped_release release;
-        return PutCode(cl->Put(key, spans, config.ToCpp()));
+        OpTimer op(cl.get(), store::OpKind::kWrite, "put_parts");
+        const int rc = PutCode(cl->Put(key, spans, config.ToCpp()));
+        op.Done(rc == 0, false, BytesPut({spans}, {rc}));
+        return rc;
       },
       py::arg("key"), py::arg("config") = kDefault);
   c.def(

@@ -7,6 +7,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "mooncake/store/dummy_client.h"
+#include "store/client/client_http.h"
+#include "store/client/client_metrics.h"
 #include "mooncake/store/store_client.h"
 #include "mooncake/store/error_code.h"
 
@@ -90,11 +93,40 @@ inline int PutCode(int code) {
   return code == ToInt(ErrorCode::OBJECT_ALREADY_EXISTS) ? 0 : code;
 }
 
+// One call of the Python API, for the client's per-interface metrics (upstream's
+// mooncake_transfer_{read,write}_operation_*{op_name}, client_metrics.h): timed from its
+// construction; Done records it with the bytes moved. As upstream, a call of one key is
+// recorded when it succeeded, a batch always. Nothing when the client has no metrics.
+class OpTimer {
+ public:
+  OpTimer(const StoreClient* c, store::OpKind kind, const char* op)
+      : metrics_(c != nullptr ? c->metrics() : nullptr), kind_(kind), op_(op) {}
+  void Done(bool succeeded, bool batch, uint64_t bytes) {
+    if (metrics_ == nullptr || (!batch && !succeeded)) return;
+    metrics_->ObserveOp(kind_, op_, bytes,
+                        std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::steady_clock::now() - start_)
+                            .count());
+  }
+
+ private:
+  store::ClientMetrics* const metrics_;
+  const store::OpKind kind_;
+  const char* const op_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// The bytes of the parts of the keys whose code is 0 / of the positive results.
+uint64_t BytesPut(const std::vector<std::vector<Span>>& parts, const std::vector<int>& codes);
+uint64_t BytesRead(const std::vector<int64_t>& results);
+
 // setup()'s keyword arguments beyond the engine's. tenant_id goes to the client ("" is
-// "default"; an invalid one fails setup with INVALID_PARAMS, saying why). The others are
-// upstream features this build does not have: accepted at their defaults, anything else
-// refused (INVALID_PARAMS) with a line naming the argument, since ignoring it would change
-// what the caller gets (no SSD tier, no client HTTP server).
+// "default"; an invalid one fails setup with INVALID_PARAMS, saying why).
+// enable_client_http_server starts the client's HTTP port (store/client/client_http.h) on
+// client_http_port (1..65535, else INVALID_PARAMS); a port that cannot be bound is logged
+// and setup succeeds without it, as upstream. enable_ssd_offload is an upstream feature this
+// build does not have: True is refused (INVALID_PARAMS) with a line saying so, since ignoring
+// it would change what the caller gets (no SSD tier).
 struct SetupExtras {
   bool enable_ssd_offload = false;
   std::string ssd_offload_path;
@@ -136,6 +168,9 @@ class PyStore {
   std::mutex mu_;
   std::shared_ptr<StoreClient> client_;
   std::shared_ptr<store::DummyClient> dummy_;  // set by setup_dummy
+  // The client HTTP port (setup's enable_client_http_server); its handler calls Get(), so it
+  // is stopped without mu_ held, and goes first when the store is destroyed.
+  std::unique_ptr<store::MetricsServer> http_;
 };
 
 using Release = py::call_guard<py::gil_scoped_release>;

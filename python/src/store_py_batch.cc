@@ -23,7 +23,16 @@ std::vector<int64_t> GetIntoMany(PyStore& s, const char* method,
                                  const std::vector<std::vector<Span>>& parts) {
   auto c = s.Get(method);
   if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
-  return c->BatchGet(keys, parts);
+  const bool batch = std::string(method).find("batch") != std::string::npos;
+  OpTimer op(c.get(), store::OpKind::kRead, method);
+  std::vector<int64_t> rc;
+  if (keys.size() == 1 && parts.size() == 1) {
+    rc = {c->Get(keys[0], parts[0])};  // upstream's Get (its get latency)
+  } else {
+    rc = c->BatchGet(keys, parts);
+  }
+  op.Done(!rc.empty() && rc[0] >= 0, batch, BytesRead(rc));
+  return rc;
 }
 
 // The first failure of a batch, or 0 (put_batch / upsert_batch return one code).
@@ -120,7 +129,9 @@ std::vector<std::vector<std::vector<int64_t>>> GetIntoRanges(
   std::vector<int64_t> got;
   {
     py::gil_scoped_release release;
+    OpTimer op(c.get(), store::OpKind::kRead, "get_into_ranges");
     got = c->GetRanges(keys, ranges);
+    op.Done(true, true, BytesRead(got));
   }
   for (size_t r = 0; r < ranges.size(); ++r) {
     auto [i, j, k] = where[r];
@@ -159,7 +170,13 @@ std::vector<int64_t> SessionRangeCall(PyStore& s, const char* method, const char
       ranges.push_back({i, offsets[i][j], {reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}});
     }
   }
+  // Both session range calls are upstream interfaces of their own names; the put one writes.
+  OpTimer op(cl.get(),
+             std::string(method).find("put") != std::string::npos ? store::OpKind::kWrite
+                                                                  : store::OpKind::kRead,
+             method);
   std::vector<int64_t> out = run(*cl, ranges);
+  op.Done(true, true, BytesRead(out));
   for (size_t i = 0; i < keys.size(); ++i) {
     if (bad[i]) out[i] = ToInt(ErrorCode::INVALID_PARAMS);
   }

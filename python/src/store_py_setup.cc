@@ -59,10 +59,15 @@ std::optional<bool> ParseBool(const py::object& v) {
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
   if (py::isinstance<py::int_>(v)) return v.cast<long long>() != 0;
   if (!py::isinstance<py::str>(v)) return std::nullopt;
+  // upstream's TryParseBool: case and surrounding spaces ignored; "enable" / "disable" too.
   std::string t = v.cast<std::string>();
+  const auto b = t.find_first_not_of(" \t"), e = t.find_last_not_of(" \t");
+  t = b == std::string::npos ? "" : t.substr(b, e - b + 1);
   for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
-  if (t == "0" || t == "false" || t == "no" || t == "off" || t.empty()) return false;
+  if (t == "1" || t == "true" || t == "yes" || t == "on" || t == "enable") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off" || t == "disable" || t.empty()) {
+    return false;
+  }
   return std::nullopt;
 }
 
@@ -132,9 +137,8 @@ int SetupExtras::Check() const {
                     "build (no ssd tier); leave it False";
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
-  if (enable_client_http_server) {
-    LOG(WARNING) << "setup: enable_client_http_server=True: the client HTTP server is not "
-                    "provided by this build; leave it False";
+  if (enable_client_http_server && (client_http_port <= 0 || client_http_port > 65535)) {
+    LOG(WARNING) << "setup: client_http_port " << client_http_port << " is not a port (1..65535)";
     return ToInt(ErrorCode::INVALID_PARAMS);
   }
   return 0;
@@ -187,6 +191,18 @@ int PyStore::Setup(const std::string& local_hostname, const std::string& metadat
   auto client = StoreClient::Create(std::move(o), &code, &message);
   if (!client) return code != 0 ? code : ToInt(ErrorCode::INTERNAL_ERROR);
   client_ = std::shared_ptr<StoreClient>(std::move(client));
+  if (extras.enable_client_http_server) {
+    auto server = store::StartClientHttp(extras.client_http_port, [this] { return Get(); });
+    if (server.ok()) {
+      http_ = std::move(server).value();
+      LOG(INFO) << "client HTTP server on port " << extras.client_http_port
+                << ": /metrics, /metrics/summary, /health";
+    } else {
+      LOG(WARNING) << "Failed to start client HTTP server on port " << extras.client_http_port
+                   << " (" << server.status().message()
+                   << "); continuing without HTTP endpoints";
+    }
+  }
   return 0;
 }
 
@@ -245,6 +261,17 @@ int PyStore::SetupDict(const py::dict& config) {
     *field = *b;
   }
   if (config.contains("tenant_id")) extras.tenant_id = py::str(config["tenant_id"]);
+  if (config.contains("client_http_port")) {
+    // An int, or a string of one (spaces around it allowed), as upstream's TryParseInteger.
+    std::string v = py::str(config["client_http_port"]);
+    const auto b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
+    v = b == std::string::npos ? "" : v.substr(b, e - b + 1);
+    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) {
+      LOG(WARNING) << "setup: client_http_port '" << v << "' is not a port number";
+      return ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    extras.client_http_port = std::stoi(v);
+  }
   return Setup(*host, *meta, *gseg, *lbuf, *proto, *rdma, *master, engine, extras);
 }
 
@@ -281,11 +308,14 @@ uint64_t PyStore::AllocFromMemPool(size_t size) {
 int PyStore::Close() {
   std::shared_ptr<StoreClient> c;
   std::shared_ptr<store::DummyClient> d;
+  std::unique_ptr<store::MetricsServer> http;
   {
     std::lock_guard<std::mutex> lock(mu_);
     c.swap(client_);
     d.swap(dummy_);
+    http.swap(http_);
   }
+  http.reset();  // its handler takes mu_: stopped without it
   d.reset();  // stops watching the real client; the client closes with its last user
   if (!c) return 0;
   // Calls in flight hold their own reference; the last one to finish closes the client.

@@ -28,6 +28,7 @@ class TransferEngine;
 
 namespace store {
 
+class ClientMetrics;
 class MasterStub;
 
 struct ReplicateConfig {
@@ -66,6 +67,9 @@ struct StoreClientOptions {
   // etcd:// only: how long after its start a call that finds the leader gone may wait for the
   // next one and be sent to it (and how long setup waits for a leader to be named).
   std::chrono::milliseconds failover_timeout{10000};
+  // The client_mode label of its metrics (client_metrics.h): "real", or "dummy" for the store
+  // client of a dummy (upstream's values).
+  std::string client_mode = "real";
   // A running engine to share (the Python `engine=` argument); null: the client makes its own.
   std::shared_ptr<TransferEngine> engine;
   // The master to call in place of master_server_addr's (tests: an in-process master,
@@ -103,6 +107,12 @@ class StoreClient {
   Span local_buffer() const;
   // 0 when the master answers, RPC_FAIL otherwise.
   int HealthCheck();
+  // Its metrics (src/store/client/client_metrics.h: upstream's client metrics and summary);
+  // null when MC_STORE_CLIENT_METRIC turned them off.
+  ClientMetrics* metrics() const;
+  // False once the heartbeat's last ping of the master failed (or after Close); no call is
+  // made (the client HTTP server's /health).
+  bool master_reachable() const;
 
   // The object is the concatenation of `parts`. 0, OBJECT_ALREADY_EXISTS, NO_AVAILABLE_HANDLE...
   int Put(const std::string& key, const std::vector<Span>& parts, const ReplicateConfig& config);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "platform/device.h"
+#include "store/client/client_metrics.h"
 #include "store/client/device_copy.h"
 #include "store/client/opened_segments.h"
 #include "store/client/registrations.h"
@@ -41,14 +42,16 @@ void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
 }
 
 Copier::Copier(TransferEngine* engine, std::string own_segment, Registrations* registrations,
-               Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout)
+               Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout,
+               ClientMetrics* metrics)
     : engine_(engine),
       own_segment_(std::move(own_segment)),
       registrations_(registrations),
       staging_(staging),
       segments_(segments),
       timeout_(timeout),
-      chunk_(staging ? std::min(kMaxStagingChunk, staging->capacity()) : 0) {}
+      chunk_(staging ? std::min(kMaxStagingChunk, staging->capacity()) : 0),
+      metrics_(metrics) {}
 
 void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed) {
   Round round;
@@ -64,6 +67,15 @@ void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed) {
     Unstage(round, failed);
   }
   copies_inline_.store(all_inline, std::memory_order_relaxed);
+  if (metrics_ != nullptr) {  // the bytes of the jobs whose object or range completed
+    uint64_t read = 0, written = 0;
+    for (const Job& job : jobs) {
+      if ((*failed)[job.owner]) continue;
+      (job.op == TransferRequest::READ ? read : written) += job.len;
+    }
+    if (read > 0) metrics_->AddRead(read);
+    if (written > 0) metrics_->AddWrite(written);
+  }
 }
 
 void Copier::Sort(const std::vector<Job>& jobs, std::vector<char>* failed, Round* direct,

@@ -22,6 +22,7 @@
 namespace mooncake {
 namespace store {
 
+class ClientMetrics;
 class OpenedSegments;
 class Registrations;
 class Staging;
@@ -45,8 +46,10 @@ class Copier {
  public:
   // `own_segment`: this client's segment name (its replicas are memcpy'd). `staging` may
   // be null (no local buffer: callers refuse unregistered memory before they copy).
+  // `metrics` (may be null) counts the bytes of the jobs that complete.
   Copier(TransferEngine* engine, std::string own_segment, Registrations* registrations,
-         Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout);
+         Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout,
+         ClientMetrics* metrics = nullptr);
 
   // Runs the jobs (skipping those whose owner has failed already); sets failed[owner] for
   // every job that did not complete.
@@ -92,6 +95,7 @@ class Copier {
   OpenedSegments* const segments_;
   const std::chrono::milliseconds timeout_;
   const size_t chunk_;  // staged chunk bytes; 0: no staging
+  ClientMetrics* const metrics_;
   std::atomic<bool> copies_inline_{false};
 };
 

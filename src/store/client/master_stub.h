@@ -51,6 +51,8 @@ class MasterStub {
       return p_->Finish(response, own_calls);
     }
     bool MayHaveArrived() const { return p_->MayHaveArrived(); }
+    // The call itself, for a stub that wraps another's (metered_master_stub.h).
+    std::unique_ptr<Pending> TakePending() { return std::move(p_); }
 
    private:
     std::unique_ptr<Pending> p_;

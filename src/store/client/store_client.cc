@@ -45,6 +45,7 @@ int StoreClient::Impl::Start(std::string* message) {
                 "least " + std::to_string(kMinLocalBuffer) +
                     " bytes (it stages puts and gets of unregistered memory)");
   }
+  metrics = ClientMetrics::Create(ClientMetrics::OptionsFromEnv(), opt.client_mode);
   // A call connects (again, after a master restart) when it has no connection: no backoff.
   if (opt.master) {
     master = opt.master;
@@ -62,6 +63,7 @@ int StoreClient::Impl::Start(std::string* message) {
     }
     master = std::move(m).value();
   }
+  if (metrics) master = std::make_shared<MeteredMasterStub>(master, metrics.get());
   {
     rpc::PingRequest req;
     req.set_client_id(client_id);
@@ -153,7 +155,7 @@ int StoreClient::Impl::StartMemory(std::string* message) {
     segment_prefault = Prefaulter::Start(segment, opt.global_segment_size, "the global segment");
   }
   copier = std::make_unique<Copier>(engine.get(), seg_name, &registrations, staging.get(),
-                                    segments.get(), opt.transfer_timeout);
+                                    segments.get(), opt.transfer_timeout, metrics.get());
   return 0;
 }
 
@@ -259,30 +261,61 @@ int StoreClient::HealthCheck() {
   return Impl::Checked("health_check", impl_->master->Ping(req, &resp));
 }
 
+namespace {
+
+// Observes a call's duration into one of the client's latency histograms (none when the
+// metrics are off), as upstream times its Put / Get / BatchPut / BatchGet.
+class Timed {
+ public:
+  explicit Timed(LatencyHistogram* h) : h_(h) {}
+  ~Timed() {
+    if (h_ != nullptr) {
+      h_->Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - start_)
+                      .count());
+    }
+  }
+
+ private:
+  LatencyHistogram* const h_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+LatencyHistogram* StoreClient::Impl::Latency(LatencyHistogram ClientMetrics::*which) const {
+  return metrics ? &(metrics.get()->*which) : nullptr;
+}
+
 int StoreClient::Put(const std::string& key, const std::vector<Span>& parts,
                      const ReplicateConfig& config) {
+  Timed t(impl_->Latency(&ClientMetrics::put_latency));
   return impl_->PutMany({key}, {parts}, config)[0];
 }
 
 std::vector<int> StoreClient::BatchPut(const std::vector<std::string>& keys,
                                        const std::vector<std::vector<Span>>& parts,
                                        const ReplicateConfig& config) {
+  Timed t(impl_->Latency(&ClientMetrics::batch_put_latency));
   return impl_->PutMany(keys, parts, config);
 }
 
 int StoreClient::Upsert(const std::string& key, const std::vector<Span>& parts,
                         const ReplicateConfig& config) {
+  Timed t(impl_->Latency(&ClientMetrics::put_latency));
   return impl_->PutMany({key}, {parts}, config, /*upsert=*/true)[0];
 }
 
 std::vector<int> StoreClient::BatchUpsert(const std::vector<std::string>& keys,
                                           const std::vector<std::vector<Span>>& parts,
                                           const ReplicateConfig& config) {
+  Timed t(impl_->Latency(&ClientMetrics::batch_put_latency));
   return impl_->PutMany(keys, parts, config, /*upsert=*/true);
 }
 
 int64_t StoreClient::Get(const std::string& key, const std::vector<Span>& parts) {
-  return BatchGet({key}, {parts})[0];
+  Timed t(impl_->Latency(&ClientMetrics::get_latency));
+  return impl_->GetMany({key}, [&](size_t, uint64_t) { return parts; })[0];
 }
 
 std::vector<int64_t> StoreClient::BatchGet(const std::vector<std::string>& keys,
@@ -291,12 +324,21 @@ std::vector<int64_t> StoreClient::BatchGet(const std::vector<std::string>& keys,
     LOG(WARNING) << "get: " << keys.size() << " keys but " << parts.size() << " buffers";
     return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
   }
+  Timed t(impl_->Latency(&ClientMetrics::batch_get_latency));
   return impl_->GetMany(keys, [&](size_t i, uint64_t) { return parts[i]; });
 }
 
 std::vector<int64_t> StoreClient::BatchGetWith(const std::vector<std::string>& keys,
                                                const PartsFor& parts_for) {
+  Timed t(impl_->Latency(keys.size() == 1 ? &ClientMetrics::get_latency
+                                          : &ClientMetrics::batch_get_latency));
   return impl_->GetMany(keys, parts_for);
+}
+
+ClientMetrics* StoreClient::metrics() const { return impl_->metrics.get(); }
+
+bool StoreClient::master_reachable() const {
+  return !impl_->closed.load() && !impl_->master_lost();
 }
 
 namespace {

@@ -34,7 +34,9 @@
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
 #include "store/client/client_port.h"
+#include "store/client/client_metrics.h"
 #include "store/client/copier.h"
+#include "store/client/metered_master_stub.h"
 #include "store/client/heartbeat.h"
 #include "store/client/hot_cache.h"
 #include "store/client/master_stub.h"
@@ -120,10 +122,17 @@ class StoreClient::Impl {
                                   const std::vector<KeyPlan>& plans,
                                   const std::vector<StoreClient::RangeRead>& ranges);
 
+  bool master_lost() const { return master_lost_.load(); }
+  // The histogram `which` of the metrics; null when they are off.
+  LatencyHistogram* Latency(LatencyHistogram ClientMetrics::*which) const;
+
   // Every member below is set by Start and constant until Close, but for those that lock
   // themselves.
   const StoreClientOptions opt;
   const std::string client_id;
+  // Null when MC_STORE_CLIENT_METRIC turns them off. Before `master`, which counts into it
+  // (a MeteredMasterStub) and so must go first.
+  std::unique_ptr<ClientMetrics> metrics;
   std::shared_ptr<MasterStub> master;
   std::shared_ptr<TransferEngine> engine;
   std::unique_ptr<PortHold> port_hold;  // the port of seg_name, when client_port.h added one
@@ -171,7 +180,8 @@ class StoreClient::Impl {
 
   // Start's thread, then the heartbeat's only.
   bool mounted_once_ = false;  // later mounts are remounts (MountSegmentRequest.remount)
-  bool master_lost_ = false;   // the last ping failed (logged once)
+  // The last heartbeat's ping failed (logged once); read by master_reachable() from any thread.
+  std::atomic<bool> master_lost_{false};
   std::unique_ptr<Heartbeat> heartbeat_;
 };
 

@@ -72,7 +72,7 @@
 #include "common/thread_annotations.h"
 #include "store/ha/ha_view.h"
 #include "store/master/master_service.h"
-#include "store/master/metrics_server.h"
+#include "store/common/metrics_server.h"
 #include "store/tenants/tenant_policy.h"
 
 namespace mooncake {

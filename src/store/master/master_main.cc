@@ -26,7 +26,7 @@
 #include "store/master/master_rpc.h"
 #include "store/master/master_service.h"
 #include "store/master/master_http.h"
-#include "store/master/metrics_server.h"
+#include "store/common/metrics_server.h"
 #include "store/rpc/rpc_server.h"
 #include "metadata/http_server/metadata_http_server.h"
 

@@ -164,6 +164,7 @@ std::unique_ptr<DummyClient> DummyClient::Create(uint64_t mem_pool_size,
   impl->fd_ = std::move(fd).value();
   const RealClientConfig& rc = impl->config;
   StoreClientOptions o;
+  o.client_mode = "dummy";  // its metrics' label (upstream's)
   o.local_hostname = rc.host;
   o.metadata_server = rc.metadata_server;
   o.protocol = rc.protocol.empty() ? "tcp" : rc.protocol;

@@ -22,6 +22,7 @@
 #include "common/net.h"
 #include "mooncake/options.h"
 #include "mooncake/store/store_client.h"
+#include "store/client/client_http.h"
 #include "store/common/binary_main.h"
 #include "store/real_client/real_client_server.h"
 
@@ -44,6 +45,11 @@ DEFINE_int32(threads, 1,
 DEFINE_string(tenant_id, "default",
               "Tenant of this client and its dummies: with a master in strict multi-tenant "
               "mode (--enable_multi_tenants) their keys and quota are this tenant's");
+
+DEFINE_bool(enable_http_server, false,
+            "Enable embedded HTTP server for health check and metrics (/health, /metrics, "
+            "/metrics/summary on --http_port)");
+DEFINE_int32(http_port, 9300, "Port of the HTTP server of --enable_http_server");
 
 namespace {
 
@@ -99,6 +105,9 @@ int main(int argc, char* argv[]) {
       "mooncake_client: a standalone Mooncake Store client serving dummies", &argc, &argv);
   using mooncake::store::Fail;
   if (FLAGS_port <= 0 || FLAGS_port > 65535) return Fail("--port must be 1..65535");
+  if (FLAGS_enable_http_server && (FLAGS_http_port <= 0 || FLAGS_http_port > 65535)) {
+    return Fail("--http_port must be 1..65535");
+  }
   auto gseg = ParseByteSize(FLAGS_global_segment_size);
   auto lbuf = ParseByteSize(FLAGS_local_buffer_size);
   if (!gseg) return Fail("--global_segment_size '" + FLAGS_global_segment_size + "' is not a size");
@@ -119,8 +128,21 @@ int main(int argc, char* argv[]) {
   o.tenant_id = FLAGS_tenant_id;  // checked by setup (INVALID_PARAMS, saying why)
   int code = 0;
   std::string message;
-  auto client = mooncake::store::StoreClient::Create(o, &code, &message);
+  std::shared_ptr<mooncake::store::StoreClient> client =
+      mooncake::store::StoreClient::Create(o, &code, &message);
   if (!client) return Fail("store client setup failed (" + std::to_string(code) + "): " + message);
+  std::unique_ptr<mooncake::store::MetricsServer> http;
+  if (FLAGS_enable_http_server) {
+    auto server = mooncake::store::StartClientHttp(FLAGS_http_port, [client] { return client; });
+    if (server.ok()) {
+      http = std::move(server).value();
+      LOG(INFO) << "HTTP server on port " << FLAGS_http_port
+                << ": /health, /metrics, /metrics/summary";
+    } else {
+      LOG(WARNING) << "Failed to start client HTTP server on port " << FLAGS_http_port << " ("
+                   << server.status().message() << "); continuing without HTTP endpoints";
+    }
+  }
 
   const std::string segment = client->segment_name();
   mooncake::store::RealClientConfig config;
@@ -151,6 +173,7 @@ int main(int argc, char* argv[]) {
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   LOG(INFO) << "Real client stopping";
   server.Stop();
+  http.reset();
   client->Close();
   return 0;
 }

@@ -1,4 +1,4 @@
-#include "store/master/metrics_server.h"
+#include "store/common/metrics_server.h"
 
 #include <cctype>
 #include <exception>

@@ -1,5 +1,6 @@
-// MetricsServer: the master's HTTP port (/metrics and the other read-only endpoints of
-// master_http.h), a small event-driven HTTP/1.x server.
+// MetricsServer: a small event-driven HTTP/1.x server for the Store's HTTP ports: the master's
+// (/metrics and the other endpoints of master_http.h) and a client's (client_http.h: /metrics,
+// /metrics/summary, /health).
 //
 // One thread polls every connection (a PollServer), so idle or slow clients cost a file descriptor
 // each and never a worker (cpp-httplib's pool of 8 threads, each held by a connection for up to its

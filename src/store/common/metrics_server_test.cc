@@ -1,7 +1,7 @@
 // MetricsServer: answers GET /metrics beside more idle connections than it keeps, closes
 // connections that miss the request deadline, refuses oversized and foreign requests, and
 // refuses a port in use.
-#include "store/master/metrics_server.h"
+#include "store/common/metrics_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -1,0 +1,395 @@
+#include "store/client/client_metrics.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace mooncake {
+namespace store {
+
+namespace {
+
+std::string Trimmed(const char* v) {
+  std::string s(v);
+  auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// upstream's TryParseBool: 1/true/yes/on/enable, 0/false/no/off/disable (case and spaces ignored).
+bool EnvBool(const char* name, bool fallback) {
+  const char* v = getenv(name);
+  if (v == nullptr) return fallback;
+  const std::string s = Trimmed(v);
+  if (s == "1" || s == "true" || s == "yes" || s == "on" || s == "enable") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off" || s == "disable") return false;
+  LOG(WARNING) << name << "=" << v << " is not a boolean (1/true/yes/on/enable or "
+               << "0/false/no/off/disable): " << (fallback ? "on" : "off") << " kept";
+  return fallback;
+}
+
+uint64_t EnvSeconds(const char* name) {
+  const char* v = getenv(name);
+  if (v == nullptr) return 0;
+  std::string s = Trimmed(v);
+  if (!s.empty() && s[0] == '+') s.erase(0, 1);
+  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), ::isdigit)) {
+    LOG(WARNING) << name << "=" << v << " is not a whole number of seconds: 0 (no report) kept";
+    return 0;
+  }
+  return std::stoull(s);
+}
+
+std::string Rate(double bytes_per_s) {
+  static const char* const kUnits[] = {" B/s", " KB/s", " MB/s", " GB/s", " TB/s"};
+  int u = 0;
+  while (bytes_per_s >= 1024 && u < 4) {
+    bytes_per_s /= 1024;
+    ++u;
+  }
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%.2f%s", bytes_per_s, kUnits[u]);
+  return buf;
+}
+
+void Header(const char* name, const char* help, const char* type, std::string* out) {
+  *out += "# HELP ";
+  *out += name;
+  *out += ' ';
+  *out += help;
+  *out += "\n# TYPE ";
+  *out += name;
+  *out += ' ';
+  *out += type;
+  *out += '\n';
+}
+
+void Sample(const std::string& name, const std::string& labels, uint64_t v, std::string* out) {
+  *out += name;
+  *out += labels;
+  *out += ' ';
+  *out += std::to_string(v);
+  *out += '\n';
+}
+
+// labels "{a="b"}" plus one more pair.
+std::string With(const std::string& labels, const char* name, const std::string& value) {
+  std::string pair = std::string(name) + "=\"" + value + "\"";
+  if (labels.empty()) return "{" + pair + "}";
+  return labels.substr(0, labels.size() - 1) + "," + pair + "}";
+}
+
+}  // namespace
+
+std::string ByteSizeString(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%.2f %s", v, kUnits[u]);
+  return buf;
+}
+
+// ---- LatencyHistogram ----
+
+void LatencyHistogram::Observe(uint64_t us) {
+  const auto it = std::lower_bound(kBucketsUs.begin(), kBucketsUs.end(), us);
+  buckets_[it - kBucketsUs.begin()].fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(us, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void LatencyHistogram::Write(const std::string& name, const std::string& labels,
+                             std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= kBucketsUs.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    const std::string le = i < kBucketsUs.size() ? std::to_string(kBucketsUs[i]) : "+Inf";
+    Sample(name + "_bucket", With(labels, "le", le), cumulative, out);
+  }
+  Sample(name + "_sum", labels, sum_.load(std::memory_order_relaxed), out);
+  // The count is the buckets' total, so that the exposition is consistent however the
+  // observations interleave with this read.
+  Sample(name + "_count", labels, cumulative, out);
+}
+
+std::string LatencyHistogram::Brief() const {
+  std::array<uint64_t, kBucketsUs.size() + 1> b{};
+  uint64_t n = 0;
+  for (size_t i = 0; i < b.size(); ++i) n += (b[i] = buckets_[i].load(std::memory_order_relaxed));
+  if (n == 0) return "No data";
+  auto bound = [](size_t i) {
+    return i < kBucketsUs.size() ? "<" + std::to_string(kBucketsUs[i]) + "μs"
+                                 : ">" + std::to_string(kBucketsUs.back()) + "μs";
+  };
+  const uint64_t target = std::max<uint64_t>(1, n * 95 / 100);
+  size_t p95 = 0, max = 0;
+  uint64_t cumulative = 0;
+  bool found = false;
+  for (size_t i = 0; i < b.size(); ++i) {
+    cumulative += b[i];
+    if (!found && cumulative >= target) {
+      p95 = i;
+      found = true;
+    }
+    if (b[i] > 0) max = i;
+  }
+  return "count=" + std::to_string(n) + ", p95" + bound(p95) + ", max" + bound(max);
+}
+
+// ---- ClientMetrics ----
+
+// Upstream's rpc_name values for this client's master calls (rpc_wire.h's methods; a call of
+// one key and of several are upstream's single and Batch forms).
+const char* const ClientMetrics::kRpcNames[kRpcs] = {
+    "Ping",          "MountSegment",     "ReMountSegment", "UnmountSegment",
+    "PutStart",      "BatchPutStart",    "UpsertStart",    "BatchUpsertStart",
+    "PutEnd",        "BatchPutEnd",      "PutRevoke",      "BatchPutRevoke",
+    "GetReplicaList", "BatchGetReplicaList", "ExistKey",    "BatchExistKey",
+    "Remove",        "BatchRemove",      "RemoveByRegex",  "RemoveAll",
+    "BatchReplicaClear", "GetStats"};
+
+// Upstream's op_name values (its RealClient's interfaces).
+const char* const ClientMetrics::kOpNames[kOps] = {
+    "put",          "put_batch",        "put_parts",       "put_from",
+    "batch_put_from", "put_from_with_metadata", "batch_put_from_multi_buffers",
+    "upsert",       "upsert_from",      "batch_upsert_from", "upsert_parts",
+    "upsert_batch", "batch_upsert_from_multi_buffers",
+    "get_buffer",   "batch_get_buffer", "get_into",        "batch_get_into",
+    "get_into_ranges", "batch_get_into_multi_buffers", "batch_get_into_multi_buffer_ranges",
+    "batch_put_from_multi_buffer_ranges"};
+
+ClientMetrics::Options ClientMetrics::OptionsFromEnv() {
+  Options o;
+  o.enabled = EnvBool("MC_STORE_CLIENT_METRIC", true);
+  o.report_interval_s = EnvSeconds("MC_STORE_CLIENT_METRIC_INTERVAL");
+  o.bandwidth = EnvBool("MC_STORE_CLIENT_METRIC_BANDWIDTH", true);
+  if (const char* c = getenv("MC_STORE_CLUSTER_ID")) o.cluster_id = c;
+  return o;
+}
+
+std::unique_ptr<ClientMetrics> ClientMetrics::Create(const Options& options,
+                                                     std::string client_mode) {
+  if (!options.enabled) {
+    LOG(INFO) << "client metrics disabled (MC_STORE_CLIENT_METRIC)";
+    return nullptr;
+  }
+  return std::unique_ptr<ClientMetrics>(new ClientMetrics(options, std::move(client_mode)));
+}
+
+ClientMetrics::ClientMetrics(const Options& options, std::string client_mode)
+    : options_(options), client_mode_(std::move(client_mode)) {
+  if (options_.report_interval_s > 0) {
+    LOG(INFO) << "client metrics: a summary every " << options_.report_interval_s
+              << " s in the log (MC_STORE_CLIENT_METRIC_INTERVAL)";
+    reporter_ = std::thread([this] { Report(); });
+  }
+}
+
+ClientMetrics::~ClientMetrics() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (reporter_.joinable()) reporter_.join();
+}
+
+int ClientMetrics::RpcIndex(const char* rpc_name) {
+  for (size_t i = 0; i < kRpcs; ++i) {
+    if (std::strcmp(kRpcNames[i], rpc_name) == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void ClientMetrics::CountRpc(int index) {
+  if (index >= 0) rpc_count_[index].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ClientMetrics::ObserveRpc(int index, uint64_t us) {
+  if (index >= 0) rpc_latency_[index].Observe(us);
+}
+
+void ClientMetrics::ObserveOp(OpKind kind, const char* op_name, uint64_t bytes, uint64_t us) {
+  for (size_t i = 0; i < kOps; ++i) {
+    if (std::strcmp(kOpNames[i], op_name) != 0) continue;
+    Op& op = (kind == OpKind::kRead ? read_ops_ : write_ops_)[i];
+    op.count.fetch_add(1, std::memory_order_relaxed);
+    op.bytes.fetch_add(bytes, std::memory_order_relaxed);
+    op.latency.Observe(us);
+    return;
+  }
+  DLOG(WARNING) << "client metrics: unknown op_name " << op_name;
+}
+
+std::string ClientMetrics::Labels(const char* extra_name, const char* extra_value) const {
+  // Upstream orders static labels by name, then the dynamic one.
+  std::string l = "{client_mode=\"" + client_mode_ + "\"";
+  if (!options_.cluster_id.empty()) l = "{client_mode=\"" + client_mode_ + "\",cluster_id=\"" +
+                                        options_.cluster_id + "\"";
+  if (extra_name != nullptr) l += std::string(",") + extra_name + "=\"" + extra_value + "\"";
+  return l + "}";
+}
+
+std::string ClientMetrics::Prometheus() const {
+  std::string out;
+  const std::string labels = Labels();
+  Header("mooncake_transfer_read_bytes", "Total bytes read", "counter", &out);
+  Sample("mooncake_transfer_read_bytes", labels, read_bytes_.load(), &out);
+  Header("mooncake_transfer_write_bytes", "Total bytes written", "counter", &out);
+  Sample("mooncake_transfer_write_bytes", labels, write_bytes_.load(), &out);
+  struct H {
+    const char* name;
+    const char* help;
+    const LatencyHistogram* h;
+  };
+  for (const H& h : {H{"mooncake_transfer_batch_put_latency", "Batch Put transfer latency (us)",
+                       &batch_put_latency},
+                     H{"mooncake_transfer_batch_get_latency", "Batch Get transfer latency (us)",
+                       &batch_get_latency},
+                     H{"mooncake_transfer_get_latency", "Get transfer latency (us)", &get_latency},
+                     H{"mooncake_transfer_put_latency", "Put transfer latency (us)",
+                       &put_latency}}) {
+    Header(h.name, h.help, "histogram", &out);
+    h.h->Write(h.name, labels, &out);
+  }
+  // Labelled families: only the label values seen (as upstream).
+  std::string counts, latencies;
+  for (size_t i = 0; i < kRpcs; ++i) {
+    const uint64_t n = rpc_count_[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    const std::string l = Labels("rpc_name", kRpcNames[i]);
+    Sample("mooncake_client_rpc_count", l, n, &counts);
+    if (rpc_latency_[i].count() > 0) {
+      rpc_latency_[i].Write("mooncake_client_rpc_latency", l, &latencies);
+    }
+  }
+  if (!counts.empty()) {
+    Header("mooncake_client_rpc_count", "Total number of RPC calls made by the client",
+           "counter", &out);
+    out += counts;
+  }
+  if (!latencies.empty()) {
+    Header("mooncake_client_rpc_latency", "Latency of RPC calls made by the client (in us)",
+           "histogram", &out);
+    out += latencies;
+  }
+  for (OpKind kind : {OpKind::kRead, OpKind::kWrite}) {
+    const bool read = kind == OpKind::kRead;
+    const auto& ops = read ? read_ops_ : write_ops_;
+    const std::string base = read ? "mooncake_transfer_read_operation"
+                                  : "mooncake_transfer_write_operation";
+    std::string c, b, lat;
+    for (size_t i = 0; i < kOps; ++i) {
+      const uint64_t n = ops[i].count.load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      const std::string l = Labels("op_name", kOpNames[i]);
+      Sample(base + "_count", l, n, &c);
+      Sample(base + "_bytes", l, ops[i].bytes.load(std::memory_order_relaxed), &b);
+      ops[i].latency.Write(base + "_latency", l, &lat);
+    }
+    if (c.empty()) continue;
+    const std::string dir = read ? "read" : "write";
+    Header((base + "_count").c_str(), ("Total " + dir + " operations by interface type").c_str(),
+           "counter", &out);
+    out += c;
+    Header((base + "_bytes").c_str(), ("Total " + dir + " bytes by interface type").c_str(),
+           "counter", &out);
+    out += b;
+    Header((base + "_latency").c_str(),
+           (std::string(read ? "Read" : "Write") + " operation latency by interface type (us)")
+               .c_str(),
+           "histogram", &out);
+    out += lat;
+  }
+  return out;
+}
+
+std::string ClientMetrics::Throughput() const {
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (s <= 0) return "";
+  return "Average Read Throughput: " + Rate(read_bytes_.load() / s) +
+         "\nAverage Write Throughput: " + Rate(write_bytes_.load() / s) + "\n";
+}
+
+std::string ClientMetrics::Summary() const {
+  std::string out = "Client Metrics Summary\n=== Transfer Metrics Summary ===\n";
+  out += "Total Read: " + ByteSizeString(read_bytes_.load()) + "\n";
+  out += "Total Write: " + ByteSizeString(write_bytes_.load()) + "\n";
+  if (options_.bandwidth) out += Throughput();
+  out += "\n=== Latency Summary (microseconds) ===\n";
+  out += "Get: " + get_latency.Brief() + "\n";
+  out += "Put: " + put_latency.Brief() + "\n";
+  out += "Batch Get: " + batch_get_latency.Brief() + "\n";
+  out += "Batch Put: " + batch_put_latency.Brief() + "\n";
+  out += "\n=== RPC Metrics Summary ===\n";
+  bool any = false;
+  for (size_t i = 0; i < kRpcs; ++i) {
+    const uint64_t n = rpc_count_[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    any = true;
+    out += std::string(kRpcNames[i]) + ": count=" + std::to_string(n);
+    const std::string brief = rpc_latency_[i].Brief();
+    // The latency's own count leaves out calls that got no answer.
+    if (rpc_latency_[i].count() > 0) out += brief.substr(brief.find(','));
+    out += "\n";
+  }
+  if (!any) out += "No RPC calls recorded\n";
+  out += "\n=== Interface Operation Metrics Summary ===\n";
+  for (OpKind kind : {OpKind::kRead, OpKind::kWrite}) {
+    const auto& ops = kind == OpKind::kRead ? read_ops_ : write_ops_;
+    out += kind == OpKind::kRead ? "Read Interfaces:\n" : "Write Interfaces:\n";
+    bool seen = false;
+    for (size_t i = 0; i < kOps; ++i) {
+      const uint64_t n = ops[i].count.load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      seen = true;
+      const std::string brief = ops[i].latency.Brief();
+      out += std::string(kOpNames[i]) + ": count=" + std::to_string(n) +
+             ", bytes=" + ByteSizeString(ops[i].bytes.load(std::memory_order_relaxed)) +
+             brief.substr(brief.find(',')) + "\n";
+    }
+    if (!seen) out += "No data\n";
+  }
+  return out;
+}
+
+void ClientMetrics::Report() {
+  uint64_t last_read = 0, last_write = 0;
+  auto last = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::seconds(options_.report_interval_s),
+                       [this] { return stop_; })) {
+    std::string text = "Client Metrics Report:\n" + Summary();
+    if (options_.bandwidth) {
+      const auto now = std::chrono::steady_clock::now();
+      const double s = std::chrono::duration<double>(now - last).count();
+      const uint64_t r = read_bytes_.load(), w = write_bytes_.load();
+      char span[32];
+      snprintf(span, sizeof(span), "%.2f", s);
+      text += "\n=== Interval Throughput Summary ===\nRead Throughput: " +
+              Rate((r - last_read) / s) + " (" + ByteSizeString(r - last_read) + " over " +
+              span + "s)\nWrite Throughput: " + Rate((w - last_write) / s) + " (" +
+              ByteSizeString(w - last_write) + " over " + span + "s)";
+      last_read = r;
+      last_write = w;
+      last = now;
+    }
+    LOG(INFO) << text;
+  }
+}
+
+}  // namespace store
+}  // namespace mooncake

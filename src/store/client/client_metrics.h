@@ -1,0 +1,117 @@
+// ClientMetrics: what a Store client exposes about itself, under upstream's names, so that
+// upstream's dashboards and scrapes read ours (upstream mooncake-store/include/client_metric.h):
+//   mooncake_transfer_{read,write}_bytes                 counters: bytes the client moved
+//   mooncake_transfer_{put,get,batch_put,batch_get}_latency   histograms (us): whole calls
+//   mooncake_client_rpc_count / _latency {rpc_name}      the master calls (latency: answered ones)
+//   mooncake_transfer_{read,write}_operation_{count,bytes,latency} {op_name}  the Python API
+// Every series carries client_mode ("real" or "dummy"), and cluster_id when MC_STORE_CLUSTER_ID
+// is set. Latency buckets are upstream's (us): 50 .. 20,000,000. Summary() is upstream's
+// human-readable report (/metrics/summary, the periodic log).
+//
+// Environment (upstream's): MC_STORE_CLIENT_METRIC (default on; 0/false/no/off/disable turn the
+// metrics off: the client has none, and its HTTP server answers 503), MC_STORE_CLIENT_METRIC_INTERVAL
+// (seconds between summaries in the log; 0, the default: never), MC_STORE_CLIENT_METRIC_BANDWIDTH
+// (default on: the throughput lines of the summary).
+//
+// Thread-safe and lock-free on the recording side (atomics); the names a series is recorded
+// under are fixed lists (no allocation per call).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace mooncake {
+namespace store {
+
+class LatencyHistogram {
+ public:
+  static constexpr std::array<uint64_t, 27> kBucketsUs = {
+      50,    75,    125,    150,    200,    250,    300,     400,     500,
+      750,   1000,  1500,   2000,   3000,   5000,   7000,    15000,   20000,
+      50000, 100000, 200000, 500000, 1000000, 2000000, 5000000, 10000000, 20000000};
+
+  void Observe(uint64_t us);
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  // Prometheus lines: name_bucket{labels,le=...} (cumulative), name_sum, name_count.
+  void Write(const std::string& name, const std::string& labels, std::string* out) const;
+  // Upstream's summary form: "count=N, p95<Xμs, max<Yμs" (bucket bounds), or "No data".
+  std::string Brief() const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBucketsUs.size() + 1> buckets_{};  // the last: +Inf
+  std::atomic<uint64_t> sum_{0};
+  std::atomic<uint64_t> count_{0};
+};
+
+enum class OpKind { kRead, kWrite };
+
+class ClientMetrics {
+ public:
+  struct Options {
+    bool enabled = true;
+    uint64_t report_interval_s = 0;
+    bool bandwidth = true;
+    std::string cluster_id;
+  };
+  // From the environment; a value that does not parse is logged and the default kept.
+  static Options OptionsFromEnv();
+  // Null when options.enabled is false.
+  static std::unique_ptr<ClientMetrics> Create(const Options& options, std::string client_mode);
+  ~ClientMetrics();  // stops the reporter
+
+  void AddRead(uint64_t bytes) { read_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  void AddWrite(uint64_t bytes) { write_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  LatencyHistogram put_latency, get_latency, batch_put_latency, batch_get_latency;
+
+  // The master's calls, by upstream's rpc_name (RpcIndex; -1: not one of ours, ignored).
+  static int RpcIndex(const char* rpc_name);
+  void CountRpc(int index);
+  void ObserveRpc(int index, uint64_t us);
+
+  // One call of the Python API (op_name: upstream's interface names, e.g. "get_into").
+  void ObserveOp(OpKind kind, const char* op_name, uint64_t bytes, uint64_t us);
+
+  std::string Prometheus() const;  // text format 0.0.4
+  std::string Summary() const;
+  const std::string& client_mode() const { return client_mode_; }
+
+ private:
+  ClientMetrics(const Options& options, std::string client_mode);
+  struct Op {
+    std::atomic<uint64_t> count{0}, bytes{0};
+    LatencyHistogram latency;
+  };
+  static constexpr size_t kRpcs = 22;
+  static constexpr size_t kOps = 21;
+  static const char* const kRpcNames[kRpcs];
+  static const char* const kOpNames[kOps];
+  std::string Labels(const char* extra_name = nullptr, const char* extra_value = nullptr) const;
+  std::string Throughput() const;  // the average since start, per direction
+  void Report();                   // the reporter thread
+
+  const Options options_;
+  const std::string client_mode_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::atomic<uint64_t> read_bytes_{0}, write_bytes_{0};
+  std::array<std::atomic<uint64_t>, kRpcs> rpc_count_{};
+  std::array<LatencyHistogram, kRpcs> rpc_latency_;
+  std::array<Op, kOps> read_ops_, write_ops_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread reporter_;
+};
+
+// Formats bytes as upstream's summary does: "0 B", "1.00 KB", "5.00 MB" (powers of 1024).
+std::string ByteSizeString(uint64_t bytes);
+
+}  // namespace store
+}  // namespace mooncake
