@@ -369,6 +369,7 @@ void BindStore(py::module_& m) {
       Release(), py::arg("force") = false);
 
   store_py::BindBatchApi(c, kDefault);
+  store_py::BindSegments(c);
 }
 
 }  // namespace pyapi

@@ -186,6 +186,7 @@ std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<s
 // Binds the registered-memory (zero-copy) calls, upserts, ranged reads, get / put sessions
 // and batch_replica_clear on `c` (store_py_batch.cc); kDefault: config's default.
 void BindBatchApi(py::class_<PyStore>& c, const PyReplicateConfig& kDefault);
+void BindSegments(py::class_<PyStore>& c);  // store_py_segments.cc
 
 }  // namespace store_py
 }  // namespace pyapi

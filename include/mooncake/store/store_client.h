@@ -192,6 +192,26 @@ class StoreClient {
   int64_t RemoveByRegex(const std::string& regex, bool force = false);  // count, or negative
   int64_t RemoveAll(bool force = false);                                // count, or negative
 
+  // Run-time segments (upstream's mount_segment / allocate_and_mount_segment): more memory
+  // lent to the pool beside the global segment, under this client's segment name, each named
+  // by an id ("<u64>-<u64>", as upstream's). MountFileSegment maps `size` bytes of the file at
+  // `path` (a /dev/shm object, a hugetlbfs or regular file) from `offset` (a multiple of the
+  // page size; the range must lie inside the file); AllocateSegment allocates `size` bytes
+  // rounded up to 16 MiB (*allocated: the rounded size). `location` is the engine's memory
+  // location ("" : "*", the engine asks). 0, or INVALID_PARAMS for a bad path or range (logged,
+  // naming it), or the master's code (nothing is left mapped or registered).
+  int MountFileSegment(const std::string& path, uint64_t offset, uint64_t size,
+                       const std::string& location, std::string* id);
+  int AllocateSegment(uint64_t size, const std::string& location, std::string* id,
+                      uint64_t* allocated);
+  // Unmounts a segment of MountFileSegment (`allocated` false) or AllocateSegment (true): the
+  // master drops its replicas (an object left with none is removed), then the memory leaves
+  // the engine and is unmapped (a file mapping's address range stays reserved until Close, so
+  // a peer's late read of it fails rather than read other memory). With grace_s > 0 this
+  // happens grace_s seconds later (by the heartbeat; the segment serves reads and may take
+  // objects until then). INVALID_PARAMS for an id that is not one of that kind.
+  int UnmountSegment(const std::string& id, bool allocated, int64_t grace_s = 0);
+
   // Registers memory with the engine so Put/Get move it without staging.
   // remote_accessible = false: local-only memory (not published to peers, their requests for
   // it refused), as the staging buffer; enough for the client's own puts and gets.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "platform/device.h"
 #include "store/client/client_metrics.h"
@@ -43,7 +44,7 @@ void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
 
 Copier::Copier(TransferEngine* engine, std::string own_segment, Registrations* registrations,
                Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout,
-               ClientMetrics* metrics)
+               ClientMetrics* metrics, RwMutex* layout)
     : engine_(engine),
       own_segment_(std::move(own_segment)),
       registrations_(registrations),
@@ -51,9 +52,12 @@ Copier::Copier(TransferEngine* engine, std::string own_segment, Registrations* r
       segments_(segments),
       timeout_(timeout),
       chunk_(staging ? std::min(kMaxStagingChunk, staging->capacity()) : 0),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      layout_(layout) {}
 
 void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed) {
+  std::optional<ReaderLock> layout;
+  if (layout_ != nullptr) layout.emplace(layout_);
   Round round;
   std::vector<Staged> staged;
   Sort(jobs, failed, &round, &staged);
@@ -92,6 +96,12 @@ void Copier::Sort(const std::vector<Job>& jobs, std::vector<char>* failed, Round
     if ((*failed)[job.owner]) continue;
     if (*job.segment == own_segment_) {  // a replica in our own segment: plain memory
       void* remote = reinterpret_cast<void*>(job.remote);
+      if (!registrations_->Contains(remote, job.len)) {  // a run-time segment unmounted since
+        LOG(WARNING) << "store: a replica in this client's own memory at " << remote
+                     << " is gone (its segment was unmounted)";
+        (*failed)[job.owner] = 1;
+        continue;
+      }
       const bool device = IsDeviceMemory(job.local);
       const bool copied = job.op == TransferRequest::WRITE
                               ? CopyOut(device, remote, job.local, job.len)

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "mooncake/store/store_client.h"
 #include "mooncake/transfer_engine.h"
 
@@ -46,10 +47,12 @@ class Copier {
  public:
   // `own_segment`: this client's segment name (its replicas are memcpy'd). `staging` may
   // be null (no local buffer: callers refuse unregistered memory before they copy).
-  // `metrics` (may be null) counts the bytes of the jobs that complete.
+  // `metrics` (may be null) counts the bytes of the jobs that complete. `layout` (may be
+  // null) is held shared by each Run: memory of the own segment name leaves only under it
+  // held exclusively, and a job whose own-segment range is no longer registered fails.
   Copier(TransferEngine* engine, std::string own_segment, Registrations* registrations,
          Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout,
-         ClientMetrics* metrics = nullptr);
+         ClientMetrics* metrics = nullptr, RwMutex* layout = nullptr);
 
   // Runs the jobs (skipping those whose owner has failed already); sets failed[owner] for
   // every job that did not complete.
@@ -96,6 +99,7 @@ class Copier {
   const std::chrono::milliseconds timeout_;
   const size_t chunk_;  // staged chunk bytes; 0: no staging
   ClientMetrics* const metrics_;
+  RwMutex* const layout_;
   std::atomic<bool> copies_inline_{false};
 };
 

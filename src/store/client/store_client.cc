@@ -155,7 +155,8 @@ int StoreClient::Impl::StartMemory(std::string* message) {
     segment_prefault = Prefaulter::Start(segment, opt.global_segment_size, "the global segment");
   }
   copier = std::make_unique<Copier>(engine.get(), seg_name, &registrations, staging.get(),
-                                    segments.get(), opt.transfer_timeout, metrics.get());
+                                    segments.get(), opt.transfer_timeout, metrics.get(),
+                                    &layout_mu);
   return 0;
 }
 
@@ -194,6 +195,8 @@ void StoreClient::Impl::Beat() {
                     "objects stored in it before are gone";
     (void)Mount();
   }
+  if (!resp.client_known()) RemountRuntime();
+  UnmountDueRuntime();
 }
 
 int StoreClient::Impl::Close() {
@@ -211,6 +214,7 @@ int StoreClient::Impl::Close() {
       rc = resp.code();
     }
   }
+  if (master) CloseRuntime();
   if (engine) {
     if (segments) segments->CloseAll();
     Prefaulter::Cancel(segment_prefault);

@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -148,6 +149,30 @@ class StoreClient::Impl {
   GetSessions get_sessions{&reads};
   PutSessions put_sessions;
   std::atomic<bool> closed{false};
+
+  // Run-time segments (store_client_segments.cc).
+  struct RuntimeSegment {
+    void* base = nullptr;
+    uint64_t size = 0;
+    bool allocated = false;  // AllocateSegment's shared memory; else a file mapping
+    bool due = false;        // a grace period is running, until unmount_at
+    std::chrono::steady_clock::time_point unmount_at;
+  };
+  Mutex runtime_mu;  // a leaf, but for the RPCs made with it released
+  std::map<std::string, RuntimeSegment> runtime_segments MC_GUARDED_BY(runtime_mu);
+  // Address ranges of unmounted file mappings, kept reserved (PROT_NONE) until Close.
+  std::vector<std::pair<void*, uint64_t>> reservations MC_GUARDED_BY(runtime_mu);
+  // Held shared by every copy (Copier::Run), exclusively while a run-time segment's memory
+  // leaves: a copy never touches memory being unmapped.
+  RwMutex layout_mu;
+  int MountRange(void* base, uint64_t size, bool remount);
+  int UnmountRange(void* base);
+  // Master unmount, then engine and memory; the record is gone already. The master's code.
+  int DropRuntime(const RuntimeSegment& seg);
+  // The heartbeat's: remounts after the master forgot us; unmounts whose grace has passed.
+  void RemountRuntime();
+  void UnmountDueRuntime();
+  void CloseRuntime();
 
  private:
   struct PutBatch;
