@@ -93,10 +93,27 @@ class TensorDeviceReadMethods:
         if not reads:
             return results
         # Each destination registered (local-only) for the read; the same memory twice in one
-        # batch is registered once.
+        # batch is registered once. Destinations that overlap otherwise are refused (their
+        # reads would race, and their registrations could not both be held).
         spans = {}
         for _, ptr, n, _ in reads:
             spans[ptr] = max(spans.get(ptr, 0), n)
+        clash, end, end_owner = set(), 0, None
+        for p, n in sorted(spans.items()):
+            if p < end:
+                clash.update((p, end_owner))
+            if p + n > end:
+                end, end_owner = p + n, p
+        if clash:
+            for i, ptr, _, _ in reads:
+                if ptr in clash:
+                    log.error("%s: the destination tensor for %r overlaps another one", what,
+                              keys[i])
+                    results[i] = INVALID_PARAMS
+            reads = [r for r in reads if r[1] not in clash]
+            spans = {p: n for p, n in spans.items() if p not in clash}
+            if not reads:
+                return results
         with _temp(self).hold(self, list(spans.items())):
             got = self.get_into_ranges([ptr for _, ptr, _, _ in reads],
                                        [[keys[i]] for i, _, _, _ in reads],

@@ -120,7 +120,7 @@ std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<s
   const bool batch = std::string(method).find("batch") != std::string::npos;
   OpTimer op(c.get(), store::OpKind::kWrite, method);
   std::vector<int> codes;
-  if (keys.size() == 1 && parts.size() == 1) {  // upstream's Put / Upsert (its put latency)
+  if (!batch && keys.size() == 1 && parts.size() == 1) {  // upstream's Put / Upsert
     codes = {upsert ? c->Upsert(keys[0], parts[0], config.ToCpp())
                     : c->Put(keys[0], parts[0], config.ToCpp())};
   } else {

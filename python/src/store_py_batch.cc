@@ -26,7 +26,7 @@ std::vector<int64_t> GetIntoMany(PyStore& s, const char* method,
   const bool batch = std::string(method).find("batch") != std::string::npos;
   OpTimer op(c.get(), store::OpKind::kRead, method);
   std::vector<int64_t> rc;
-  if (keys.size() == 1 && parts.size() == 1) {
+  if (!batch && keys.size() == 1 && parts.size() == 1) {
     rc = {c->Get(keys[0], parts[0])};  // upstream's Get (its get latency)
   } else {
     rc = c->BatchGet(keys, parts);

@@ -261,7 +261,7 @@ int PyStore::SetupDict(const py::dict& config) {
     *field = *b;
   }
   if (config.contains("tenant_id")) extras.tenant_id = py::str(config["tenant_id"]);
-  if (config.contains("client_http_port")) {
+  if (extras.enable_client_http_server && config.contains("client_http_port")) {
     // An int, or a string of one (spaces around it allowed), as upstream's TryParseInteger.
     std::string v = py::str(config["client_http_port"]);
     const auto b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");

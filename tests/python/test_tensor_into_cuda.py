@@ -66,6 +66,13 @@ def test_a_batch_reports_each_key_on_its_own(store, torch):
                    INVALID_PARAMS, INVALID_PARAMS, INVALID_PARAMS, 0]
     assert torch.equal(da, a) and torch.equal(db, b)
     assert not wrong_dtype.any() and not wrong_shape.any() and not strided.any()
+    # Destinations that overlap (but are not the same tensor) are refused, not raced.
+    big = torch.zeros(2 * 4096, dtype=torch.float32)
+    inner = big[100:100 + 4096].view(64, 64)
+    whole = big[:4096].view(64, 64)
+    assert store.batch_get_tensor_into_cuda(["a", "a", "b"], [inner, whole, db]) == \
+        [INVALID_PARAMS, INVALID_PARAMS, b.nbytes]
+    assert not big.any()
     # Inconsistent arguments: every entry -600, as upstream; nothing read.
     da.zero_()
     assert store.batch_get_tensor_into_cuda(["a", "b"], [da]) == [INVALID_PARAMS] * 2

@@ -39,8 +39,11 @@ uint64_t EnvSeconds(const char* name) {
   if (v == nullptr) return 0;
   std::string s = Trimmed(v);
   if (!s.empty() && s[0] == '+') s.erase(0, 1);
-  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), ::isdigit)) {
-    LOG(WARNING) << name << "=" << v << " is not a whole number of seconds: 0 (no report) kept";
+  constexpr uint64_t kYear = 366ull * 24 * 3600;
+  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), ::isdigit) ||
+      std::stoull(s) > kYear) {
+    LOG(WARNING) << name << "=" << v << " is not a whole number of seconds up to a year: 0 "
+                 << "(no report) kept";
     return 0;
   }
   return std::stoull(s);
@@ -76,6 +79,22 @@ void Sample(const std::string& name, const std::string& labels, uint64_t v, std:
   *out += ' ';
   *out += std::to_string(v);
   *out += '\n';
+}
+
+// A label value in the text format: backslash, double quote and newline escaped.
+std::string Escaped(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 // labels "{a="b"}" plus one more pair.
@@ -125,10 +144,19 @@ void LatencyHistogram::Write(const std::string& name, const std::string& labels,
 }
 
 std::string LatencyHistogram::Brief() const {
+  const std::string tail = Tail();
+  if (tail.empty()) return "No data";
+  uint64_t n = 0;
+  for (const auto& b : buckets_) n += b.load(std::memory_order_relaxed);
+  // n may have grown past the snapshot Tail() read; the count is the later one.
+  return "count=" + std::to_string(n) + tail;
+}
+
+std::string LatencyHistogram::Tail() const {
   std::array<uint64_t, kBucketsUs.size() + 1> b{};
   uint64_t n = 0;
   for (size_t i = 0; i < b.size(); ++i) n += (b[i] = buckets_[i].load(std::memory_order_relaxed));
-  if (n == 0) return "No data";
+  if (n == 0) return "";
   auto bound = [](size_t i) {
     return i < kBucketsUs.size() ? "<" + std::to_string(kBucketsUs[i]) + "μs"
                                  : ">" + std::to_string(kBucketsUs.back()) + "μs";
@@ -145,7 +173,7 @@ std::string LatencyHistogram::Brief() const {
     }
     if (b[i] > 0) max = i;
   }
-  return "count=" + std::to_string(n) + ", p95" + bound(p95) + ", max" + bound(max);
+  return ", p95" + bound(p95) + ", max" + bound(max);
 }
 
 // ---- ClientMetrics ----
@@ -235,9 +263,8 @@ void ClientMetrics::ObserveOp(OpKind kind, const char* op_name, uint64_t bytes, 
 
 std::string ClientMetrics::Labels(const char* extra_name, const char* extra_value) const {
   // Upstream orders static labels by name, then the dynamic one.
-  std::string l = "{client_mode=\"" + client_mode_ + "\"";
-  if (!options_.cluster_id.empty()) l = "{client_mode=\"" + client_mode_ + "\",cluster_id=\"" +
-                                        options_.cluster_id + "\"";
+  std::string l = "{client_mode=\"" + Escaped(client_mode_) + "\"";
+  if (!options_.cluster_id.empty()) l += ",cluster_id=\"" + Escaped(options_.cluster_id) + "\"";
   if (extra_name != nullptr) l += std::string(",") + extra_name + "=\"" + extra_value + "\"";
   return l + "}";
 }
@@ -340,11 +367,9 @@ std::string ClientMetrics::Summary() const {
     const uint64_t n = rpc_count_[i].load(std::memory_order_relaxed);
     if (n == 0) continue;
     any = true;
-    out += std::string(kRpcNames[i]) + ": count=" + std::to_string(n);
-    const std::string brief = rpc_latency_[i].Brief();
-    // The latency's own count leaves out calls that got no answer.
-    if (rpc_latency_[i].count() > 0) out += brief.substr(brief.find(','));
-    out += "\n";
+    // The count is the calls sent; the latency's (answered calls only) is left out.
+    out += std::string(kRpcNames[i]) + ": count=" + std::to_string(n) + rpc_latency_[i].Tail() +
+           "\n";
   }
   if (!any) out += "No RPC calls recorded\n";
   out += "\n=== Interface Operation Metrics Summary ===\n";
@@ -356,10 +381,9 @@ std::string ClientMetrics::Summary() const {
       const uint64_t n = ops[i].count.load(std::memory_order_relaxed);
       if (n == 0) continue;
       seen = true;
-      const std::string brief = ops[i].latency.Brief();
       out += std::string(kOpNames[i]) + ": count=" + std::to_string(n) +
              ", bytes=" + ByteSizeString(ops[i].bytes.load(std::memory_order_relaxed)) +
-             brief.substr(brief.find(',')) + "\n";
+             ops[i].latency.Tail() + "\n";
     }
     if (!seen) out += "No data\n";
   }
@@ -372,7 +396,13 @@ void ClientMetrics::Report() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, std::chrono::seconds(options_.report_interval_s),
                        [this] { return stop_; })) {
-    std::string text = "Client Metrics Report:\n" + Summary();
+    std::string text;
+    try {
+      text = "Client Metrics Report:\n" + Summary();
+    } catch (const std::exception& e) {  // never end the process for a report
+      LOG(WARNING) << "client metrics report failed: " << e.what();
+      continue;
+    }
     if (options_.bandwidth) {
       const auto now = std::chrono::steady_clock::now();
       const double s = std::chrono::duration<double>(now - last).count();

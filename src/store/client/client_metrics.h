@@ -43,6 +43,8 @@ class LatencyHistogram {
   void Write(const std::string& name, const std::string& labels, std::string* out) const;
   // Upstream's summary form: "count=N, p95<Xμs, max<Yμs" (bucket bounds), or "No data".
   std::string Brief() const;
+  // The same without the count: ", p95<Xμs, max<Yμs", or "" when empty (one snapshot).
+  std::string Tail() const;
 
  private:
   std::array<std::atomic<uint64_t>, kBucketsUs.size() + 1> buckets_{};  // the last: +Inf

@@ -162,11 +162,35 @@ TEST(ClientMetrics, TheEnvironmentTurnsThemOffAndSetsTheReport) {
   setenv("MC_STORE_CLIENT_METRIC_BANDWIDTH", "no", 1);
   EXPECT_FALSE(ClientMetrics::OptionsFromEnv().bandwidth);
   unsetenv("MC_STORE_CLIENT_METRIC_BANDWIDTH");
-  // A reporter thread starts and stops with the metrics.
+  setenv("MC_STORE_CLIENT_METRIC_INTERVAL", "99999999999", 1);  // past a year: no report
+  EXPECT_EQ(ClientMetrics::OptionsFromEnv().report_interval_s, 0u);
+  unsetenv("MC_STORE_CLIENT_METRIC_INTERVAL");
+  // The reporter writes a summary each second while calls are being recorded (each op's
+  // first call among them: its count may be seen before its latency).
   ClientMetrics::Options every;
   every.report_interval_s = 1;
   auto m = ClientMetrics::Create(every, "real");
+  std::atomic<bool> stop{false};
+  std::thread calls([&] {
+    const char* ops[] = {"put", "get_into", "batch_get_into", "upsert", "get_buffer"};
+    for (uint64_t i = 0; !stop; ++i) {
+      m->ObserveOp(i % 2 ? OpKind::kRead : OpKind::kWrite, ops[i % 5], i, i % 1000);
+      m->CountRpc(static_cast<int>(i % 22));
+      m->ObserveRpc(static_cast<int>(i % 22), i % 5000);
+      if (i % 64 == 0) {
+        EXPECT_FALSE(m->Summary().empty());
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  stop = true;
+  calls.join();
   m.reset();
+}
+
+TEST(ClientMetrics, LabelValuesAreEscaped) {
+  auto m = Metrics("a\"b\\c\nd");
+  EXPECT_TRUE(Has(m->Prometheus(), "cluster_id=\"a\\\"b\\\\c\\nd\"}")) << m->Prometheus();
 }
 
 class ClientMetricsStoreTest : public ::testing::Test {

@@ -76,7 +76,12 @@ bool HotCache::Read(const std::string& key, uint64_t version, uint64_t size,
     if (at == bytes->size()) break;
     const size_t n = std::min(p.size, bytes->size() - at);
     // The caller's memory may be device memory (device_copy.h); a failed copy is a miss.
-    if (!CopyBytes(p.ptr, bytes->data() + at, n).ok()) return false;
+    if (!CopyBytes(p.ptr, bytes->data() + at, n).ok()) {
+      MutexLock l(&mu_);
+      --stats_.hits;
+      ++stats_.misses;
+      return false;
+    }
     at += n;
   }
   return true;

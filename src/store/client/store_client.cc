@@ -300,7 +300,7 @@ int StoreClient::Put(const std::string& key, const std::vector<Span>& parts,
 std::vector<int> StoreClient::BatchPut(const std::vector<std::string>& keys,
                                        const std::vector<std::vector<Span>>& parts,
                                        const ReplicateConfig& config) {
-  Timed t(impl_->Latency(&ClientMetrics::batch_put_latency));
+  Timed t(keys.empty() ? nullptr : impl_->Latency(&ClientMetrics::batch_put_latency));
   return impl_->PutMany(keys, parts, config);
 }
 
@@ -313,7 +313,7 @@ int StoreClient::Upsert(const std::string& key, const std::vector<Span>& parts,
 std::vector<int> StoreClient::BatchUpsert(const std::vector<std::string>& keys,
                                           const std::vector<std::vector<Span>>& parts,
                                           const ReplicateConfig& config) {
-  Timed t(impl_->Latency(&ClientMetrics::batch_put_latency));
+  Timed t(keys.empty() ? nullptr : impl_->Latency(&ClientMetrics::batch_put_latency));
   return impl_->PutMany(keys, parts, config, /*upsert=*/true);
 }
 
@@ -328,14 +328,16 @@ std::vector<int64_t> StoreClient::BatchGet(const std::vector<std::string>& keys,
     LOG(WARNING) << "get: " << keys.size() << " keys but " << parts.size() << " buffers";
     return std::vector<int64_t>(keys.size(), ToInt(ErrorCode::INVALID_PARAMS));
   }
-  Timed t(impl_->Latency(&ClientMetrics::batch_get_latency));
+  Timed t(keys.empty() ? nullptr : impl_->Latency(&ClientMetrics::batch_get_latency));
   return impl_->GetMany(keys, [&](size_t i, uint64_t) { return parts[i]; });
 }
 
 std::vector<int64_t> StoreClient::BatchGetWith(const std::vector<std::string>& keys,
                                                const PartsFor& parts_for) {
-  Timed t(impl_->Latency(keys.size() == 1 ? &ClientMetrics::get_latency
-                                          : &ClientMetrics::batch_get_latency));
+  // A call of one key is a get (upstream's get and get_buffer come here), of several a batch.
+  Timed t(keys.empty() ? nullptr
+                       : impl_->Latency(keys.size() == 1 ? &ClientMetrics::get_latency
+                                                         : &ClientMetrics::batch_get_latency));
   return impl_->GetMany(keys, parts_for);
 }
 
