@@ -15,6 +15,7 @@
 
 #include "mooncake/store/store_client.h"
 #include "store/client/client_http.h"
+#include "store/testing/client_fixture.h"
 #include "store/testing/in_process_master.h"
 #include "store/testing/loopback_http.h"
 
@@ -197,17 +198,7 @@ class ClientMetricsStoreTest : public ::testing::Test {
  protected:
   std::unique_ptr<StoreClient> Client(uint64_t segment,
                                       std::chrono::milliseconds heartbeat = std::chrono::seconds(1)) {
-    StoreClientOptions o;
-    o.heartbeat_interval = heartbeat;
-    o.local_hostname = "127.0.0.1";
-    o.global_segment_size = segment;
-    o.local_buffer_size = 16 * MiB;
-    o.master = master_;
-    int code = 0;
-    std::string msg;
-    auto c = StoreClient::Create(o, &code, &msg);
-    EXPECT_NE(c, nullptr) << code << " " << msg;
-    return c;
+    return testing::MakeClient(master_, segment, 16 * MiB, heartbeat);
   }
   std::shared_ptr<InProcessMaster> master_ = std::make_shared<InProcessMaster>();
 };

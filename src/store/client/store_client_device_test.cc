@@ -22,6 +22,7 @@
 #include "platform/device.h"
 #include "platform/device_backends.h"
 #include "store/client/device_copy.h"
+#include "store/testing/client_fixture.h"
 #include "store/testing/in_process_master.h"
 
 namespace mooncake {
@@ -31,12 +32,7 @@ namespace {
 using testing::InProcessMaster;
 constexpr uint64_t MiB = 1 << 20;
 
-std::vector<char> Bytes(size_t n, unsigned seed) {
-  std::vector<char> v(n);
-  std::mt19937 rng(seed);
-  for (auto& c : v) c = static_cast<char>(rng());
-  return v;
-}
+using testing::Bytes;
 
 bool RealDevices() {
   const char* v = getenv("MC_STORE_DEVICE_TEST_REAL");
@@ -86,16 +82,7 @@ class StoreClientDeviceTest : public ::testing::Test {
   }
 
   std::unique_ptr<StoreClient> Client(uint64_t segment, uint64_t local = 16 * MiB) {
-    StoreClientOptions o;
-    o.local_hostname = "127.0.0.1";
-    o.global_segment_size = segment;
-    o.local_buffer_size = local;
-    o.master = master_;
-    int code = 0;
-    std::string msg;
-    auto c = StoreClient::Create(o, &code, &msg);
-    EXPECT_NE(c, nullptr) << code << " " << msg;
-    return c;
+    return testing::MakeClient(master_, segment, local);
   }
   int Put(StoreClient* c, const std::string& key, const DeviceBuffer& d) {
     return c->Put(key, {{d.get(), d.size()}}, ReplicateConfig());

@@ -19,6 +19,7 @@
 
 #include "mooncake/store/error_code.h"
 #include "mooncake/store/store_client.h"
+#include "store/testing/client_fixture.h"
 #include "store/testing/in_process_master.h"
 
 namespace mooncake {
@@ -31,12 +32,7 @@ constexpr uint64_t MiB = 1 << 20;
 const int kNotFound = ToInt(ErrorCode::OBJECT_NOT_FOUND);
 const int kInvalid = ToInt(ErrorCode::INVALID_PARAMS);
 
-std::vector<char> Bytes(size_t n, unsigned seed) {
-  std::vector<char> v(n);
-  std::mt19937 rng(seed);
-  for (auto& c : v) c = static_cast<char>(rng());
-  return v;
-}
+using testing::Bytes;
 
 // A file of `size` bytes in the test's temporary directory, removed with the object.
 class TempFile {
@@ -68,17 +64,7 @@ class TempFile {
 class StoreClientSegmentsTest : public ::testing::Test {
  protected:
   std::unique_ptr<StoreClient> Client(uint64_t segment, milliseconds heartbeat = milliseconds(1000)) {
-    StoreClientOptions o;
-    o.local_hostname = "127.0.0.1";
-    o.global_segment_size = segment;
-    o.local_buffer_size = 16 * MiB;
-    o.master = master_;
-    o.heartbeat_interval = heartbeat;
-    int code = 0;
-    std::string msg;
-    auto c = StoreClient::Create(o, &code, &msg);
-    EXPECT_NE(c, nullptr) << code << " " << msg;
-    return c;
+    return testing::MakeClient(master_, segment, 16 * MiB, heartbeat);
   }
   size_t Mounted() {
     size_t total = 0;

@@ -18,6 +18,7 @@
 
 #include "mooncake/store/error_code.h"
 #include "mooncake/store/store_client.h"
+#include "store/testing/client_fixture.h"
 #include "store/testing/in_process_master.h"
 
 namespace mooncake {
@@ -29,29 +30,14 @@ using testing::InProcessMaster;
 constexpr uint64_t MiB = 1 << 20;
 const int kNotFound = ToInt(ErrorCode::OBJECT_NOT_FOUND);
 
-std::vector<char> Bytes(size_t n, unsigned seed) {
-  std::vector<char> v(n);
-  std::mt19937 rng(seed);
-  for (auto& c : v) c = static_cast<char>(rng());
-  return v;
-}
+using testing::Bytes;
 
 class StoreClientTest : public ::testing::Test {
  protected:
   // A client of the in-process master: `segment` bytes lent, `local` bytes of staging.
   std::unique_ptr<StoreClient> Client(uint64_t segment, uint64_t local = 16 * MiB,
                                       milliseconds heartbeat = milliseconds(1000)) {
-    StoreClientOptions o;
-    o.local_hostname = "127.0.0.1";
-    o.global_segment_size = segment;
-    o.local_buffer_size = local;
-    o.master = master_;
-    o.heartbeat_interval = heartbeat;
-    int code = 0;
-    std::string msg;
-    auto c = StoreClient::Create(o, &code, &msg);
-    EXPECT_NE(c, nullptr) << code << " " << msg;
-    return c;
+    return testing::MakeClient(master_, segment, local, heartbeat);
   }
   // `holder` lends its segment; `user` lends nothing, so its objects go to the holder's.
   void TwoClients(uint64_t user_local = 16 * MiB) {
