@@ -44,7 +44,7 @@ void AddJobs(TransferRequest::OpCode op, const std::vector<Span>& parts,
 
 Copier::Copier(TransferEngine* engine, std::string own_segment, Registrations* registrations,
                Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout,
-               ClientMetrics* metrics, RwMutex* layout)
+               ClientMetrics* metrics, SegmentLayout* layout)
     : engine_(engine),
       own_segment_(std::move(own_segment)),
       registrations_(registrations),
@@ -57,7 +57,10 @@ Copier::Copier(TransferEngine* engine, std::string own_segment, Registrations* r
 
 void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed) {
   std::optional<ReaderLock> layout;
-  if (layout_ != nullptr) layout.emplace(layout_);
+  if (layout_ != nullptr) {
+    { MutexLock wait_for_writer(&layout_->turnstile); }
+    layout.emplace(&layout_->rw);
+  }
   Round round;
   std::vector<Staged> staged;
   Sort(jobs, failed, &round, &staged);

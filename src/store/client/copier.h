@@ -28,6 +28,14 @@ class OpenedSegments;
 class Registrations;
 class Staging;
 
+// What a run-time segment's memory leaves under (store_client_segments.cc): every Copier::Run
+// holds `rw` shared; the memory goes with it held exclusively. A writer shuts the turnstile
+// first, so a stream of copies cannot keep an unmount waiting.
+struct SegmentLayout {
+  Mutex turnstile;
+  RwMutex rw;
+};
+
 // One copy between local memory and a replica; `owner` says which object (or range) it
 // belongs to: a failed job marks failed[owner].
 struct Job {
@@ -52,7 +60,7 @@ class Copier {
   // held exclusively, and a job whose own-segment range is no longer registered fails.
   Copier(TransferEngine* engine, std::string own_segment, Registrations* registrations,
          Staging* staging, OpenedSegments* segments, std::chrono::milliseconds timeout,
-         ClientMetrics* metrics = nullptr, RwMutex* layout = nullptr);
+         ClientMetrics* metrics = nullptr, SegmentLayout* layout = nullptr);
 
   // Runs the jobs (skipping those whose owner has failed already); sets failed[owner] for
   // every job that did not complete.
@@ -99,7 +107,7 @@ class Copier {
   const std::chrono::milliseconds timeout_;
   const size_t chunk_;  // staged chunk bytes; 0: no staging
   ClientMetrics* const metrics_;
-  RwMutex* const layout_;
+  SegmentLayout* const layout_;
   std::atomic<bool> copies_inline_{false};
 };
 

@@ -164,7 +164,7 @@ class StoreClient::Impl {
   std::vector<std::pair<void*, uint64_t>> reservations MC_GUARDED_BY(runtime_mu);
   // Held shared by every copy (Copier::Run), exclusively while a run-time segment's memory
   // leaves: a copy never touches memory being unmapped.
-  RwMutex layout_mu;
+  SegmentLayout layout_mu;
   int MountRange(void* base, uint64_t size, bool remount);
   int UnmountRange(void* base);
   // Master unmount, then engine and memory; the record is gone already. The master's code.

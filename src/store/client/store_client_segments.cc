@@ -77,7 +77,8 @@ int StoreClient::Impl::DropRuntime(const RuntimeSegment& seg) {
     LOG(WARNING) << "unmount segment at " << seg.base << ": the master did not confirm ("
                  << ErrorCodeName(rc) << "); its replicas go when this client expires";
   }
-  WriterLock layout(&layout_mu);
+  MutexLock turnstile(&layout_mu.turnstile);
+  WriterLock layout(&layout_mu.rw);
   registrations.Remove(seg.base);
   if (seg.allocated) {
     Status s = engine->FreeSharedMemory(seg.base);
@@ -177,7 +178,8 @@ int StoreClient::MountFileSegment(const std::string& path, uint64_t offset, uint
   const int rc = m.MountRange(base, size, /*remount=*/false);
   if (rc != 0) {
     {
-      WriterLock layout(&m.layout_mu);
+      MutexLock turnstile(&m.layout_mu.turnstile);
+      WriterLock layout(&m.layout_mu.rw);
       m.registrations.Remove(base);
       (void)m.engine->UnregisterLocalMemory(base);
     }
@@ -211,7 +213,8 @@ int StoreClient::AllocateSegment(uint64_t size, const std::string& location, std
   m.registrations.Add(base, rounded);
   const int rc = m.MountRange(base, rounded, /*remount=*/false);
   if (rc != 0) {
-    WriterLock layout(&m.layout_mu);
+    MutexLock turnstile(&m.layout_mu.turnstile);
+    WriterLock layout(&m.layout_mu.rw);
     m.registrations.Remove(base);
     (void)m.engine->FreeSharedMemory(base);
     return rc;
