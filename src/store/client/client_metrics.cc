@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "store/common/metrics_text.h"
+
 namespace mooncake {
 namespace store {
 
@@ -49,18 +51,6 @@ uint64_t EnvSeconds(const char* name) {
   return std::stoull(s);
 }
 
-std::string Rate(double bytes_per_s) {
-  static const char* const kUnits[] = {" B/s", " KB/s", " MB/s", " GB/s", " TB/s"};
-  int u = 0;
-  while (bytes_per_s >= 1024 && u < 4) {
-    bytes_per_s /= 1024;
-    ++u;
-  }
-  char buf[64];
-  snprintf(buf, sizeof(buf), "%.2f%s", bytes_per_s, kUnits[u]);
-  return buf;
-}
-
 void Header(const char* name, const char* help, const char* type, std::string* out) {
   *out += "# HELP ";
   *out += name;
@@ -81,22 +71,6 @@ void Sample(const std::string& name, const std::string& labels, uint64_t v, std:
   *out += '\n';
 }
 
-// A label value in the text format: backslash, double quote and newline escaped.
-std::string Escaped(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // labels "{a="b"}" plus one more pair.
 std::string With(const std::string& labels, const char* name, const std::string& value) {
   std::string pair = std::string(name) + "=\"" + value + "\"";
@@ -105,20 +79,6 @@ std::string With(const std::string& labels, const char* name, const std::string&
 }
 
 }  // namespace
-
-std::string ByteSizeString(uint64_t bytes) {
-  static const char* const kUnits[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  snprintf(buf, sizeof(buf), "%.2f %s", v, kUnits[u]);
-  return buf;
-}
 
 // ---- LatencyHistogram ----
 
@@ -263,8 +223,10 @@ void ClientMetrics::ObserveOp(OpKind kind, const char* op_name, uint64_t bytes, 
 
 std::string ClientMetrics::Labels(const char* extra_name, const char* extra_value) const {
   // Upstream orders static labels by name, then the dynamic one.
-  std::string l = "{client_mode=\"" + Escaped(client_mode_) + "\"";
-  if (!options_.cluster_id.empty()) l += ",cluster_id=\"" + Escaped(options_.cluster_id) + "\"";
+  std::string l = "{client_mode=\"" + PromLabelValue(client_mode_) + "\"";
+  if (!options_.cluster_id.empty()) {
+    l += ",cluster_id=\"" + PromLabelValue(options_.cluster_id) + "\"";
+  }
   if (extra_name != nullptr) l += std::string(",") + extra_name + "=\"" + extra_value + "\"";
   return l + "}";
 }
@@ -347,8 +309,8 @@ std::string ClientMetrics::Throughput() const {
   const double s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (s <= 0) return "";
-  return "Average Read Throughput: " + Rate(read_bytes_.load() / s) +
-         "\nAverage Write Throughput: " + Rate(write_bytes_.load() / s) + "\n";
+  return "Average Read Throughput: " + ByteRateString(read_bytes_.load() / s) +
+         "\nAverage Write Throughput: " + ByteRateString(write_bytes_.load() / s) + "\n";
 }
 
 std::string ClientMetrics::Summary() const {
@@ -410,8 +372,8 @@ void ClientMetrics::Report() {
       char span[32];
       snprintf(span, sizeof(span), "%.2f", s);
       text += "\n=== Interval Throughput Summary ===\nRead Throughput: " +
-              Rate((r - last_read) / s) + " (" + ByteSizeString(r - last_read) + " over " +
-              span + "s)\nWrite Throughput: " + Rate((w - last_write) / s) + " (" +
+              ByteRateString((r - last_read) / s) + " (" + ByteSizeString(r - last_read) + " over " +
+              span + "s)\nWrite Throughput: " + ByteRateString((w - last_write) / s) + " (" +
               ByteSizeString(w - last_write) + " over " + span + "s)";
       last_read = r;
       last_write = w;

@@ -112,8 +112,5 @@ class ClientMetrics {
   std::thread reporter_;
 };
 
-// Formats bytes as upstream's summary does: "0 B", "1.00 KB", "5.00 MB" (powers of 1024).
-std::string ByteSizeString(uint64_t bytes);
-
 }  // namespace store
 }  // namespace mooncake

@@ -15,6 +15,7 @@
 
 #include "mooncake/store/store_client.h"
 #include "store/client/client_http.h"
+#include "store/common/metrics_text.h"
 #include "store/testing/client_fixture.h"
 #include "store/testing/in_process_master.h"
 #include "store/testing/loopback_http.h"

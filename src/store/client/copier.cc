@@ -6,7 +6,6 @@
 #include <cstring>
 #include <optional>
 
-#include "platform/device.h"
 #include "store/client/client_metrics.h"
 #include "store/client/device_copy.h"
 #include "store/client/opened_segments.h"
@@ -19,14 +18,10 @@ namespace store {
 namespace {
 constexpr size_t kMaxStagingChunk = 4 << 20;
 
-// A copy between the caller's memory and the client's host memory: through the device
-// backend when the caller's is device memory (the CPU must not touch it).
+// A copy between the caller's memory and the client's host memory (device_copy.h: through
+// the device backend when the caller's is device memory); false, logged, when it failed.
 bool CopyOut(bool device, void* dst, const void* src, size_t n) {
-  if (!device) {
-    std::memcpy(dst, src, n);
-    return true;
-  }
-  Status s = platform::Devices().Copy(dst, src, n);
+  Status s = CopyKnown(device, dst, src, n);
   if (!s.ok()) LOG(ERROR) << "store: device copy of " << n << " bytes failed: " << s.ToString();
   return s.ok();
 }
@@ -93,17 +88,27 @@ void Copier::Sort(const std::vector<Job>& jobs, std::vector<char>* failed, Round
   SegmentID last_target = 0;
   const char* reg_lo = nullptr;
   const char* reg_hi = nullptr;
+  // Likewise the registration of the last own-segment replica (one stays registered while
+  // Run holds the layout lock: an unmount waits for it).
+  const char* own_lo = nullptr;
+  const char* own_hi = nullptr;
   direct->reqs.reserve(jobs.size());
   direct->owners.reserve(jobs.size());
   for (const Job& job : jobs) {
     if ((*failed)[job.owner]) continue;
     if (*job.segment == own_segment_) {  // a replica in our own segment: plain memory
-      void* remote = reinterpret_cast<void*>(job.remote);
-      if (!registrations_->Contains(remote, job.len)) {  // a run-time segment unmounted since
-        LOG(WARNING) << "store: a replica in this client's own memory at " << remote
-                     << " is gone (its segment was unmounted)";
-        (*failed)[job.owner] = 1;
-        continue;
+      char* remote = reinterpret_cast<char*>(job.remote);
+      if (own_lo == nullptr || remote < own_lo || remote > own_hi ||
+          job.len > static_cast<size_t>(own_hi - remote)) {
+        uint64_t lo = 0, len = 0;
+        if (!registrations_->Find(remote, job.len, &lo, &len)) {  // a run-time segment unmounted
+          LOG(WARNING) << "store: a replica in this client's own memory at "
+                       << static_cast<void*>(remote) << " is gone (its segment was unmounted)";
+          (*failed)[job.owner] = 1;
+          continue;
+        }
+        own_lo = reinterpret_cast<const char*>(lo);
+        own_hi = own_lo + len;
       }
       const bool device = IsDeviceMemory(job.local);
       const bool copied = job.op == TransferRequest::WRITE

@@ -18,7 +18,11 @@ bool IsDeviceMemory(const void* p) {
 
 Status CopyBytes(void* dst, const void* src, size_t n) {
   if (n == 0) return Status::OK();
-  if (IsDeviceMemory(dst) || IsDeviceMemory(src)) return platform::Devices().Copy(dst, src, n);
+  return CopyKnown(IsDeviceMemory(dst) || IsDeviceMemory(src), dst, src, n);
+}
+
+Status CopyKnown(bool device, void* dst, const void* src, size_t n) {
+  if (device) return platform::Devices().Copy(dst, src, n);
   std::memcpy(dst, src, n);
   return Status::OK();
 }

@@ -21,6 +21,8 @@ bool IsDeviceMemory(const void* p);
 // Copies n bytes from src to dst (non-overlapping), either of which may be device memory.
 // Fails only for a failed device copy (its reason).
 Status CopyBytes(void* dst, const void* src, size_t n);
+// The same when the caller knows already whether an end is device memory (`device`).
+Status CopyKnown(bool device, void* dst, const void* src, size_t n);
 
 }  // namespace store
 }  // namespace mooncake

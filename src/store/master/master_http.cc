@@ -11,6 +11,7 @@
 
 #include "mooncake/store/error_code.h"
 #include "store/common/limits.h"
+#include "store/common/metrics_text.h"
 #include "store/tenants/tenant_id.h"
 
 namespace mooncake {
@@ -98,23 +99,6 @@ bool ParseQuery(const std::string& query, std::map<std::string, std::string>* pa
   return true;
 }
 
-std::string Bytes(uint64_t n) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0) {
-    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.2f %s", v, units[u]);
-  }
-  return buf;
-}
-
 Json Descriptor(const MasterService::ReplicaView& r) {
   Json d;
   d["size_"] = r.size;
@@ -179,7 +163,7 @@ HttpReply Summary(MasterService& master, const HaView& view) {
                  text + ", master={" + NotActiveMessage(view) + "}" + HaSummary(view));
   }
   const auto s = master.GetSummary();
-  text += ", master={Mem Storage: " + Bytes(s.allocated) + " / " + Bytes(s.capacity);
+  text += ", master={Mem Storage: " + ByteSizeString(s.allocated) + " / " + ByteSizeString(s.capacity);
   if (s.capacity > 0) {
     char pct[32];
     std::snprintf(pct, sizeof(pct), " (%.1f%%)",

@@ -7,6 +7,7 @@
 
 #include <sstream>
 
+#include "store/common/metrics_text.h"
 #include "store/master/master_service.h"
 #include "store/master/master_service_internal.h"
 #include "store/tenants/tenant_id.h"
@@ -27,20 +28,6 @@ std::string RequestTenant(const std::string& sent, std::string* tenant) {
 // evictable objects among many others' costs a bounded walk.
 constexpr size_t kMaxTenantEvictScan = 1 << 16;
 
-// A label value in the text format: \\, \" and \n escaped (a tenant id has no control
-// character, but a key stored before strict mode was turned on may name anything).
-std::string Label(std::string_view tenant) {
-  std::string out;
-  for (char c : tenant) {
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    if (c == '\\' || c == '"') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -234,7 +221,7 @@ std::string MasterService::TenantMetricsLocked() {
   auto family = [&](const char* name, const char* type, const char* help, auto value) {
     out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
     for (const TenantSnapshot& s : snaps) {
-      out << name << "{tenant_id=\"" << Label(s.tenant_id) << "\"} " << value(s) << "\n";
+      out << name << "{tenant_id=\"" << PromLabelValue(s.tenant_id) << "\"} " << value(s) << "\n";
     }
   };
   family("mooncake_tenant_quota_requested_bytes", "gauge", "Requested tenant quota in bytes",
@@ -253,7 +240,7 @@ std::string MasterService::TenantMetricsLocked() {
   out << "# HELP mooncake_tenant_quota_reject_total Total number of tenant quota admission rejects\n"
       << "# TYPE mooncake_tenant_quota_reject_total counter\n";
   for (const auto& [t, c] : tenant_counters_) {
-    out << "mooncake_tenant_quota_reject_total{tenant_id=\"" << Label(t)
+    out << "mooncake_tenant_quota_reject_total{tenant_id=\"" << PromLabelValue(t)
         << "\",reason=\"quota_exceeded\"} " << c.quota_rejects << "\n";
   }
   out << "mooncake_tenant_quota_reject_total{tenant_id=\"_unregistered\",reason=\"not_registered\"} "
@@ -261,7 +248,7 @@ std::string MasterService::TenantMetricsLocked() {
   out << "# HELP mooncake_tenant_evict_bytes_total Total bytes evicted by tenant-scoped quota eviction\n"
       << "# TYPE mooncake_tenant_evict_bytes_total counter\n";
   for (const auto& [t, c] : tenant_counters_) {
-    out << "mooncake_tenant_evict_bytes_total{tenant_id=\"" << Label(t) << "\"} " << c.evicted_bytes
+    out << "mooncake_tenant_evict_bytes_total{tenant_id=\"" << PromLabelValue(t) << "\"} " << c.evicted_bytes
         << "\n";
   }
   return out.str();
