@@ -7,7 +7,10 @@ then answers each request with one line:
       "seconds": t}   (random bytes from os.urandom, key = prefix + index)
   {"op": "get", "keys": [...], "size": s}  -> {"rc": {key: bytes read or a negative code},
       "sha": {key: hex of the bytes read}, "seconds": t, "max_seconds": slowest get}
+  {"op": "allocate", "size": n}  -> allocate_and_mount_segment's dict
+  {"op": "unmount_free", "ids": [...]}  -> {"rc": unmount_and_free_segment's code}
   {"op": "close"}  -> {"rc": ...}   and EOF on stdin ends it.
+put_random takes an optional "replicas" (ReplicateConfig.replica_num).
 """
 import hashlib
 import json
@@ -16,7 +19,7 @@ import sys
 import time
 
 import numpy as np
-from mooncake.store import MooncakeDistributedStore
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 
 def reply(obj):
@@ -37,11 +40,13 @@ def main():
             reply({"rc": rc})
         elif op == "put_random":
             rcs, sha = [], {}
+            cfg = ReplicateConfig()
+            cfg.replica_num = req.get("replicas", 1)
             t0 = time.monotonic()
             for i in range(req["count"]):
                 key = f"{req['prefix']}{i}"
                 data = os.urandom(req["size"])
-                rcs.append(store.put(key, data))
+                rcs.append(store.put(key, data, cfg))
                 sha[key] = hashlib.sha256(data).hexdigest()
             reply({"rcs": rcs, "sha": sha, "seconds": time.monotonic() - t0})
         elif op == "get":
@@ -57,6 +62,10 @@ def main():
                     sha[key] = hashlib.sha256(buf[:n].tobytes()).hexdigest()
             reply({"rc": rcs, "sha": sha, "seconds": time.monotonic() - t0,
                    "max_seconds": slowest})
+        elif op == "allocate":
+            reply(store.allocate_and_mount_segment(req["size"]))
+        elif op == "unmount_free":
+            reply({"rc": store.unmount_and_free_segment(req["ids"])})
         elif op == "close":
             reply({"rc": store.close() if store else 0})
             store = None
