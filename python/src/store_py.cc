@@ -370,6 +370,7 @@ void BindStore(py::module_& m) {
 
   store_py::BindBatchApi(c, kDefault);
   store_py::BindSegments(c);
+  store_py::BindTasks(m, c);
 }
 
 }  // namespace pyapi

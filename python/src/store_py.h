@@ -187,6 +187,7 @@ std::vector<int> PutFromMany(PyStore& s, const char* method, const std::vector<s
 // and batch_replica_clear on `c` (store_py_batch.cc); kDefault: config's default.
 void BindBatchApi(py::class_<PyStore>& c, const PyReplicateConfig& kDefault);
 void BindSegments(py::class_<PyStore>& c);  // store_py_segments.cc
+void BindTasks(py::module_& m, py::class_<PyStore>& c);  // store_py_tasks.cc
 
 }  // namespace store_py
 }  // namespace pyapi

@@ -30,6 +30,10 @@ enum class ErrorCode : int32_t {
   OBJECT_ALREADY_EXISTS = -705,
   OBJECT_HAS_LEASE = -706,
   LEASE_EXPIRED = -707,
+  OBJECT_HAS_REPLICATION_TASK = -708,  // a replica task of the object is in flight
+  REPLICA_NOT_FOUND = -710,            // a move's source holds no replica of the object
+  REPLICA_ALREADY_EXISTS = -711,       // a task's target holds a replica of it already
+  REPLICA_IS_GONE = -712,              // a task's source or target went away while it ran
   OBJECT_REPLICA_BUSY = -714,  // upsert: another put or upsert of the key is in flight
   TRANSFER_FAIL = -800,
   RPC_FAIL = -900,
@@ -46,6 +50,8 @@ enum class ErrorCode : int32_t {
   FILE_INVALID_BUFFER = -1104,
   FILE_LOCK_FAIL = -1105,
   FILE_INVALID_HANDLE = -1106,
+  TASK_NOT_FOUND = -1400,               // no such replica task (or it was pruned)
+  TASK_PENDING_LIMIT_EXCEEDED = -1401,  // too many replica tasks waiting
   TENANT_QUOTA_EXCEEDED = -1700,  // strict mode: the tenant's memory quota is used up
   TENANT_NOT_REGISTERED = -1701,  // strict mode: the tenant has no quota policy
   TENANT_NOT_EMPTY = -1702,       // a policy removed while its tenant still holds objects

@@ -192,6 +192,34 @@ class StoreClient {
   int64_t RemoveByRegex(const std::string& regex, bool force = false);  // count, or negative
   int64_t RemoveAll(bool force = false);                                // count, or negative
 
+  // Replica tasks (upstream's create_copy_task / create_move_task / query_task): the master
+  // hands the task to the client owning the source replica's segment, whose engine copies
+  // the bytes (this client runs the tasks given to it, in the background); a new replica is
+  // readable once the task succeeds, a move's source is dropped only then. Ids are upstream's
+  // (u64, u64). 0 with the id, or a negative code (the master's checks: INVALID_PARAMS,
+  // OBJECT_NOT_FOUND, UNAVAILABLE_IN_CURRENT_STATUS, TASK_PENDING_LIMIT_EXCEEDED).
+  struct TaskId {
+    uint64_t hi = 0;
+    uint64_t lo = 0;
+  };
+  struct TaskInfo {
+    TaskId id;
+    uint32_t type = 0;    // 0 copy, 1 move
+    uint32_t status = 0;  // 0 pending, 1 processing, 2 failed, 3 success
+    int64_t created_at_ms = 0;
+    int64_t last_updated_at_ms = 0;
+    std::string assigned_client;  // the executor's client id
+    std::string message;          // "Task completed successfully", or why it failed
+  };
+  int CreateCopyTask(const std::string& key, const std::vector<std::string>& targets,
+                     TaskId* id);
+  int CreateMoveTask(const std::string& key, const std::string& source, const std::string& target,
+                     TaskId* id);
+  // TASK_NOT_FOUND for an unknown id (or one pruned, or of another master).
+  int QueryTask(const TaskId& id, TaskInfo* info);
+  // The replica tasks this client ran to the end (any outcome) since it started.
+  uint64_t tasks_run() const;
+
   // Run-time segments (upstream's mount_segment / allocate_and_mount_segment): more memory
   // lent to the pool beside the global segment, under this client's segment name, each named
   // by an id ("<u64>-<u64>", as upstream's). MountFileSegment maps `size` bytes of the file at

@@ -146,7 +146,8 @@ const char* const ClientMetrics::kRpcNames[kRpcs] = {
     "PutEnd",        "BatchPutEnd",      "PutRevoke",      "BatchPutRevoke",
     "GetReplicaList", "BatchGetReplicaList", "ExistKey",    "BatchExistKey",
     "Remove",        "BatchRemove",      "RemoveByRegex",  "RemoveAll",
-    "BatchReplicaClear", "GetStats"};
+    "BatchReplicaClear", "GetStats",  "CreateCopyTask", "CreateMoveTask",
+    "QueryTask",     "FetchTasks",       "MarkTaskToComplete"};
 
 // Upstream's op_name values (its RealClient's interfaces).
 const char* const ClientMetrics::kOpNames[kOps] = {

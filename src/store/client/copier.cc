@@ -50,11 +50,16 @@ Copier::Copier(TransferEngine* engine, std::string own_segment, Registrations* r
       metrics_(metrics),
       layout_(layout) {}
 
-void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed) {
+void Copier::Run(const std::vector<Job>& jobs, std::vector<char>* failed,
+                 const std::function<bool()>& check) {
   std::optional<ReaderLock> layout;
   if (layout_ != nullptr) {
     { MutexLock wait_for_writer(&layout_->turnstile); }
     layout.emplace(&layout_->rw);
+  }
+  if (check && !check()) {
+    for (const Job& job : jobs) (*failed)[job.owner] = 1;
+    return;
   }
   Round round;
   std::vector<Staged> staged;

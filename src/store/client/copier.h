@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,8 +64,11 @@ class Copier {
          ClientMetrics* metrics = nullptr, SegmentLayout* layout = nullptr);
 
   // Runs the jobs (skipping those whose owner has failed already); sets failed[owner] for
-  // every job that did not complete.
-  void Run(const std::vector<Job>& jobs, std::vector<char>* failed);
+  // every job that did not complete. `check` (may be empty) is called once with the layout
+  // held, before any copy: false fails every job (a replica task's source memory, checked
+  // to be this client's own segment while no unmount can take it away).
+  void Run(const std::vector<Job>& jobs, std::vector<char>* failed,
+           const std::function<bool()>& check = {});
 
   // Whether the last Run's transfers had all ended by the time their Submit returned
   // (same-host copies through memory a holder lends): then overlapping the master's next

@@ -29,5 +29,38 @@ void Heartbeat::Loop() {
   }
 }
 
+void Worker::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Worker::Poke() {
+  {
+    MutexLock lock(&mu_);
+    poked_ = true;
+  }
+  wake_.SignalAll();
+}
+
+void Worker::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  wake_.SignalAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::Loop() {
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      while (!stopping_ && !poked_) wake_.Wait(&mu_);
+      if (stopping_) return;
+      poked_ = false;
+    }
+    work_();
+  }
+}
+
 }  // namespace store
 }  // namespace mooncake

@@ -1,7 +1,9 @@
 // Heartbeat: a thread that calls `beat` every `interval` until Stop (the client's ping of
 // the master, which remounts its segment when the master no longer knows it).
+// Worker: a thread that calls `work` after each Poke (pokes while it works coalesce into one
+// more call) until Stop (the replica tasks the heartbeat hears of).
 //
-// Lock: mu_, a leaf (beat runs without it).
+// Locks: mu_ of each, a leaf (beat / work run without it).
 #pragma once
 
 #include <chrono>
@@ -29,6 +31,26 @@ class Heartbeat {
   const std::function<void()> beat_;
   Mutex mu_;
   CondVar wake_;
+  bool stopping_ MC_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+class Worker {
+ public:
+  explicit Worker(std::function<void()> work) : work_(std::move(work)) {}
+  ~Worker() { Stop(); }
+  void Start();
+  void Poke() MC_EXCLUDES(mu_);
+  // Wakes the thread and joins it (a call of work in progress ends first). Idempotent.
+  void Stop() MC_EXCLUDES(mu_);
+
+ private:
+  void Loop() MC_EXCLUDES(mu_);
+
+  const std::function<void()> work_;
+  Mutex mu_;
+  CondVar wake_;
+  bool poked_ MC_GUARDED_BY(mu_) = false;
   bool stopping_ MC_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

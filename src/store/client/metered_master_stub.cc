@@ -49,6 +49,12 @@ const char* RpcName(const rpc::PutStartRequest& r) {
 const char* RpcName(const rpc::RemoveByRegexRequest&) { return "RemoveByRegex"; }
 const char* RpcName(const rpc::ReplicaClearRequest&) { return "BatchReplicaClear"; }
 const char* RpcName(const rpc::StatsRequest&) { return "GetStats"; }
+const char* RpcName(const rpc::ReplicaTaskRequest& r) {
+  return r.type() == 1 ? "CreateMoveTask" : "CreateCopyTask";
+}
+const char* RpcName(const rpc::QueryTaskRequest&) { return "QueryTask"; }
+const char* RpcName(const rpc::FetchTasksRequest&) { return "FetchTasks"; }
+const char* RpcName(const rpc::FinishTaskRequest&) { return "MarkTaskToComplete"; }
 
 // KeysRequest serves several methods: named by the method.
 const char* KeysName(MasterMethod m, const rpc::KeysRequest& r) {

@@ -87,6 +87,8 @@ int StoreClient::Impl::Start(std::string* message) {
     rc = Mount();
     if (rc != 0) return fail(static_cast<ErrorCode>(rc), "mounting the segment failed");
   }
+  task_worker = std::make_unique<Worker>([this] { RunTasks(); });
+  task_worker->Start();
   heartbeat_ = std::make_unique<Heartbeat>(opt.heartbeat_interval, [this] { Beat(); });
   heartbeat_->Start();
   LOG(INFO) << "store client " << client_id << " ready: segment " << seg_name << " ("
@@ -197,11 +199,13 @@ void StoreClient::Impl::Beat() {
   }
   if (!resp.client_known()) RemountRuntime();
   UnmountDueRuntime();
+  if (resp.tasks_waiting() > 0 && task_worker) task_worker->Poke();
 }
 
 int StoreClient::Impl::Close() {
   if (closed.exchange(true)) return 0;
   if (heartbeat_) heartbeat_->Stop();
+  if (task_worker) task_worker->Stop();  // a task running ends first (engine timeouts bound it)
   int rc = 0;
   if (segment != nullptr && master) {
     rpc::UnmountSegmentRequest req;

@@ -174,6 +174,15 @@ class StoreClient::Impl {
   void UnmountDueRuntime();
   void CloseRuntime();
 
+  // Replica tasks given to this client (store_client_tasks.cc): the heartbeat pokes the
+  // worker when the master says some wait; it fetches and runs them until none is left.
+  void RunTasks();
+  // One task: copies the source (which must lie in this client's own lent memory) to the
+  // targets; "" or why not.
+  std::string RunTask(const rpc::TaskAssignment& task);
+  std::unique_ptr<Worker> task_worker;
+  std::atomic<uint64_t> tasks_run{0};
+
  private:
   struct PutBatch;
   struct GetRoundState;

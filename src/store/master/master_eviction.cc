@@ -59,12 +59,14 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   // pinned_lru_ stops where no pin can have lapsed yet (accessed within the shortest TTL).
   ObjectEntry* plain = lru_.front();
   ObjectEntry* soft = pinned_lru_.front();
-  auto next_plain = [&] {
-    while (plain != nullptr && Leased(plain->second, now)) plain = lru_.next(plain);
+  auto next_plain = [&]() MC_REQUIRES(mu_) {
+    while (plain != nullptr && (Leased(plain->second, now) || CopyingLocked(plain->first))) {
+      plain = lru_.next(plain);
+    }
   };
   auto next_lapsed = [&]() MC_REQUIRES(mu_) {
     while (soft != nullptr && now - soft->second.last_access >= min_soft_pin_ttl_ &&
-           (pinned(soft) || Leased(soft->second, now))) {
+           (pinned(soft) || Leased(soft->second, now) || CopyingLocked(soft->first))) {
       soft = pinned_lru_.next(soft);
     }
     if (soft != nullptr && now - soft->second.last_access < min_soft_pin_ttl_) soft = nullptr;
@@ -89,7 +91,7 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   for (ObjectEntry* e = pinned_lru_.front(); e != nullptr && !done();) {
     ObjectEntry* victim = e;
     e = pinned_lru_.next(e);
-    if (!Leased(victim->second, now)) evict(victim);
+    if (!Leased(victim->second, now) && !CopyingLocked(victim->first)) evict(victim);
   }
   counters_.evicted_bytes += freed;
   if (victims > 0) ++counters_.eviction_successes;

@@ -41,6 +41,9 @@ void MasterService::HousekeepUnderLock(std::vector<uint64_t>* dropped) {
     LOG(WARNING) << "client " << it->first << " sent no heartbeat for " << config_.client_ttl_s
                  << " s: unmounting its " << it->second.segments.size() << " segment(s)";
     dropped->insert(dropped->end(), it->second.segments.begin(), it->second.segments.end());
+    tasks_.FailPendingOf(it->first, "CLIENT_NOT_FOUND: its executor " + it->first +
+                                        " sent no heartbeat for " +
+                                        std::to_string(config_.client_ttl_s) + " s", now);
     it = clients_.erase(it);
     ++counters_.expired_clients;
   }
@@ -66,6 +69,7 @@ void MasterService::HousekeepUnderLock(std::vector<uint64_t>* dropped) {
     it = EraseUpsertLocked(it, now);
     ++counters_.discarded_puts;
   }
+  ExpireTasksLocked(now);
   ReapGraveyardLocked(now);
   for (auto it = dropped_names_.begin(); it != dropped_names_.end();) {
     it = it->second <= now ? dropped_names_.erase(it) : std::next(it);

@@ -127,6 +127,13 @@ void MasterService::ExportState(const std::function<void(oplog::Entry&&)>& emit)
     FillState(obj, e.mutable_object());
     emit(std::move(e));
   }
+  for (const auto& [key, obj] : copies_) {
+    oplog::Entry e;
+    e.set_kind(oplog::Entry::COPY_OBJECT);
+    e.set_key(key);
+    FillState(obj, e.mutable_object());
+    emit(std::move(e));
+  }
 }
 
 void MasterService::HoldLocked(const Object& old, const Object* now_in, Clock::time_point now) {
@@ -177,10 +184,14 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
   };
   const bool keyed = e.kind() == oplog::Entry::OBJECT || e.kind() == oplog::Entry::ERASE ||
                      e.kind() == oplog::Entry::UPSERT_OBJECT ||
-                     e.kind() == oplog::Entry::UPSERT_ERASE || e.kind() == oplog::Entry::UPSERT_COMMIT;
+                     e.kind() == oplog::Entry::UPSERT_ERASE || e.kind() == oplog::Entry::UPSERT_COMMIT ||
+                     e.kind() == oplog::Entry::COPY_OBJECT || e.kind() == oplog::Entry::COPY_ERASE ||
+                     e.kind() == oplog::Entry::COPY_COMMIT;
   const bool needs_object = e.kind() == oplog::Entry::OBJECT ||
                             e.kind() == oplog::Entry::UPSERT_OBJECT ||
-                            e.kind() == oplog::Entry::UPSERT_COMMIT;
+                            e.kind() == oplog::Entry::UPSERT_COMMIT ||
+                            e.kind() == oplog::Entry::COPY_OBJECT ||
+                            e.kind() == oplog::Entry::COPY_COMMIT;
   if (keyed && e.key().empty()) return diverged("an entry of an object with no key");
   if (needs_object && !e.has_object()) return diverged("an entry with no object state");
   if (e.has_object()) {
@@ -288,6 +299,48 @@ Status MasterService::ApplyLocked(const oplog::Entry& e, Clock::time_point now) 
       ListLocked(&*objects_.emplace(e.key(), std::move(next)).first);
       return Status::OK();
     }
+    case oplog::Entry::COPY_OBJECT: {
+      Object next;
+      SetStateLocked(e.object(), &next, now);
+      count(next, 1);
+      auto it = copies_.find(e.key());
+      if (it != copies_.end()) {
+        count(it->second, -1);
+        HoldLocked(it->second, &next, now);
+        it->second = std::move(next);
+      } else {
+        copies_.emplace(e.key(), std::move(next));
+      }
+      return Status::OK();
+    }
+    case oplog::Entry::COPY_ERASE: {
+      auto it = copies_.find(e.key());
+      if (it == copies_.end()) return diverged("no such replica task in flight");
+      count(it->second, -1);
+      HoldLocked(it->second, nullptr, now);
+      copies_.erase(it);
+      return Status::OK();
+    }
+    case oplog::Entry::COPY_COMMIT: {
+      auto c = copies_.find(e.key());
+      if (c == copies_.end()) return diverged("no such replica task in flight");
+      auto it = objects_.find(e.key());
+      if (it == objects_.end()) return diverged("no such object");
+      // The task's space and the object's as they were, against the object's state now:
+      // what it no longer has (a move's source) is held.
+      Object old;
+      old.size = it->second.size;
+      old.replicas = it->second.replicas;
+      for (const auto& p : c->second.replicas) old.replicas.push_back(p);
+      count(c->second, -1);
+      count(it->second, -1);
+      copies_.erase(c);
+      SetStateLocked(e.object(), &it->second, now);
+      count(it->second, 1);
+      HoldLocked(old, &it->second, now);
+      ListLocked(&*it);
+      return Status::OK();
+    }
     default:
       return diverged("unknown kind " + std::to_string(e.kind()) +
                       " (is the log newer than this master?)");
@@ -314,6 +367,7 @@ Status MasterService::Promote() {
   };
   for (auto& entry : objects_) add(entry.second);
   for (auto& [key, obj] : upserts_) add(obj);
+  for (auto& [key, obj] : copies_) add(obj);  // no task knows them here: freed when discarded
   for (const Held& h : held_) {
     if (h.free_at > now && segments_.count(h.segment_id)) {
       held[h.segment_id].push_back({h.offset, Rounded(h.size), nullptr, h.free_at});
@@ -388,7 +442,7 @@ Status MasterService::Promote() {
   ++view_version_;
   LOG(INFO) << "promoted: " << segments_.size() << " segments, " << objects_.size()
             << " objects (" << in_flight_.size() << " puts in flight), " << upserts_.size()
-            << " upserts in flight, " << held_kept << " freed ranges kept out of use for "
+            << " upserts in flight, " << copies_.size() << " replica tasks' space, " << held_kept << " freed ranges kept out of use for "
             << "the old leader's readers; freed space reused from "
             << lease.count() << " ms on";
   return Status::OK();

@@ -49,6 +49,8 @@ std::string Scope(MasterService* m, rpc::KeysRequest* req) { return m->ScopeRequ
 std::string Scope(MasterService* m, rpc::PutStartRequest* req) { return m->ScopeRequest(req); }
 std::string Scope(MasterService* m, rpc::RemoveByRegexRequest* req) { return m->ScopeRequest(req); }
 std::string Scope(MasterService* m, rpc::ReplicaClearRequest* req) { return m->ScopeRequest(req); }
+std::string Scope(MasterService* m, rpc::ReplicaTaskRequest* req) { return m->ScopeRequest(req); }
+std::string Scope(MasterService* m, rpc::QueryTaskRequest* req) { return m->ScopeRequest(req); }
 // The method's response refusing the request as a whole, appended to *out.
 template <class Resp>
 void AppendRefusal(const std::string& problem, std::string* out) {
@@ -128,6 +130,10 @@ RpcStatus Dispatch(MasterService* master, uint16_t method, const char* data, siz
       return Serve<rpc::StatsRequest>(
           data, n, out, "GetStats",
           +[](MasterService* s, const rpc::StatsRequest&) { return s->GetStats(); }, master);
+    MC_METHOD(CreateReplicaTask, ReplicaTaskRequest);
+    MC_METHOD(QueryTask, QueryTaskRequest);
+    MC_METHOD(FetchTasks, FetchTasksRequest);
+    MC_METHOD(FinishTask, FinishTaskRequest);
   }
   out->append("unknown method " + std::to_string(method) +
               " (this master knows 1.." + std::to_string(kMaxMethod) +
@@ -328,6 +334,10 @@ size_t MaxMasterRequestBytes(uint16_t method) {
     case MasterMethod::kUnmountSegment:
     case MasterMethod::kRemoveByRegex:
     case MasterMethod::kGetStats:
+    case MasterMethod::kCreateReplicaTask:
+    case MasterMethod::kQueryTask:
+    case MasterMethod::kFetchTasks:
+    case MasterMethod::kFinishTask:
       return kMaxSmallRequestBytes;
     default:
       return static_cast<size_t>(kMaxMessageBytes);

@@ -13,7 +13,7 @@ namespace mooncake {
 namespace store {
 
 MasterService::MasterService(MasterConfig config, NowFn now)
-    : config_(config), now_(std::move(now)) {
+    : config_(config), now_(std::move(now)), tasks_(config_.task_limits) {
   standby_ = config_.standby;
   std::random_device rd;
   lease_ids_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
@@ -150,6 +150,7 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
     it->second.last_ping = now_();
     resp.set_client_known(true);
   }
+  resp.set_tasks_waiting(static_cast<uint32_t>(tasks_.PendingCount(req.client_id())));
   return resp;
 }
 

@@ -68,6 +68,7 @@
 #include "store/master/master_records.h"
 #include "store/common/offset_allocator.h"
 #include "store/master/object_table.h"
+#include "store/master/replica_tasks.h"
 #include "store/tenants/tenant_ledger.h"
 
 namespace mooncake {
@@ -92,6 +93,11 @@ struct MasterConfig {
   // Strict multi-tenant mode (--enable_multi_tenants; src/store/tenants/tenant_id.h): keys
   // are scoped per tenant, only tenants with a quota policy write, and within their quota.
   bool enable_multi_tenants = false;
+  // Replica tasks (replica_tasks.h): upstream's --max_total_{pending,processing,finished}_tasks
+  // and --{pending,processing}_task_timeout_sec. A running task's space is discarded (and the
+  // task failed) after put_start_discard_timeout_s too, as a put's: its writer may write it
+  // no longer than a put's writer.
+  ReplicaTasks::Limits task_limits;
 };
 
 // Where a serving master's changes go: an HA leader's operation log (src/store/ha). Called
@@ -138,6 +144,23 @@ class MasterService {
   rpc::CountResponse RemoveAll(const rpc::KeysRequest& req);
   rpc::ReplicaClearResponse ReplicaClear(const rpc::ReplicaClearRequest& req);
   rpc::StatsResponse GetStats();
+
+  // --- Replica tasks (master_tasks.cc; replica_tasks.h) ---
+  // create_copy_task / create_move_task (upstream's checks and codes: -600 for empty or
+  // unmounted targets, a move's source == target or not holding a replica; -704 for a missing
+  // key; -1010 for a target taking no objects now; -1401 with max_pending tasks waiting).
+  // The task goes to the client owning the source replica's segment.
+  rpc::ReplicaTaskResponse CreateReplicaTask(const rpc::ReplicaTaskRequest& req);
+  // TASK_NOT_FOUND for an unknown (or pruned, or another tenant's) task.
+  rpc::QueryTaskResponse QueryTask(const rpc::QueryTaskRequest& req);
+  // Starts the caller's pending tasks: allocates each target's space (not readable), and
+  // says where to copy from and to. A task whose key has another task running waits; one
+  // finding no space on a target waits too, at most 10 tries (upstream's retries).
+  rpc::FetchTasksResponse FetchTasks(const rpc::FetchTasksRequest& req);
+  // The executor's report: ok makes the new replicas part of the object (a move drops its
+  // source, freed after its readers' leases) if the object and the source replica are still
+  // those it copied from; else the space is freed and the task fails, saying why.
+  rpc::FinishTaskResponse FinishTask(const rpc::FinishTaskRequest& req);
 
   // Housekeeping, called about once a second: expires silent clients, discards stale puts,
   // evicts above the high watermark.
@@ -189,6 +212,8 @@ class MasterService {
   std::string ScopeRequest(rpc::KeysRequest* req);
   std::string ScopeRequest(rpc::RemoveByRegexRequest* req);
   std::string ScopeRequest(rpc::ReplicaClearRequest* req);
+  std::string ScopeRequest(rpc::ReplicaTaskRequest* req);
+  std::string ScopeRequest(rpc::QueryTaskRequest* req);
   void UnscopeReply(rpc::ReplicaClearResponse* resp) const;
   bool multi_tenants() const { return config_.enable_multi_tenants; }
   // The admin API's (GET|PUT|DELETE /api/v1/tenant_quotas) and a new leader's: every policy
@@ -345,6 +370,20 @@ class MasterService {
   std::string TenantMetricsLocked() MC_REQUIRES(mu_);
   uint64_t AllocatedLocked() const MC_REQUIRES(mu_);
 
+  // Replica tasks (master_tasks.cc). A running task's space: copies_, keyed by the object's key.
+  using Copies = std::unordered_map<std::string, Object>;
+  bool CopyingLocked(const std::string& key) const MC_REQUIRES(mu_);  // a task's space in flight
+  // Starts task `t` (pending) into *out: true when started; false when it waits or ended.
+  bool StartTaskLocked(ReplicaTask* t, rpc::TaskAssignment* out, Clock::time_point now)
+      MC_REQUIRES(mu_);
+  // Makes the running task's space part of its object: "" or why not (the space freed).
+  std::string CommitCopyLocked(const ReplicaTask& t, Clock::time_point now) MC_REQUIRES(mu_);
+  Copies::iterator EraseCopyLocked(Copies::iterator it, Clock::time_point now) MC_REQUIRES(mu_);
+  // Tick's part: tasks past their timeouts fail, running ones past the discard time too.
+  void ExpireTasksLocked(Clock::time_point now) MC_REQUIRES(mu_);
+  // The segments named `name` (mounted; draining ones too), with their ids.
+  std::vector<std::pair<uint64_t, Segment*>> SegmentsNamedLocked(const std::string& name) MC_REQUIRES(mu_);
+
   // The HA log's entries (no-ops without a sink): an object's state, a key's end.
   void LogObjectLocked(oplog::Entry::Kind kind, const std::string& key, const Object& obj)
       MC_REQUIRES(mu_);
@@ -404,6 +443,10 @@ class MasterService {
   // Upserts in flight of keys whose current value (in objects_) stays visible until their
   // PutEnd replaces it (master_upsert.cc).
   std::unordered_map<std::string, Object> upserts_ MC_GUARDED_BY(mu_);
+  // The space of replica tasks running (their executor writes it; not readable), by key: its
+  // replicas the new placements, owner the executor, version the copied value's.
+  Copies copies_ MC_GUARDED_BY(mu_);
+  ReplicaTasks tasks_ MC_GUARDED_BY(mu_);
   // Entries of objects_ still being written, in PutStart order; complete ones that eviction
   // may take, least recently used first (plain, then soft-pinned): see ListLocked.
   RecordList<ObjectEntry> in_flight_ MC_GUARDED_BY(mu_){1};

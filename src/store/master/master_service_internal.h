@@ -74,6 +74,10 @@ inline uint64_t MasterService::InFlightBytes(const Object& obj) {
   return obj.size * obj.replicas.size();
 }
 
+inline bool MasterService::CopyingLocked(const std::string& key) const {
+  return !copies_.empty() && copies_.count(key) > 0;
+}
+
 inline bool MasterService::Leased(const Object& obj, Clock::time_point now) {
   return obj.lease_until > now;
 }

@@ -73,6 +73,16 @@ std::string MasterService::ScopeRequest(rpc::ReplicaClearRequest* req) {
   }));
 }
 
+std::string MasterService::ScopeRequest(rpc::ReplicaTaskRequest* req) {
+  if (!config_.enable_multi_tenants) return "";
+  return CountIfRefused(ScopeWith(req, [req](auto&& scope) { scope(req->mutable_key()); }));
+}
+
+std::string MasterService::ScopeRequest(rpc::QueryTaskRequest* req) {
+  if (!config_.enable_multi_tenants) return "";
+  return CountIfRefused(ScopeWith(req, [](auto&&) {}));  // no key: the tenant whose task it is
+}
+
 std::string MasterService::CountIfRefused(std::string problem) {
   if (!problem.empty()) {
     MutexLock lock(&mu_);
@@ -170,6 +180,7 @@ void MasterService::RechargeLocked() {
   tenants_.ClearCharges();
   for (const auto& [key, obj] : objects_) tenants_.Charge(TenantOf(key), InFlightBytes(obj));
   for (const auto& [key, obj] : upserts_) tenants_.Charge(TenantOf(key), InFlightBytes(obj));
+  for (const auto& [key, obj] : copies_) tenants_.Charge(TenantOf(key), InFlightBytes(obj));
 }
 
 void MasterService::SetTenantPolicies(const TenantPolicies& policies) {

@@ -65,6 +65,23 @@ void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
       ++up;
     }
   }
+  // Replica tasks running lose their space there too (the task fails when it reports).
+  for (auto c = copies_.begin(); c != copies_.end();) {
+    if (!OnDrainingLocked(c->second)) {
+      ++c;
+      continue;
+    }
+    for (const auto& p : c->second.replicas) {
+      if (draining_.count(p.segment_id)) written.insert(p.segment_id);
+    }
+    if (DropDrainingLocked(c->first, &c->second)) {
+      LogKeyLocked(oplog::Entry::COPY_ERASE, c->first);
+      c = copies_.erase(c);
+    } else {
+      LogObjectLocked(oplog::Entry::COPY_OBJECT, c->first, c->second);
+      ++c;
+    }
+  }
   // Readers may hold addresses in these segments for one more lease TTL, and writers whose
   // put had a replica there may write there until their put is discarded: a segment mounted
   // again under one of these names (the same memory, perhaps) takes no new objects before then.

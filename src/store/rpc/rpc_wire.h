@@ -44,7 +44,11 @@ constexpr char kFrameMagic[4] = {'M', 'C', 'R', '1'};
   X(RemoveByRegex, 10, RemoveByRegexRequest, CountResponse, false)                    \
   X(RemoveAll, 11, KeysRequest, CountResponse, false)                                 \
   X(ReplicaClear, 12, ReplicaClearRequest, ReplicaClearResponse, false)               \
-  X(GetStats, 13, StatsRequest, StatsResponse, true)
+  X(GetStats, 13, StatsRequest, StatsResponse, true)                                 \
+  X(CreateReplicaTask, 14, ReplicaTaskRequest, ReplicaTaskResponse, false)            \
+  X(QueryTask, 15, QueryTaskRequest, QueryTaskResponse, true)                         \
+  X(FetchTasks, 16, FetchTasksRequest, FetchTasksResponse, false)                     \
+  X(FinishTask, 17, FinishTaskRequest, FinishTaskResponse, false)
 
 enum class MasterMethod : uint16_t {
 #define MC_X(Name, number, Req, Resp, resend) k##Name = number,

@@ -1,0 +1,402 @@
+// MasterService: replica tasks (create_copy_task / create_move_task / query_task, upstream's
+// calls; the book in replica_tasks.h).
+//
+// A task copies a complete object's bytes from one of its replicas (the source) to space on
+// other segments (the targets), by the engine of the client that owns the source's segment
+// (the executor: it polls FetchTasks when its heartbeat says tasks wait). The rules:
+// - The new space is allocated when the executor starts the task, held in copies_ (in the HA
+//   log as COPY_OBJECT), and never handed to readers: the new replicas become part of the
+//   object only at a successful FinishTask, and only if the object still has the version and
+//   the source replica the executor copied from (else the copy is freed and the task fails:
+//   an object removed, replaced by an upsert, or whose source segment went away meanwhile
+//   never gets a replica of other bytes).
+// - A move drops its source replica at that same moment (its space freed after the readers'
+//   leases, as a removal's); readers see the source until then.
+// - One task of a key runs at a time (another waits, pending); an object with a task is not
+//   evicted while the task runs, and a remove without force answers
+//   OBJECT_HAS_REPLICATION_TASK (forced, it goes, and the task fails).
+// - A running task's space is freed when the executor reports, when its segment is
+//   unmounted, or once its writer may no longer write (put_start_discard_timeout_s, as a
+//   put's); the task then fails.
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "store/common/limits.h"
+#include "store/master/master_service.h"
+#include "store/master/master_service_internal.h"
+
+namespace mooncake {
+namespace store {
+
+namespace {
+
+constexpr uint32_t kMaxStartAttempts = 10;  // upstream's retries of NO_AVAILABLE_HANDLE
+constexpr size_t kDefaultFetch = 16;        // upstream's batch
+constexpr size_t kMaxClientMessage = 512;   // of a FinishTask's message, kept
+
+std::string Named(ErrorCode c, const std::string& why) {
+  return std::string(ErrorCodeName(c)) + ": " + why;
+}
+
+// The executor's reason as it gave it when it names a code ("CODE: why"), else as a
+// TRANSFER_FAIL.
+std::string ClientFailure(const std::string& message) {
+  size_t n = 0;
+  while (n < message.size() && ((message[n] >= 'A' && message[n] <= 'Z') || message[n] == '_')) ++n;
+  if (n > 0 && message.compare(n, 2, ": ") == 0) return message;
+  return Named(ErrorCode::TRANSFER_FAIL, message.empty() ? "the executor did not say why" : message);
+}
+
+}  // namespace
+
+std::vector<std::pair<uint64_t, MasterService::Segment*>> MasterService::SegmentsNamedLocked(
+    const std::string& name) {
+  std::vector<std::pair<uint64_t, Segment*>> out;
+  for (auto& [id, seg] : segments_) {
+    if (seg->name == name) out.emplace_back(id, seg.get());
+  }
+  return out;
+}
+
+rpc::ReplicaTaskResponse MasterService::CreateReplicaTask(const rpc::ReplicaTaskRequest& req) {
+  rpc::ReplicaTaskResponse resp;
+  auto fail = [&resp](ErrorCode c, const std::string& why) {
+    resp.set_code(Code(c));
+    resp.set_message(why);
+    return resp;
+  };
+  const bool move = req.type() == static_cast<uint32_t>(TaskType::kMove);
+  if (!move && req.type() != static_cast<uint32_t>(TaskType::kCopy)) {
+    return fail(ErrorCode::INVALID_PARAMS, "unknown task type " + std::to_string(req.type()) +
+                                               " (0: copy, 1: move)");
+  }
+  std::string problem = NameProblem("client id", req.client_id());
+  if (problem.empty()) problem = StoredKeyProblem(req.key());
+  if (!problem.empty()) return fail(ErrorCode::INVALID_PARAMS, problem);
+  if (req.targets_size() == 0) return fail(ErrorCode::INVALID_PARAMS, "no target segment given");
+  if (static_cast<size_t>(req.targets_size()) > kMaxReplicaNum) {
+    return fail(ErrorCode::INVALID_PARAMS, "more than " + std::to_string(kMaxReplicaNum) +
+                                               " target segments");
+  }
+  for (const std::string& t : req.targets()) {
+    problem = NameProblem("target segment name", t);
+    if (!problem.empty()) return fail(ErrorCode::INVALID_PARAMS, problem);
+  }
+  if (move) {
+    problem = NameProblem("source segment name", req.source());
+    if (!problem.empty()) return fail(ErrorCode::INVALID_PARAMS, problem);
+    if (req.targets_size() != 1) return fail(ErrorCode::INVALID_PARAMS, "a move has one target");
+  }
+  MutexLock lock(&mu_);
+  const auto now = now_();
+  auto it = objects_.find(req.key());
+  if (it == objects_.end() || !it->second.complete) {
+    return fail(ErrorCode::OBJECT_NOT_FOUND, "no object under this key");
+  }
+  const Object& obj = it->second;
+  if (move && req.source() == req.targets(0)) {
+    return fail(ErrorCode::INVALID_PARAMS, "source and target are the same segment");
+  }
+  for (const std::string& t : req.targets()) {
+    bool mounted = false, placeable = false;
+    for (const auto& [sid, seg] : SegmentsNamedLocked(t)) {
+      mounted |= !seg->draining;
+      placeable |= !seg->draining && seg->alloc_after <= now;
+    }
+    if (!mounted) return fail(ErrorCode::INVALID_PARAMS, "segment " + t + " is not mounted");
+    if (!placeable) {
+      return fail(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                  "segment " + t + " takes no new objects yet (mounted again lately)");
+    }
+  }
+  // The source: a move's named segment, a copy's replica chosen at random.
+  std::vector<const Segment*> sources;
+  for (const auto& p : obj.replicas) {
+    auto seg = segments_.find(p.segment_id);
+    if (seg == segments_.end() || seg->second->draining) continue;
+    if (move && seg->second->name != req.source()) continue;
+    sources.push_back(seg->second.get());
+  }
+  if (sources.empty()) {
+    return fail(move ? ErrorCode::INVALID_PARAMS : ErrorCode::OBJECT_NOT_FOUND,
+                move ? "segment " + req.source() + " holds no replica of this object"
+                     : "no replica of this object is readable now");
+  }
+  const Segment* source = sources[lease_ids_() % sources.size()];
+  ReplicaTask task;
+  do {
+    task.id = {lease_ids_(), lease_ids_()};
+  } while ((task.id.hi == 0 && task.id.lo == 0) || tasks_.Find(task.id) != nullptr);
+  task.type = move ? TaskType::kMove : TaskType::kCopy;
+  task.key = req.key();
+  task.tenant = req.tenant_id();
+  task.source = source->name;
+  task.targets.assign(req.targets().begin(), req.targets().end());
+  task.executor = source->client_id;
+  const TaskId id = task.id;
+  const ErrorCode code = tasks_.Add(std::move(task), now);
+  if (code != ErrorCode::OK) {
+    return fail(code, std::to_string(tasks_.pending()) + " replica tasks wait already (at most " +
+                          std::to_string(tasks_.limits().max_pending) + ")");
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_id_hi(id.hi);
+  resp.set_id_lo(id.lo);
+  return resp;
+}
+
+rpc::QueryTaskResponse MasterService::QueryTask(const rpc::QueryTaskRequest& req) {
+  rpc::QueryTaskResponse resp;
+  MutexLock lock(&mu_);
+  const ReplicaTask* t = tasks_.Find({req.id_hi(), req.id_lo()});
+  if (t == nullptr || (config_.enable_multi_tenants && t->tenant != req.tenant_id())) {
+    resp.set_code(Code(ErrorCode::TASK_NOT_FOUND));
+    resp.set_message("no replica task with this id on this master (finished tasks are kept "
+                     "up to " + std::to_string(tasks_.limits().max_finished) +
+                     "; tasks do not survive a change of leader)");
+    return resp;
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_id_hi(t->id.hi);
+  resp.set_id_lo(t->id.lo);
+  resp.set_type(static_cast<uint32_t>(t->type));
+  resp.set_status(static_cast<uint32_t>(t->status));
+  resp.set_created_at_ms(t->created_ms);
+  resp.set_last_updated_at_ms(t->updated_ms);
+  resp.set_assigned_client(t->executor);
+  resp.set_task_message(t->message);
+  return resp;
+}
+
+bool MasterService::StartTaskLocked(ReplicaTask* t, rpc::TaskAssignment* out,
+                                    Clock::time_point now) {
+  const TaskId id = t->id;
+  auto end = [&](ErrorCode c, const std::string& why) MC_REQUIRES(mu_) {
+    tasks_.Finish(id, false, Named(c, why), now);
+    return false;
+  };
+  auto it = objects_.find(t->key);
+  if (it == objects_.end() || !it->second.complete) {
+    return end(ErrorCode::OBJECT_NOT_FOUND, "the object was removed before the task started");
+  }
+  if (CopyingLocked(t->key)) return false;  // another task of the key runs: this one waits
+  Object& obj = it->second;
+  // The source: a replica of this object on a segment of the executor (a move: the named one).
+  const Placement* source = nullptr;
+  const Segment* source_seg = nullptr;
+  for (const auto& p : obj.replicas) {
+    auto seg = segments_.find(p.segment_id);
+    if (seg == segments_.end() || seg->second->draining) continue;
+    if (seg->second->client_id != t->executor) continue;
+    if (t->type == TaskType::kMove && seg->second->name != t->source) continue;
+    source = &p;
+    source_seg = seg->second.get();
+    break;
+  }
+  if (source == nullptr) {
+    return end(ErrorCode::REPLICA_NOT_FOUND,
+               "segment " + t->source + " no longer holds a replica of the object");
+  }
+  // The targets: those already holding a replica need nothing.
+  Object copy;
+  copy.size = obj.size;
+  copy.owner = client_names_.Get(t->executor);
+  copy.version = obj.version;
+  copy.stamp = now;
+  copy.last_access = now;
+  std::vector<std::pair<const Segment*, Placement>> placed;
+  std::string missing;
+  for (const std::string& name : t->targets) {
+    const auto named = SegmentsNamedLocked(name);
+    bool holds = false;
+    for (const auto& p : obj.replicas) {
+      for (const auto& [sid, seg] : named) holds |= p.segment_id == sid;
+    }
+    if (holds) continue;
+    bool got = false;
+    for (const auto& [sid, seg] : named) {
+      if (seg->draining || seg->alloc_after > now) continue;
+      auto space = seg->alloc.Allocate(obj.size);
+      if (!space) continue;
+      placed.push_back({seg, {static_cast<uint32_t>(sid), space->handle, space->offset}});
+      got = true;
+      break;
+    }
+    if (!got) {
+      missing = name;
+      break;
+    }
+  }
+  const uint64_t more = obj.size * placed.size();
+  rpc::PutStartResult refusal;
+  admit_capacity_ = CapacityLocked();
+  const bool admitted = !missing.empty() || more == 0 || AdmitLocked(t->key, more, &refusal, now);
+  if (!missing.empty() || !admitted) {
+    for (const auto& [seg, p] : placed) {
+      auto s = segments_.find(p.segment_id);
+      if (s != segments_.end()) s->second->alloc.Free({p.offset, p.handle});
+    }
+    if (!admitted) {
+      return end(static_cast<ErrorCode>(refusal.code()), refusal.message());
+    }
+    if (++t->attempts < kMaxStartAttempts) return false;  // waits for space, tried again
+    return end(ErrorCode::NO_AVAILABLE_HANDLE,
+               "no space for " + std::to_string(obj.size) + " bytes on segment " + missing +
+                   " (max retries reached: " + std::to_string(kMaxStartAttempts) + ")");
+  }
+  t->version = obj.version;
+  t->source_segment = source->segment_id;
+  t->source_offset = source->offset;
+  tasks_.Start(id, now);
+  if (placed.empty()) {  // every target holds a replica already: a move only drops its source
+    copies_.emplace(t->key, std::move(copy));
+    const std::string why = CommitCopyLocked(*t, now);
+    tasks_.Finish(id, why.empty(), why.empty() ? "Task completed successfully" : why, now);
+    return false;
+  }
+  out->set_id_hi(id.hi);
+  out->set_id_lo(id.lo);
+  out->set_type(static_cast<uint32_t>(t->type));
+  out->set_size(obj.size);
+  out->mutable_source()->set_segment_name(source_seg->name);
+  out->mutable_source()->set_addr(source_seg->base + source->offset);
+  out->mutable_source()->set_size(obj.size);
+  for (const auto& [seg, p] : placed) {
+    copy.replicas.push_back(p);
+    rpc::BufferDescriptor* d = out->add_targets();
+    d->set_segment_name(seg->name);
+    d->set_addr(seg->base + p.offset);
+    d->set_size(obj.size);
+  }
+  ChargeLocked(t->key, more);
+  auto c = copies_.emplace(t->key, std::move(copy)).first;
+  LogObjectLocked(oplog::Entry::COPY_OBJECT, c->first, c->second);
+  return true;
+}
+
+rpc::FetchTasksResponse MasterService::FetchTasks(const rpc::FetchTasksRequest& req) {
+  rpc::FetchTasksResponse resp;
+  const std::string problem = NameProblem("client id", req.client_id());
+  if (!problem.empty()) {
+    resp.set_code(Code(ErrorCode::INVALID_PARAMS));
+    resp.set_message(problem);
+    return resp;
+  }
+  const size_t max = req.max_tasks() == 0 ? kDefaultFetch
+                                          : std::min<size_t>(req.max_tasks(), kMaxBatchItems);
+  MutexLock lock(&mu_);
+  const auto now = now_();
+  for (const TaskId& id : tasks_.PendingOf(req.client_id(), max)) {
+    if (!tasks_.CanStart()) break;
+    ReplicaTask* t = tasks_.FindMutable(id);
+    rpc::TaskAssignment a;
+    if (StartTaskLocked(t, &a, now)) *resp.add_tasks() = std::move(a);
+  }
+  resp.set_code(Code(ErrorCode::OK));
+  return resp;
+}
+
+rpc::FinishTaskResponse MasterService::FinishTask(const rpc::FinishTaskRequest& req) {
+  rpc::FinishTaskResponse resp;
+  MutexLock lock(&mu_);
+  const auto now = now_();
+  const TaskId id{req.id_hi(), req.id_lo()};
+  const ReplicaTask* t = tasks_.Find(id);
+  if (t == nullptr) {
+    resp.set_code(Code(ErrorCode::TASK_NOT_FOUND));
+    resp.set_message("no such replica task on this master (a new leader since?)");
+    return resp;
+  }
+  if (t->executor != req.client_id()) {
+    resp.set_code(Code(ErrorCode::ILLEGAL_CLIENT));
+    resp.set_message("the task was given to another client");
+    return resp;
+  }
+  if (t->status != TaskStatus::kProcessing) {
+    resp.set_code(Code(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+    resp.set_message("the task has ended already: " + t->message);
+    return resp;
+  }
+  std::string why;
+  if (!req.ok()) {
+    auto c = copies_.find(t->key);
+    if (c != copies_.end()) EraseCopyLocked(c, now);
+    why = ClientFailure(req.message().substr(0, kMaxClientMessage));
+  } else {
+    why = CommitCopyLocked(*t, now);
+  }
+  tasks_.Finish(id, why.empty(), why.empty() ? "Task completed successfully" : why, now);
+  resp.set_code(Code(ErrorCode::OK));
+  resp.set_message(why);
+  return resp;
+}
+
+std::string MasterService::CommitCopyLocked(const ReplicaTask& t, Clock::time_point now) {
+  auto c = copies_.find(t.key);
+  if (c == copies_.end()) {
+    return Named(ErrorCode::REPLICA_IS_GONE,
+                 "the target segments were unmounted (or the space discarded) while the task ran");
+  }
+  auto gone = [&](const std::string& why) MC_REQUIRES(mu_) {
+    EraseCopyLocked(c, now);
+    return Named(ErrorCode::REPLICA_IS_GONE, why);
+  };
+  auto it = objects_.find(t.key);
+  if (it == objects_.end() || !it->second.complete || it->second.version != t.version) {
+    return gone("the object was removed or replaced while the task ran");
+  }
+  Object& obj = it->second;
+  auto src = std::find_if(obj.replicas.begin(), obj.replicas.end(), [&](const Placement& p) {
+    return p.segment_id == t.source_segment && p.offset == t.source_offset;
+  });
+  if (src == obj.replicas.end() || draining_.count(src->segment_id)) {
+    return gone("the source replica was dropped while the task ran (its segment unmounted)");
+  }
+  if (t.type == TaskType::kMove) {
+    Object old;  // the source alone, freed as a removal frees (after its readers' leases)
+    old.size = obj.size;
+    old.replicas.push_back(*src);
+    old.lease_until = obj.lease_until;
+    old.stamp = obj.stamp;
+    obj.replicas.erase(src);
+    FreeObjectLocked(old, now);
+    UnchargeLocked(t.key, obj.size);
+  }
+  for (const Placement& p : c->second.replicas) obj.replicas.push_back(p);
+  copies_.erase(c);  // its space (and charge) is the object's now
+  LogObjectLocked(oplog::Entry::COPY_COMMIT, t.key, obj);
+  return "";
+}
+
+MasterService::Copies::iterator MasterService::EraseCopyLocked(Copies::iterator it,
+                                                               Clock::time_point now) {
+  UnchargeLocked(it->first, InFlightBytes(it->second));
+  LogKeyLocked(oplog::Entry::COPY_ERASE, it->first);
+  FreeObjectLocked(it->second, now);  // never read: freed at once
+  return copies_.erase(it);
+}
+
+void MasterService::ExpireTasksLocked(Clock::time_point now) {
+  const auto discard = std::chrono::seconds(config_.put_start_discard_timeout_s);
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    if (it->second.stamp + discard > now) {
+      ++it;
+      continue;
+    }
+    const std::string why = "its executor " + it->second.owner.str() + " did not report within " +
+                            std::to_string(config_.put_start_discard_timeout_s) + " s";
+    LOG(WARNING) << "discarding the replica task space of " << it->first << ": " << why;
+    if (const ReplicaTask* t = tasks_.RunningOf(it->first)) {
+      tasks_.Finish(t->id, false, Named(ErrorCode::TRANSFER_FAIL, why), now);
+    }
+    it = EraseCopyLocked(it, now);
+  }
+  for (const ReplicaTask& t : tasks_.Expire(now)) {
+    auto c = copies_.find(t.key);
+    if (c != copies_.end()) EraseCopyLocked(c, now);
+  }
+}
+
+}  // namespace store
+}  // namespace mooncake
