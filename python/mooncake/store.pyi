@@ -1,4 +1,4 @@
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Buffer = Union[bytes, bytearray, memoryview, Any]
 
@@ -18,6 +18,25 @@ class ObjectDataType:
     OPTIMIZER_STATE: "ObjectDataType"
     METADATA: "ObjectDataType"
     GENERAL: "ObjectDataType"
+
+class TaskType:
+    REPLICA_COPY: "TaskType"
+    REPLICA_MOVE: "TaskType"
+
+class TaskStatus:
+    PENDING: "TaskStatus"
+    PROCESSING: "TaskStatus"
+    SUCCESS: "TaskStatus"
+    FAILED: "TaskStatus"
+
+class QueryTaskResponse:
+    id: Tuple[int, int]
+    type: TaskType
+    status: TaskStatus
+    created_at_ms_epoch: int
+    last_updated_at_ms_epoch: int
+    assigned_client: Tuple[int, int]
+    message: str
 
 class ParallelAxis:
     kind: str
@@ -102,6 +121,10 @@ class MooncakeDistributedStore:
                                    location: str = ...) -> Dict[str, Any]: ...
     def unmount_and_free_segment(self, segment_ids: List[str],
                                  grace_period_seconds: int = ...) -> int: ...
+    def create_copy_task(self, key: str, targets: List[str]) -> Tuple[Tuple[int, int], int]: ...
+    def create_move_task(self, key: str, source: str,
+                         target: str) -> Tuple[Tuple[int, int], int]: ...
+    def query_task(self, task_id: Tuple[int, int]) -> Tuple[Optional[QueryTaskResponse], int]: ...
     def unregister_buffer(self, buffer_ptr: int) -> int: ...
     def put_from(self, key: str, buffer_ptr: int, size: int,
                  config: ReplicateConfig = ...) -> int: ...

@@ -41,6 +41,17 @@ DEFINE_uint64(put_start_discard_timeout_sec, 30,
 DEFINE_double(max_client_inflight_ratio, 0.5,
               "Share of the capacity one client's puts in flight (started, not ended) may hold "
               "(not an upstream flag)");
+// --- Replica tasks (create_copy_task / create_move_task; master_tasks.cc) ---
+DEFINE_uint32(max_total_pending_tasks, 10000,
+              "Replica tasks waiting for their executor at most (more: -1401)");
+DEFINE_uint32(max_total_processing_tasks, 10000, "Replica tasks running at once at most");
+DEFINE_uint32(max_total_finished_tasks, 10000,
+              "Ended replica tasks kept for query_task (the oldest dropped first)");
+DEFINE_uint64(pending_task_timeout_sec, 300,
+              "Seconds a replica task may wait for its executor before it fails");
+DEFINE_uint64(processing_task_timeout_sec, 300,
+              "Seconds a replica task may run before it fails (its space is freed after "
+              "--put_start_discard_timeout_sec already, as a put's)");
 // --- HTTP endpoints and the embedded metadata server ---
 DEFINE_bool(enable_metric_reporting, true, "Serve Prometheus metrics and log them periodically");
 DEFINE_int32(metrics_port, 9003,
@@ -404,6 +415,20 @@ Status MasterConfigFromFlags(MasterConfig* config) {
   config->eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;
   config->put_start_discard_timeout_s = FLAGS_put_start_discard_timeout_sec;
   config->max_client_inflight_ratio = FLAGS_max_client_inflight_ratio;
+  if (FLAGS_max_total_pending_tasks == 0 || FLAGS_max_total_processing_tasks == 0 ||
+      FLAGS_pending_task_timeout_sec == 0 || FLAGS_processing_task_timeout_sec == 0) {
+    return Status::InvalidArgument(
+        "--max_total_pending_tasks, --max_total_processing_tasks, --pending_task_timeout_sec "
+        "and --processing_task_timeout_sec must be > 0");
+  }
+  constexpr uint64_t kMaxTaskTimeout = 365ull * 24 * 3600;  // a year: no overflow of times
+  config->task_limits.max_pending = FLAGS_max_total_pending_tasks;
+  config->task_limits.max_processing = FLAGS_max_total_processing_tasks;
+  config->task_limits.max_finished = FLAGS_max_total_finished_tasks;
+  config->task_limits.pending_timeout =
+      std::chrono::seconds(std::min(FLAGS_pending_task_timeout_sec, kMaxTaskTimeout));
+  config->task_limits.processing_timeout =
+      std::chrono::seconds(std::min(FLAGS_processing_task_timeout_sec, kMaxTaskTimeout));
   return Status::OK();
 }
 

@@ -123,6 +123,23 @@ TEST_F(MasterFlagsTest, UpstreamsClientLiveTtlSecAliasIsClientTtl) {
   EXPECT_HAS(e, "key 'client_live_ttl_sec' sets --client_ttl a second time");
 }
 
+TEST_F(MasterFlagsTest, ReplicaTaskFlagsReachTheConfigAndZeroIsRefused) {
+  ASSERT_TRUE(ApplyConfigFile(File("tasks.yaml", "max_total_pending_tasks: 7\n"
+                                                 "pending_task_timeout_sec: 60\n")).ok());
+  CommandLine({"--processing_task_timeout_sec=90", "--max_total_finished_tasks=0"});
+  MasterConfig config;
+  ASSERT_TRUE(MasterConfigFromFlags(&config).ok());
+  EXPECT_EQ(config.task_limits.max_pending, 7u);
+  EXPECT_EQ(config.task_limits.max_processing, 10000u);
+  EXPECT_EQ(config.task_limits.max_finished, 0u);  // none kept: allowed
+  EXPECT_EQ(config.task_limits.pending_timeout.count(), 60);
+  EXPECT_EQ(config.task_limits.processing_timeout.count(), 90);
+  CommandLine({"--max_total_processing_tasks=0"});
+  auto st = MasterConfigFromFlags(&config);
+  EXPECT_FALSE(st.ok());
+  EXPECT_HAS(std::string(st.message()), "must be > 0");
+}
+
 TEST_F(MasterFlagsTest, EveryBadFileIsRefusedNamingTheFileAndTheKey) {
   struct Case {
     std::string name, text, key, why;
