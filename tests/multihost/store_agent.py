@@ -9,8 +9,13 @@ then answers each request with one line:
       "sha": {key: hex of the bytes read}, "seconds": t, "max_seconds": slowest get}
   {"op": "allocate", "size": n}  -> allocate_and_mount_segment's dict
   {"op": "unmount_free", "ids": [...]}  -> {"rc": unmount_and_free_segment's code}
+  {"op": "hostname"}  -> {"name": get_hostname()}  (its segment's name)
+  {"op": "copy", "key": k, "targets": [...]}  -> {"id": [hi, lo], "rc": rc}
+  {"op": "move", "key": k, "source": s, "target": t}  -> {"id": [hi, lo], "rc": rc}
+  {"op": "query", "id": [hi, lo]}  -> {"rc": rc, "status": n, "message": m}
   {"op": "close"}  -> {"rc": ...}   and EOF on stdin ends it.
-put_random takes an optional "replicas" (ReplicateConfig.replica_num).
+put_random takes an optional "replicas" (ReplicateConfig.replica_num) and "preferred" (a
+segment name: ReplicateConfig.preferred_segment).
 """
 import hashlib
 import json
@@ -42,6 +47,8 @@ def main():
             rcs, sha = [], {}
             cfg = ReplicateConfig()
             cfg.replica_num = req.get("replicas", 1)
+            if req.get("preferred"):
+                cfg.preferred_segment = req["preferred"]
             t0 = time.monotonic()
             for i in range(req["count"]):
                 key = f"{req['prefix']}{i}"
@@ -66,6 +73,18 @@ def main():
             reply(store.allocate_and_mount_segment(req["size"]))
         elif op == "unmount_free":
             reply({"rc": store.unmount_and_free_segment(req["ids"])})
+        elif op == "hostname":
+            reply({"name": store.get_hostname()})
+        elif op in ("copy", "move"):
+            if op == "copy":
+                task_id, rc = store.create_copy_task(req["key"], req["targets"])
+            else:
+                task_id, rc = store.create_move_task(req["key"], req["source"], req["target"])
+            reply({"id": list(task_id), "rc": rc})
+        elif op == "query":
+            resp, rc = store.query_task(tuple(req["id"]))
+            reply({"rc": rc, "status": int(resp.status) if resp else None,
+                   "message": resp.message if resp else None})
         elif op == "close":
             reply({"rc": store.close() if store else 0})
             store = None
