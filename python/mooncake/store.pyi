@@ -38,6 +38,35 @@ class QueryTaskResponse:
     assigned_client: Tuple[int, int]
     message: str
 
+class ReplicaStatus:
+    UNDEFINED: "ReplicaStatus"
+    INITIALIZED: "ReplicaStatus"
+    PROCESSING: "ReplicaStatus"
+    COMPLETE: "ReplicaStatus"
+    REMOVED: "ReplicaStatus"
+    FAILED: "ReplicaStatus"
+
+class Descriptor:
+    size: int
+    buffer_address: int
+    transport_endpoint: str
+    def __init__(self) -> None: ...
+
+class MemoryDescriptor:
+    buffer_descriptor: Descriptor
+
+class DiskDescriptor:
+    file_path: str
+    object_size: int
+
+class ReplicaDescriptor:
+    status: ReplicaStatus
+    def is_memory_replica(self) -> bool: ...
+    def is_disk_replica(self) -> bool: ...
+    def is_local_disk_replica(self) -> bool: ...
+    def get_memory_descriptor(self) -> MemoryDescriptor: ...
+    def get_disk_descriptor(self) -> DiskDescriptor: ...
+
 class ParallelAxis:
     kind: str
     rank: int
@@ -121,6 +150,8 @@ class MooncakeDistributedStore:
                                    location: str = ...) -> Dict[str, Any]: ...
     def unmount_and_free_segment(self, segment_ids: List[str],
                                  grace_period_seconds: int = ...) -> int: ...
+    def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]: ...
+    def batch_get_replica_desc(self, keys: List[str]) -> Dict[str, List[ReplicaDescriptor]]: ...
     def create_copy_task(self, key: str, targets: List[str]) -> Tuple[Tuple[int, int], int]: ...
     def create_move_task(self, key: str, source: str,
                          target: str) -> Tuple[Tuple[int, int], int]: ...

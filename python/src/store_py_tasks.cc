@@ -1,4 +1,10 @@
-// MooncakeDistributedStore's replica tasks, upstream's calls and shapes:
+// MooncakeDistributedStore's replica tasks and replica descriptors, upstream's calls and shapes.
+// get_replica_desc(key) returns a list of ReplicaDescriptor (empty when the key is missing,
+// logged), batch_get_replica_desc(keys) a dict of key -> list (missing keys left out); a
+// ReplicaDescriptor has status (ReplicaStatus), is_memory_replica() / is_disk_replica() /
+// is_local_disk_replica() and get_memory_descriptor().buffer_descriptor (Descriptor: size,
+// buffer_address, transport_endpoint); every replica here is a memory replica until the disk
+// tier exists. Replica tasks:
 // create_copy_task(key, targets) and create_move_task(key, source, target) return
 // (task_id, 0) or ((0, 0), code); query_task(task_id) returns (QueryTaskResponse, 0) or
 // (None, code). A task id is upstream's (u64, u64) tuple; TaskType (REPLICA_COPY,
@@ -10,7 +16,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <glog/logging.h>
+
 #include <cstdio>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +36,37 @@ enum class PyTaskType : uint32_t { REPLICA_COPY = 0, REPLICA_MOVE = 1 };
 enum class PyTaskStatus : uint32_t { PENDING = 0, PROCESSING = 1, FAILED = 2, SUCCESS = 3 };
 
 using PyTaskId = std::pair<uint64_t, uint64_t>;
+
+enum class PyReplicaStatus : uint32_t {
+  UNDEFINED = 0, INITIALIZED = 1, PROCESSING = 2, COMPLETE = 3, REMOVED = 4, FAILED = 5
+};
+
+struct PyBufferDescriptor {  // upstream's AllocatedBuffer::Descriptor ("Descriptor")
+  uint64_t size = 0;
+  uint64_t buffer_address = 0;
+  std::string transport_endpoint;
+};
+struct PyMemoryDescriptor {
+  PyBufferDescriptor buffer_descriptor;
+};
+struct PyDiskDescriptor {
+  std::string file_path;
+  uint64_t object_size = 0;
+};
+struct PyReplicaDescriptor {
+  PyReplicaStatus status = PyReplicaStatus::COMPLETE;
+  PyMemoryDescriptor memory;
+};
+
+std::vector<PyReplicaDescriptor> Descriptors(const StoreClient::KeyReplicas& k) {
+  std::vector<PyReplicaDescriptor> out;
+  for (const auto& r : k.replicas) {
+    PyReplicaDescriptor d;
+    d.memory.buffer_descriptor = {r.size, r.addr, r.segment_name};
+    out.push_back(std::move(d));
+  }
+  return out;
+}
 
 struct PyQueryTaskResponse {
   PyTaskId id{0, 0};
@@ -87,6 +128,78 @@ void BindTasks(py::module_& m, py::class_<PyStore>& c) {
                ", message='" + r.message + "')";
       });
 
+  py::enum_<PyReplicaStatus>(m, "ReplicaStatus")
+      .value("UNDEFINED", PyReplicaStatus::UNDEFINED)
+      .value("INITIALIZED", PyReplicaStatus::INITIALIZED)
+      .value("PROCESSING", PyReplicaStatus::PROCESSING)
+      .value("COMPLETE", PyReplicaStatus::COMPLETE)
+      .value("REMOVED", PyReplicaStatus::REMOVED)
+      .value("FAILED", PyReplicaStatus::FAILED)
+      .export_values();
+  py::class_<PyBufferDescriptor>(m, "Descriptor")
+      .def(py::init<>())
+      .def_readwrite("size", &PyBufferDescriptor::size)
+      .def_readwrite("buffer_address", &PyBufferDescriptor::buffer_address)
+      .def_readwrite("transport_endpoint", &PyBufferDescriptor::transport_endpoint)
+      .def("__repr__", [](const PyBufferDescriptor& d) {
+        return "<Descriptor size=" + std::to_string(d.size) +
+               " buffer_address=" + std::to_string(d.buffer_address) +
+               " transport_endpoint=" + d.transport_endpoint + ">";
+      });
+  py::class_<PyMemoryDescriptor>(m, "MemoryDescriptor")
+      .def_readwrite("buffer_descriptor", &PyMemoryDescriptor::buffer_descriptor);
+  py::class_<PyDiskDescriptor>(m, "DiskDescriptor")
+      .def_readwrite("file_path", &PyDiskDescriptor::file_path)
+      .def_readwrite("object_size", &PyDiskDescriptor::object_size);
+  py::class_<PyReplicaDescriptor>(m, "ReplicaDescriptor")
+      .def_readonly("status", &PyReplicaDescriptor::status)
+      .def("is_memory_replica", [](const PyReplicaDescriptor&) { return true; })
+      .def("is_disk_replica", [](const PyReplicaDescriptor&) { return false; })
+      .def("is_local_disk_replica", [](const PyReplicaDescriptor&) { return false; })
+      .def("get_memory_descriptor",
+           [](const PyReplicaDescriptor& d) -> const PyMemoryDescriptor& { return d.memory; },
+           py::return_value_policy::reference_internal)
+      .def("get_disk_descriptor", [](const PyReplicaDescriptor&) -> PyDiskDescriptor {
+        throw std::runtime_error("not a disk replica (this store has no disk tier yet)");
+      });
+
+  c.def(
+      "get_replica_desc",
+      [](PyStore& s, const std::string& key) {
+        std::vector<StoreClient::KeyReplicas> got;
+        if (auto cl = s.Get("get_replica_desc")) {
+          py::gil_scoped_release release;
+          got = cl->BatchQueryReplicas({key});
+        }
+        if (got.empty()) return std::vector<PyReplicaDescriptor>();
+        if (got[0].code != 0) {
+          LOG(ERROR) << "get_replica_desc: key " << key << ": " << store::ErrorCodeName(got[0].code);
+        }
+        return Descriptors(got[0]);
+      },
+      py::arg("key"),
+      "The key's complete replicas (ReplicaDescriptor), [] when it is missing. Grants a read "
+      "lease, as upstream's.");
+  c.def(
+      "batch_get_replica_desc",
+      [](PyStore& s, const std::vector<std::string>& keys) {
+        std::vector<StoreClient::KeyReplicas> got;
+        if (auto cl = s.Get("batch_get_replica_desc")) {
+          py::gil_scoped_release release;
+          got = cl->BatchQueryReplicas(keys);
+        }
+        std::map<std::string, std::vector<PyReplicaDescriptor>> out;
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (got[i].code == 0) {
+            out[keys[i]] = Descriptors(got[i]);
+          } else {
+            LOG(ERROR) << "batch_get_replica_desc: key " << keys[i] << ": "
+                       << store::ErrorCodeName(got[i].code);
+          }
+        }
+        return out;
+      },
+      py::arg("keys"), "{key: [ReplicaDescriptor]} of the keys found.");
   c.def(
       "create_copy_task",
       [](PyStore& s, const std::string& key, const std::vector<std::string>& targets) {

@@ -94,6 +94,25 @@ def test_a_copy_reads_back_after_the_source_holder_left(master, trio):
     assert user.get("k") == value
 
 
+def test_replica_descriptors_say_where_the_replicas_lie(master, trio):
+    from mooncake.store import ReplicaStatus
+    a, b, user = trio
+    put_on(user, "d", b"z" * 5000, a.get_hostname())
+    descs = user.get_replica_desc("d")
+    assert len(descs) == 1
+    d = descs[0]
+    assert d.is_memory_replica() and not d.is_disk_replica() and not d.is_local_disk_replica()
+    assert d.status == ReplicaStatus.COMPLETE
+    buf = d.get_memory_descriptor().buffer_descriptor
+    assert buf.transport_endpoint == a.get_hostname() and buf.size == 5000
+    assert buf.buffer_address != 0 and "transport_endpoint=" in repr(buf)
+    assert user.get_replica_desc("missing") == []
+    both = user.batch_get_replica_desc(["d", "missing"])
+    assert list(both) == ["d"]
+    assert both["d"][0].get_memory_descriptor().buffer_descriptor.buffer_address == \
+        buf.buffer_address
+
+
 def test_a_move_leaves_the_object_on_the_target_only(master, trio):
     from mooncake.store import TaskStatus, TaskType
     a, b, user = trio

@@ -219,6 +219,20 @@ class StoreClient {
   int QueryTask(const TaskId& id, TaskInfo* info);
   // The replica tasks this client ran to the end (any outcome) since it started.
   uint64_t tasks_run() const;
+  // upstream's get_replica_desc / batch_get_replica_desc: where the complete replicas of each
+  // key lie (a GetReplicaList: it grants a read lease, as upstream's query does). Per key
+  // code 0 with its size and replicas, or a negative code (OBJECT_NOT_FOUND, ...).
+  struct ReplicaLocation {
+    std::string segment_name;  // the holder's segment (upstream's transport_endpoint)
+    uint64_t addr = 0;
+    uint64_t size = 0;
+  };
+  struct KeyReplicas {
+    int code = 0;
+    uint64_t size = 0;
+    std::vector<ReplicaLocation> replicas;
+  };
+  std::vector<KeyReplicas> BatchQueryReplicas(const std::vector<std::string>& keys);
 
   // Run-time segments (upstream's mount_segment / allocate_and_mount_segment): more memory
   // lent to the pool beside the global segment, under this client's segment name, each named

@@ -168,5 +168,37 @@ int StoreClient::QueryTask(const TaskId& id, TaskInfo* info) {
 
 uint64_t StoreClient::tasks_run() const { return impl_->tasks_run.load(); }
 
+std::vector<StoreClient::KeyReplicas> StoreClient::BatchQueryReplicas(
+    const std::vector<std::string>& keys) {
+  std::vector<KeyReplicas> out(keys.size());
+  for (size_t at = 0; at < keys.size(); at += kMaxBatchItems) {
+    const size_t end = std::min(keys.size(), at + kMaxBatchItems);
+    rpc::KeysRequest req;
+    req.set_client_id(impl_->client_id);
+    req.set_tenant_id(impl_->opt.tenant_id);
+    for (size_t i = at; i < end; ++i) req.add_keys(keys[i]);
+    rpc::GetReplicaListResponse resp;
+    int rc = Impl::Checked("GetReplicaList", impl_->master->GetReplicaList(req, &resp));
+    if (rc == 0 && resp.code() != 0) rc = resp.code();
+    if (rc == 0 && resp.results_size() != static_cast<int>(end - at)) {
+      rc = ToInt(ErrorCode::RPC_FAIL);
+    }
+    for (size_t i = at; i < end; ++i) {
+      KeyReplicas& k = out[i];
+      if (rc != 0) {
+        k.code = rc;
+        continue;
+      }
+      const auto& r = resp.results(static_cast<int>(i - at));
+      k.code = r.code();
+      k.size = r.size();
+      for (const auto& rep : r.replicas()) {
+        k.replicas.push_back({rep.buffer().segment_name(), rep.buffer().addr(), rep.buffer().size()});
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace store
 }  // namespace mooncake
