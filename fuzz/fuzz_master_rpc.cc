@@ -141,20 +141,12 @@ void CheckShapes(const std::string& sent) {
 
 bool ParsesAsResponse(uint16_t method, const std::string& payload) {
   auto parse = [&](auto msg) { return msg.ParseFromString(payload); };
-  switch (static_cast<MasterMethod>(method)) {
-    case MasterMethod::kPing: return parse(rpc::PingResponse());
-    case MasterMethod::kMountSegment: return parse(rpc::MountSegmentResponse());
-    case MasterMethod::kUnmountSegment: return parse(rpc::UnmountSegmentResponse());
-    case MasterMethod::kPutStart: return parse(rpc::PutStartResponse());
-    case MasterMethod::kPutEnd:
-    case MasterMethod::kPutRevoke:
-    case MasterMethod::kRemove: return parse(rpc::CodesResponse());
-    case MasterMethod::kGetReplicaList: return parse(rpc::GetReplicaListResponse());
-    case MasterMethod::kExistKey: return parse(rpc::ExistResponse());
-    case MasterMethod::kRemoveByRegex:
-    case MasterMethod::kRemoveAll: return parse(rpc::CountResponse());
-    case MasterMethod::kReplicaClear: return parse(rpc::ReplicaClearResponse());
-    case MasterMethod::kGetStats: return parse(rpc::StatsResponse());
+  switch (static_cast<MasterMethod>(method)) {  // every method, from rpc_wire.h's list
+#define MC_X(Name, number, Req, Resp, resend) \
+  case MasterMethod::k##Name:                 \
+    return parse(rpc::Resp());
+    MC_MASTER_METHODS(MC_X)
+#undef MC_X
   }
   return false;
 }

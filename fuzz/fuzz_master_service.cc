@@ -97,6 +97,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Ranges writers were given, until they call PutEnd / PutRevoke (key, reader = the writer)
   // or their put is discarded (until).
   std::vector<Range> writes;
+  std::vector<std::pair<uint64_t, uint64_t>> tasks;  // ids of replica tasks created
+  struct Running {
+    uint64_t hi, lo;
+    std::string client;
+  };
+  std::vector<Running> running;  // replica tasks handed out by FetchTasks
   const auto discard = std::chrono::seconds(config.put_start_discard_timeout_s);
 
   // `reader` says none of its reads is in flight: its grants protect nothing any more.
@@ -111,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
 
   for (int op = 0; op < 64 && in.remaining_bytes() > 0; ++op) {
-    switch (in.ConsumeIntegralInRange<int>(0, 13)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 16)) {
       case 0: {  // MountSegment (sometimes a remount, sometimes over the bounds)
         rpc::MountSegmentRequest req;
         req.set_client_id(in.ConsumeIntegralInRange<int>(0, 20) == 0 ? std::string(300, 'c')
@@ -278,6 +284,75 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 13: {
         const int steps[] = {0, 1, 50, 100, 1000, 5000, 10000, 31000};
         now += std::chrono::milliseconds(steps[in.ConsumeIntegralInRange<int>(0, 7)]);
+        break;
+      }
+      case 14: {  // CreateReplicaTask (copy or move), sometimes of nonsense
+        rpc::ReplicaTaskRequest req;
+        req.set_client_id(Pick(in, readers));
+        req.set_key(Key(in));
+        req.set_type(in.ConsumeIntegralInRange<uint32_t>(0, 2));
+        req.set_source(Pick(in, segments));
+        for (int i = in.ConsumeIntegralInRange<int>(0, 3); i > 0; --i) {
+          req.add_targets(in.ConsumeIntegralInRange<int>(0, 10) == 0 ? std::string(300, 's')
+                                                                     : Pick(in, segments));
+        }
+        auto resp = master.CreateReplicaTask(req);
+        if (resp.code() == 0) tasks.push_back({resp.id_hi(), resp.id_lo()});
+        break;
+      }
+      case 15: {  // FetchTasks: the targets handed out are written until the task ends
+        rpc::FetchTasksRequest req;
+        req.set_client_id(Pick(in, clients));
+        req.set_max_tasks(in.ConsumeIntegralInRange<uint32_t>(0, 5));
+        auto resp = master.FetchTasks(req);
+        for (const auto& t : resp.tasks()) {
+          const std::string id = std::to_string(t.id_hi()) + "-" + std::to_string(t.id_lo());
+          for (const auto& b : t.targets()) {
+            for (const Range& g : grants) {
+              if (g.until > now && Overlap(g, b.segment_name(), b.addr(), b.size())) {
+                Fail("a replica task's target lies over a range a reader still holds a lease on");
+              }
+            }
+            for (const Range& w : writes) {
+              if (w.until > now && Overlap(w, b.segment_name(), b.addr(), b.size())) {
+                Fail("a replica task's target lies over a range a writer may still be writing");
+              }
+            }
+            writes.push_back({b.segment_name(), b.addr(), b.size(), now + discard, "task:" + id,
+                              req.client_id()});
+          }
+          running.push_back({t.id_hi(), t.id_lo(), req.client_id()});
+        }
+        break;
+      }
+      case 16: {  // FinishTask of a task handed out (or of none), QueryTask
+        rpc::FinishTaskRequest req;
+        if (!running.empty() && in.ConsumeBool()) {
+          const size_t i = in.ConsumeIntegralInRange<size_t>(0, running.size() - 1);
+          req.set_id_hi(running[i].hi);
+          req.set_id_lo(running[i].lo);
+          req.set_client_id(in.ConsumeIntegralInRange<int>(0, 5) == 0 ? Pick(in, clients)
+                                                                      : running[i].client);
+        } else {
+          req.set_id_hi(in.ConsumeIntegral<uint64_t>());
+          req.set_id_lo(in.ConsumeIntegral<uint64_t>());
+          req.set_client_id(Pick(in, clients));
+        }
+        req.set_ok(in.ConsumeBool());
+        req.set_message(in.ConsumeRandomLengthString(16));
+        (void)master.FinishTask(req);
+        const std::string id = std::to_string(req.id_hi()) + "-" + std::to_string(req.id_lo());
+        for (Range& w : writes) {  // that executor has stopped writing (whatever the answer)
+          if (w.key == "task:" + id && w.reader == req.client_id()) w.until = now;
+        }
+        rpc::QueryTaskRequest q;
+        if (!tasks.empty()) {
+          const auto& t = tasks[in.ConsumeIntegralInRange<size_t>(0, tasks.size() - 1)];
+          q.set_id_hi(t.first);
+          q.set_id_lo(t.second);
+        }
+        auto qr = master.QueryTask(q);
+        if (qr.code() == 0 && qr.status() > 3) Fail("a task status out of range");
         break;
       }
     }
