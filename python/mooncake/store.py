@@ -83,6 +83,16 @@ class MooncakeDistributedStore(TensorParallelWriteMethods, TensorParallelReadMet
         self._mc_local_buffer_size = None
         return super().close()
 
+    def init_all(self, protocol, device_name, mount_segment_size=16 << 20):
+        """upstream's init_all: setup with its fixed values: this host as "localhost:12345",
+        the etcd metadata server at 127.0.0.1:2379, mount_segment_size bytes lent, 1 GiB of
+        local buffer, the master at 127.0.0.1:50051. 0, or -600 when already set up, or
+        setup's code."""
+        if self._mc_local_buffer_size is not None:
+            return -600
+        return self.setup("localhost:12345", "127.0.0.1:2379", mount_segment_size, 1 << 30,
+                          protocol, device_name, "127.0.0.1:50051")
+
 
 def _serialize_tensor(tensor):
     """(metadata bytes, data pointer, data size, owner) of a torch tensor (upstream's name)."""

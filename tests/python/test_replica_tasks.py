@@ -143,6 +143,21 @@ def test_upstreams_checks_and_codes(trio):
     assert wait_task(user, task_id).message == "Task completed successfully"
 
 
+def test_init_all_is_setup_with_upstreams_fixed_values(master, monkeypatch):
+    from mooncake.store import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    seen = []
+    monkeypatch.setattr(MooncakeDistributedStore, "setup",
+                        lambda self, *a, **k: seen.append(a) or 0, raising=True)
+    assert s.init_all("tcp", "", 32 * MiB) == 0
+    assert seen == [("localhost:12345", "127.0.0.1:2379", 32 * MiB, 1 << 30, "tcp", "",
+                     "127.0.0.1:50051")]
+    monkeypatch.undo()
+    real = new_store(master)
+    assert real.init_all("tcp", "") == -600  # already set up
+    real.close()
+
+
 def test_a_store_not_set_up_answers_not_ready():
     from mooncake.store import MooncakeDistributedStore
     s = MooncakeDistributedStore()
