@@ -51,6 +51,23 @@ struct SizeHistogram {
   }
 };
 
+// Calls of a kind and those that failed (upstream's *_requests_total / *_failures_total).
+struct RequestCounters {
+  uint64_t requests = 0, failures = 0;
+  void Count(bool failed) {
+    ++requests;
+    failures += failed;
+  }
+};
+
+// Replica tasks, as upstream's master counts them: its Copy/Move Start, End and Revoke are
+// here a task's start (in FetchTasks) and its executor's report (FinishTask, ok or not);
+// update_task is every report (upstream's MarkTaskToComplete).
+struct TaskCounters {
+  RequestCounters create_copy, create_move, query, fetch, update;
+  RequestCounters copy_start, copy_end, copy_revoke, move_start, move_end, move_revoke;
+};
+
 struct MasterCounters {
   CallCounters put_start, put_end, put_revoke, get_replica_list, exist_key, replica_clear;
   uint64_t put_start_alloc_failures = 0;  // items without space (after eviction)
@@ -63,6 +80,7 @@ struct MasterCounters {
   uint64_t expired_clients = 0, discarded_puts = 0;
   uint64_t deferred_frees = 0, refused_requests = 0;
   SizeHistogram value_sizes;  // per object placed (PutStart, upsert)
+  TaskCounters tasks;
 };
 
 }  // namespace store

@@ -135,6 +135,33 @@ std::string MasterService::MetricsText() {
   counter("master_unmount_segment_failures_total", "UnmountSegment calls refused",
           counters_.unmount_failures);
 
+  // Replica tasks (master_counters.h says how upstream's calls map onto ours).
+  const struct {
+    const char* name;
+    const char* what;
+    const RequestCounters& c;
+  } task_calls[] = {
+      {"create_copy_task", "create_copy_task calls", counters_.tasks.create_copy},
+      {"create_move_task", "create_move_task calls", counters_.tasks.create_move},
+      {"query_task", "QueryTask calls", counters_.tasks.query},
+      {"fetch_tasks", "FetchTasks calls", counters_.tasks.fetch},
+      {"update_task", "Executors' reports of tasks (upstream's MarkTaskToComplete)",
+       counters_.tasks.update},
+      {"copy_start", "Copy tasks started (their targets allocated)", counters_.tasks.copy_start},
+      {"copy_end", "Copy tasks reported done (failed: the replicas could not join the object)",
+       counters_.tasks.copy_end},
+      {"copy_revoke", "Copy tasks reported failed by their executor", counters_.tasks.copy_revoke},
+      {"move_start", "Move tasks started (their target allocated)", counters_.tasks.move_start},
+      {"move_end", "Move tasks reported done (failed: the replica could not join the object)",
+       counters_.tasks.move_end},
+      {"move_revoke", "Move tasks reported failed by their executor", counters_.tasks.move_revoke},
+  };
+  for (const auto& t : task_calls) {
+    counter(("master_" + std::string(t.name) + "_requests_total").c_str(), t.what, t.c.requests);
+    counter(("master_" + std::string(t.name) + "_failures_total").c_str(),
+            (std::string(t.what) + " that failed").c_str(), t.c.failures);
+  }
+
   counter("total_get_nums_", "GetReplicaList items", counters_.total_gets);
   counter("valid_get_nums_", "GetReplicaList items answered with replicas", counters_.valid_gets);
   counter("mem_cache_hit_nums_", "GetReplicaList items served from memory", counters_.valid_gets);

@@ -161,6 +161,10 @@ class MasterService {
   // source, freed after its readers' leases) if the object and the source replica are still
   // those it copied from; else the space is freed and the task fails, saying why.
   rpc::FinishTaskResponse FinishTask(const rpc::FinishTaskRequest& req);
+ private:
+  rpc::ReplicaTaskResponse CreateReplicaTaskUncounted(const rpc::ReplicaTaskRequest& req);
+
+ public:
 
   // Housekeeping, called about once a second: expires silent clients, discards stale puts,
   // evicts above the high watermark.

@@ -60,6 +60,16 @@ std::vector<std::pair<uint64_t, MasterService::Segment*>> MasterService::Segment
 }
 
 rpc::ReplicaTaskResponse MasterService::CreateReplicaTask(const rpc::ReplicaTaskRequest& req) {
+  rpc::ReplicaTaskResponse resp = CreateReplicaTaskUncounted(req);
+  MutexLock lock(&mu_);
+  (req.type() == static_cast<uint32_t>(TaskType::kMove) ? counters_.tasks.create_move
+                                                        : counters_.tasks.create_copy)
+      .Count(resp.code() != Code(ErrorCode::OK));
+  return resp;
+}
+
+rpc::ReplicaTaskResponse MasterService::CreateReplicaTaskUncounted(
+    const rpc::ReplicaTaskRequest& req) {
   rpc::ReplicaTaskResponse resp;
   auto fail = [&resp](ErrorCode c, const std::string& why) {
     resp.set_code(Code(c));
@@ -150,7 +160,9 @@ rpc::QueryTaskResponse MasterService::QueryTask(const rpc::QueryTaskRequest& req
   rpc::QueryTaskResponse resp;
   MutexLock lock(&mu_);
   const ReplicaTask* t = tasks_.Find({req.id_hi(), req.id_lo()});
-  if (t == nullptr || (config_.enable_multi_tenants && t->tenant != req.tenant_id())) {
+  const bool found = t != nullptr && (!config_.enable_multi_tenants || t->tenant == req.tenant_id());
+  counters_.tasks.query.Count(!found);
+  if (!found) {
     resp.set_code(Code(ErrorCode::TASK_NOT_FOUND));
     resp.set_message("no replica task with this id on this master (finished tasks are kept "
                      "up to " + std::to_string(tasks_.limits().max_finished) +
@@ -172,7 +184,10 @@ rpc::QueryTaskResponse MasterService::QueryTask(const rpc::QueryTaskRequest& req
 bool MasterService::StartTaskLocked(ReplicaTask* t, rpc::TaskAssignment* out,
                                     Clock::time_point now) {
   const TaskId id = t->id;
+  RequestCounters& counted = t->type == TaskType::kMove ? counters_.tasks.move_start
+                                                        : counters_.tasks.copy_start;
   auto end = [&](ErrorCode c, const std::string& why) MC_REQUIRES(mu_) {
+    counted.Count(true);
     tasks_.Finish(id, false, Named(c, why), now);
     return false;
   };
@@ -249,6 +264,7 @@ bool MasterService::StartTaskLocked(ReplicaTask* t, rpc::TaskAssignment* out,
   t->source_segment = source->segment_id;
   t->source_offset = source->offset;
   tasks_.Start(id, now);
+  counted.Count(false);
   if (placed.empty()) {  // every target holds a replica already: a move only drops its source
     copies_.emplace(t->key, std::move(copy));
     const std::string why = CommitCopyLocked(*t, now);
@@ -278,6 +294,8 @@ bool MasterService::StartTaskLocked(ReplicaTask* t, rpc::TaskAssignment* out,
 rpc::FetchTasksResponse MasterService::FetchTasks(const rpc::FetchTasksRequest& req) {
   rpc::FetchTasksResponse resp;
   const std::string problem = NameProblem("client id", req.client_id());
+  MutexLock lock(&mu_);
+  counters_.tasks.fetch.Count(!problem.empty());
   if (!problem.empty()) {
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(problem);
@@ -285,7 +303,6 @@ rpc::FetchTasksResponse MasterService::FetchTasks(const rpc::FetchTasksRequest& 
   }
   const size_t max = req.max_tasks() == 0 ? kDefaultFetch
                                           : std::min<size_t>(req.max_tasks(), kMaxBatchItems);
-  MutexLock lock(&mu_);
   const auto now = now_();
   for (const TaskId& id : tasks_.PendingOf(req.client_id(), max)) {
     if (!tasks_.CanStart()) break;
@@ -303,20 +320,34 @@ rpc::FinishTaskResponse MasterService::FinishTask(const rpc::FinishTaskRequest& 
   const auto now = now_();
   const TaskId id{req.id_hi(), req.id_lo()};
   const ReplicaTask* t = tasks_.Find(id);
-  if (t == nullptr) {
-    resp.set_code(Code(ErrorCode::TASK_NOT_FOUND));
-    resp.set_message("no such replica task on this master (a new leader since?)");
+  // update_task: every report; the end (ok) or revoke of the task's kind once it is known,
+  // an end failing when its replicas could not join the object. (Finish may prune the
+  // record: what the count needs is taken first.)
+  const bool known = t != nullptr;
+  const bool move = known && t->type == TaskType::kMove;
+  auto answer = [&](ErrorCode c, const std::string& message, bool commit_failed = false)
+      MC_REQUIRES(mu_) {
+    resp.set_code(Code(c));
+    resp.set_message(message);
+    counters_.tasks.update.Count(c != ErrorCode::OK);
+    if (known) {
+      RequestCounters& kind =
+          req.ok() ? (move ? counters_.tasks.move_end : counters_.tasks.copy_end)
+                   : (move ? counters_.tasks.move_revoke : counters_.tasks.copy_revoke);
+      kind.Count(c != ErrorCode::OK || commit_failed);
+    }
     return resp;
+  };
+  if (t == nullptr) {
+    return answer(ErrorCode::TASK_NOT_FOUND,
+                  "no such replica task on this master (a new leader since?)");
   }
   if (t->executor != req.client_id()) {
-    resp.set_code(Code(ErrorCode::ILLEGAL_CLIENT));
-    resp.set_message("the task was given to another client");
-    return resp;
+    return answer(ErrorCode::ILLEGAL_CLIENT, "the task was given to another client");
   }
   if (t->status != TaskStatus::kProcessing) {
-    resp.set_code(Code(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
-    resp.set_message("the task has ended already: " + t->message);
-    return resp;
+    return answer(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                  "the task has ended already: " + t->message);
   }
   std::string why;
   if (!req.ok()) {
@@ -327,9 +358,7 @@ rpc::FinishTaskResponse MasterService::FinishTask(const rpc::FinishTaskRequest& 
     why = CommitCopyLocked(*t, now);
   }
   tasks_.Finish(id, why.empty(), why.empty() ? "Task completed successfully" : why, now);
-  resp.set_code(Code(ErrorCode::OK));
-  resp.set_message(why);
-  return resp;
+  return answer(ErrorCode::OK, why, req.ok() && !why.empty());
 }
 
 std::string MasterService::CommitCopyLocked(const ReplicaTask& t, Clock::time_point now) {

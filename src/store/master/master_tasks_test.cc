@@ -158,6 +158,19 @@ TEST_F(MasterTasksTest, ACopyIsReadableOnlyOnceItsExecutorReportsIt) {
   EXPECT_EQ(q.task_message(), "Task completed successfully");
   EXPECT_GE(q.last_updated_at_ms(), q.created_at_ms());
   EXPECT_EQ(Finish("c1", a, true).code(), C(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  // Counted under upstream's names: one create, one start, one end; reports 3 (2 refused).
+  const std::string m = master_->MetricsText();
+  for (const char* line : {"master_create_copy_task_requests_total 1\n",
+                           "master_create_copy_task_failures_total 0\n",
+                           "master_copy_start_requests_total 1\n",
+                           "master_copy_end_requests_total 3\n",
+                           "master_copy_end_failures_total 2\n",
+                           "master_update_task_requests_total 3\n",
+                           "master_update_task_failures_total 2\n",
+                           "master_fetch_tasks_requests_total 3\n",
+                           "master_move_start_requests_total 0\n"}) {
+    EXPECT_NE(m.find(line), std::string::npos) << line;
+  }
   // The object with three replicas goes as a whole.
   EXPECT_EQ(Remove("k", /*force=*/true), kOk);
   Advance(seconds(11));
