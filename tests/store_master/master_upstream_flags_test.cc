@@ -110,12 +110,16 @@ TEST(MasterUpstreamFlags, BadAliasValuesExitNonZero) {
 // upstream's run_tests.sh, last step: the master serves the metadata, Store clients' engines
 // publish and find their segments there (MC_METADATA_SERVER=http://127.0.0.1:8080/metadata).
 TEST(MasterUpstreamFlags, EmbeddedHttpMetadataServerServesStoreClients) {
-  const int rpc = FreePort(), metrics = FreePort(), meta = FreePort();
-  MasterProcess m({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(rpc),
-                   "--metrics_port=" + std::to_string(metrics),
-                   "--enable_http_metadata_server=true",
-                   "--http_metadata_server_host=127.0.0.1",
-                   "--http_metadata_server_port=" + std::to_string(meta)});
+  std::vector<int> p;
+  auto mp = StartOnFreePorts(3, [](const std::vector<int>& q) {
+    return std::vector<std::string>{"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(q[0]),
+                                    "--metrics_port=" + std::to_string(q[1]),
+                                    "--enable_http_metadata_server=true",
+                                    "--http_metadata_server_host=127.0.0.1",
+                                    "--http_metadata_server_port=" + std::to_string(q[2])};
+  }, &p);
+  MasterProcess& m = *mp;
+  const int rpc = p[0], metrics = p[1], meta = p[2];
   ASSERT_TRUE(m.WaitReady(seconds(20))) << m.Log();
   EXPECT_NE(m.Log().find("HTTP metadata server listening on 127.0.0.1:" + std::to_string(meta)),
             std::string::npos)
@@ -176,49 +180,56 @@ TEST(MasterUpstreamFlags, EmbeddedHttpMetadataServerServesStoreClients) {
 }
 
 TEST(MasterUpstreamFlags, MetadataServerOnlyWhenEnabled) {
-  const int meta = FreePort();
-  MasterProcess m({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(FreePort()),
-                   "--metrics_port=" + std::to_string(FreePort()),
-                   "--enable_http_metadata_server=false",
-                   "--http_metadata_server_port=" + std::to_string(meta)});
-  ASSERT_TRUE(m.WaitReady(seconds(20))) << m.Log();
-  EXPECT_EQ(HttpRequest(meta, "GET", "/metadata?key=x"), "");  // nothing listens
-  StopMaster(m);
+  std::vector<int> p;
+  auto mp = StartOnFreePorts(3, [](const std::vector<int>& q) {
+    return std::vector<std::string>{"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(q[0]),
+                                    "--metrics_port=" + std::to_string(q[1]),
+                                    "--enable_http_metadata_server=false",
+                                    "--http_metadata_server_port=" + std::to_string(q[2])};
+  }, &p);
+  ASSERT_TRUE(mp->WaitReady(seconds(20))) << mp->Log();
+  EXPECT_EQ(HttpRequest(p[2], "GET", "/metadata?key=x"), "");  // nothing listens
+  StopMaster(*mp);
   // The bare flag turns it on.
-  MasterProcess on({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(FreePort()),
-                    "--metrics_port=" + std::to_string(FreePort()),
-                    "--enable_http_metadata_server", "--http_metadata_server_host=127.0.0.1",
-                    "--http_metadata_server_port=" + std::to_string(meta)});
-  ASSERT_TRUE(on.WaitReady(seconds(20))) << on.Log();
-  EXPECT_EQ(StatusOf(HttpRequest(meta, "GET", "/metadata?key=x")), 404);
-  StopMaster(on);
+  auto on = StartOnFreePorts(3, [](const std::vector<int>& q) {
+    return std::vector<std::string>{"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(q[0]),
+                                    "--metrics_port=" + std::to_string(q[1]),
+                                    "--enable_http_metadata_server",
+                                    "--http_metadata_server_host=127.0.0.1",
+                                    "--http_metadata_server_port=" + std::to_string(q[2])};
+  }, &p);
+  ASSERT_TRUE(on->WaitReady(seconds(20))) << on->Log();
+  EXPECT_EQ(StatusOf(HttpRequest(p[2], "GET", "/metadata?key=x")), 404);
+  StopMaster(*on);
 }
 
 TEST(MasterUpstreamFlags, EmbeddedMetadataServerTakesTheClustersSecret) {
-  const int meta = FreePort();
+  auto args = [](const std::vector<int>& q) {
+    return std::vector<std::string>{"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(q[0]),
+                                    "--metrics_port=" + std::to_string(q[1]),
+                                    "--enable_http_metadata_server",
+                                    "--http_metadata_server_host=127.0.0.1",
+                                    "--http_metadata_server_port=" + std::to_string(q[2])};
+  };
+  std::vector<int> p;
   ::setenv("MC_AUTH_SECRET", "cluster-secret", 1);  // inherited by the master's process
-  MasterProcess m({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(FreePort()),
-                   "--metrics_port=" + std::to_string(FreePort()),
-                   "--enable_http_metadata_server", "--http_metadata_server_host=127.0.0.1",
-                   "--http_metadata_server_port=" + std::to_string(meta)});
+  auto m = StartOnFreePorts(3, args, &p);
   ::unsetenv("MC_AUTH_SECRET");
-  ASSERT_TRUE(m.WaitReady(seconds(20))) << m.Log();
+  ASSERT_TRUE(m->WaitReady(seconds(20))) << m->Log();
+  const int meta = p[2];
   // A write without the secret's proof is refused, saying why; reads stay open.
   const std::string put = HttpRequest(meta, "PUT", "/metadata?key=mooncake/ram/x", "{}");
   EXPECT_EQ(StatusOf(put), 403) << put;
   EXPECT_NE(BodyOf(put).find("MC_AUTH_SECRET"), std::string::npos) << put;
   EXPECT_EQ(StatusOf(HttpRequest(meta, "DELETE", "/metadata?key=mooncake/ram/x")), 403);
   EXPECT_EQ(StatusOf(HttpRequest(meta, "GET", "/metadata?key=mooncake/ram/x")), 404);
-  EXPECT_NE(m.Log().find("need MC_AUTH_SECRET's proof"), std::string::npos) << m.Log();
-  StopMaster(m);
+  EXPECT_NE(m->Log().find("need MC_AUTH_SECRET's proof"), std::string::npos) << m->Log();
+  StopMaster(*m);
   // Without the secret: open, as upstream's.
-  MasterProcess open({"--rpc_address=127.0.0.1", "--rpc_port=" + std::to_string(FreePort()),
-                      "--metrics_port=" + std::to_string(FreePort()),
-                      "--enable_http_metadata_server", "--http_metadata_server_host=127.0.0.1",
-                      "--http_metadata_server_port=" + std::to_string(meta)});
-  ASSERT_TRUE(open.WaitReady(seconds(20))) << open.Log();
-  EXPECT_EQ(StatusOf(HttpRequest(meta, "PUT", "/metadata?key=mooncake/ram/x", "{}")), 200);
-  StopMaster(open);
+  auto open = StartOnFreePorts(3, args, &p);
+  ASSERT_TRUE(open->WaitReady(seconds(20))) << open->Log();
+  EXPECT_EQ(StatusOf(HttpRequest(p[2], "PUT", "/metadata?key=mooncake/ram/x", "{}")), 200);
+  StopMaster(*open);
 }
 
 TEST(MasterUpstreamFlags, MetadataPortInUseIsRefusedWithAClearMessage) {

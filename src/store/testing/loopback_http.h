@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <random>
+#include <cstdio>
 #include <string>
 
 #include "common/net.h"
@@ -20,27 +22,48 @@ namespace mooncake {
 namespace store {
 namespace testing_master {
 
-// A port nobody listens on now: bind port 0 and read what the kernel chose. Never the same
-// port twice in one process (the kernel may hand a just-closed port out again, and a test
-// that asks for three ports at once must get three).
+// A port nobody listens on now, below the kernel's ephemeral range (a port taken from that
+// range can be handed to another process's outgoing connection or listener before the test's
+// server binds it: a parallel test run lost a master to that): a random one of
+// [10000, ephemeral low) that binds, else one the kernel chooses. Never the same port twice
+// in one process (a test that asks for three ports at once must get three).
 inline int FreePort() {
   static std::mutex mu;
   static std::set<int> given;
+  static std::mt19937 rng(std::random_device{}());
   std::lock_guard<std::mutex> lock(mu);
-  for (int attempt = 0; attempt < 64; ++attempt) {
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  auto bind_port = [](int want) {  // the port bound (0: the kernel's choice), or -1
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      ::close(fd);
-      return -1;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(want));
+    int port = -1;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      socklen_t len = sizeof(a);
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+      port = ntohs(a.sin_port);
     }
-    socklen_t len = sizeof(a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     ::close(fd);
-    const int port = ntohs(a.sin_port);
+    return port;
+  };
+  for (int attempt = 0; attempt < 256 && low > 11000; ++attempt) {
+    const int want = 10000 + static_cast<int>(rng() % static_cast<unsigned>(low - 10000));
+    if (given.count(want)) continue;
+    if (bind_port(want) == want) {
+      given.insert(want);
+      return want;
+    }
+  }
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int port = bind_port(0);
+    if (port < 0) return -1;
     if (given.insert(port).second) return port;
   }
   return -1;
