@@ -3,7 +3,7 @@
 // owning its source replica's segment: master_tasks.cc).
 //
 // Running: the heartbeat's ping says how many tasks wait for this client; then the worker
-// thread fetches them (16 at a time, as upstream's client) and runs each: the source must lie
+// thread fetches them (one at a time) and runs each: the source must lie
 // in this client's own lent memory (the global segment or a run-time segment, checked while
 // no unmount can take it away), and is written to every target by the engine (a target in
 // this client's own segment by memcpy); then FinishTask says whether every target was
@@ -17,7 +17,10 @@ namespace store {
 
 namespace {
 
-constexpr uint32_t kFetchBatch = 16;  // upstream's kTaskBatchSize
+// One task a fetch (upstream's client fetches 16): the master starts a task, and its writer's
+// time (--put_start_discard_timeout_sec, as a put's) runs, when it is fetched; tasks fetched
+// together and run one after another would start the later ones' clocks early.
+constexpr uint32_t kFetchBatch = 1;
 
 }  // namespace
 

@@ -84,7 +84,7 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
       resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
     } else if (!req.force() && Leased(it->second, now)) {
       resp.add_codes(Code(ErrorCode::OBJECT_HAS_LEASE));
-    } else if (!req.force() && (tasks_.Active(key) || CopyingLocked(key))) {
+    } else if (!req.force() && tasks_.RunningOf(key) != nullptr) {
       resp.add_codes(Code(ErrorCode::OBJECT_HAS_REPLICATION_TASK));
     } else {
       // The remover's own completed read holds the latest lease and every lease granted to
@@ -198,7 +198,7 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
       if (it == objects_.end() || !it->second.complete || (!force && Leased(it->second, now))) {
         continue;  // removed, replaced by a put in flight, or leased meanwhile
       }
-      if (!force && (tasks_.Active(key) || CopyingLocked(key))) continue;  // a replica task
+      if (!force && tasks_.RunningOf(key) != nullptr) continue;  // a replica task runs
       if (force) EndOwnLeaseLocked(&it->second, done_client, now);
       EraseObjectLocked(it, now);
       ++count;

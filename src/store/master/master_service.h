@@ -382,6 +382,10 @@ class MasterService {
       MC_REQUIRES(mu_);
   // Makes the running task's space part of its object: "" or why not (the space freed).
   std::string CommitCopyLocked(const ReplicaTask& t, Clock::time_point now) MC_REQUIRES(mu_);
+  // Removes replica *p (one of obj's) from the object, freeing it as a removal frees (after
+  // its readers' leases) and returning its charge.
+  void DropReplicaLocked(const std::string& key, Object* obj, const Placement* p,
+                         Clock::time_point now) MC_REQUIRES(mu_);
   Copies::iterator EraseCopyLocked(Copies::iterator it, Clock::time_point now) MC_REQUIRES(mu_);
   // Tick's part: tasks past their timeouts fail, running ones past the discard time too.
   void ExpireTasksLocked(Clock::time_point now) MC_REQUIRES(mu_);

@@ -89,9 +89,11 @@ rpc::ReplicaTaskResponse MasterService::CreateReplicaTaskUncounted(
     return fail(ErrorCode::INVALID_PARAMS, "more than " + std::to_string(kMaxReplicaNum) +
                                                " target segments");
   }
+  std::vector<std::string> targets;  // in order, each once
   for (const std::string& t : req.targets()) {
     problem = NameProblem("target segment name", t);
     if (!problem.empty()) return fail(ErrorCode::INVALID_PARAMS, problem);
+    if (std::find(targets.begin(), targets.end(), t) == targets.end()) targets.push_back(t);
   }
   if (move) {
     problem = NameProblem("source segment name", req.source());
@@ -142,7 +144,7 @@ rpc::ReplicaTaskResponse MasterService::CreateReplicaTaskUncounted(
   task.key = req.key();
   task.tenant = req.tenant_id();
   task.source = source->name;
-  task.targets.assign(req.targets().begin(), req.targets().end());
+  task.targets = std::move(targets);
   task.executor = source->client_id;
   const TaskId id = task.id;
   const ErrorCode code = tasks_.Add(std::move(task), now);
@@ -184,109 +186,131 @@ rpc::QueryTaskResponse MasterService::QueryTask(const rpc::QueryTaskRequest& req
 bool MasterService::StartTaskLocked(ReplicaTask* t, rpc::TaskAssignment* out,
                                     Clock::time_point now) {
   const TaskId id = t->id;
-  RequestCounters& counted = t->type == TaskType::kMove ? counters_.tasks.move_start
-                                                        : counters_.tasks.copy_start;
+  const TaskType type = t->type;
+  const std::string key = t->key;  // t may be pruned once it has ended
+  RequestCounters& counted =
+      type == TaskType::kMove ? counters_.tasks.move_start : counters_.tasks.copy_start;
   auto end = [&](ErrorCode c, const std::string& why) MC_REQUIRES(mu_) {
     counted.Count(true);
     tasks_.Finish(id, false, Named(c, why), now);
     return false;
   };
-  auto it = objects_.find(t->key);
+  // Another task of the key runs, or the space of one (of a previous leader's) is still held:
+  // this one waits.
+  if (tasks_.RunningOf(key) != nullptr || CopyingLocked(key)) return false;
+  auto live = [&](uint32_t segment_id) MC_REQUIRES(mu_) {
+    auto seg = segments_.find(segment_id);
+    return seg != segments_.end() && !seg->second->draining ? seg->second.get() : nullptr;
+  };
+  // The source: a replica on a live segment of the executor (a move: the named one).
+  auto find_source = [&](const Object& obj) MC_REQUIRES(mu_) -> const Placement* {
+    for (const auto& p : obj.replicas) {
+      const Segment* seg = live(p.segment_id);
+      if (seg == nullptr || seg->client_id != t->executor) continue;
+      if (type == TaskType::kMove && seg->name != t->source) continue;
+      return &p;
+    }
+    return nullptr;
+  };
+  auto it = objects_.find(key);
   if (it == objects_.end() || !it->second.complete) {
     return end(ErrorCode::OBJECT_NOT_FOUND, "the object was removed before the task started");
   }
-  if (CopyingLocked(t->key)) return false;  // another task of the key runs: this one waits
-  Object& obj = it->second;
-  // The source: a replica of this object on a segment of the executor (a move: the named one).
-  const Placement* source = nullptr;
-  const Segment* source_seg = nullptr;
-  for (const auto& p : obj.replicas) {
-    auto seg = segments_.find(p.segment_id);
-    if (seg == segments_.end() || seg->second->draining) continue;
-    if (seg->second->client_id != t->executor) continue;
-    if (t->type == TaskType::kMove && seg->second->name != t->source) continue;
-    source = &p;
-    source_seg = seg->second.get();
-    break;
-  }
+  const uint64_t version = it->second.version;
+  const uint64_t size = it->second.size;
+  const Placement* source = find_source(it->second);
   if (source == nullptr) {
     return end(ErrorCode::REPLICA_NOT_FOUND,
                "segment " + t->source + " no longer holds a replica of the object");
   }
-  // The targets: those already holding a replica need nothing.
-  Object copy;
-  copy.size = obj.size;
-  copy.owner = client_names_.Get(t->executor);
-  copy.version = obj.version;
-  copy.stamp = now;
-  copy.last_access = now;
-  std::vector<std::pair<const Segment*, Placement>> placed;
-  std::string missing;
+  // The targets that need space: those without a replica on a live segment of that name (a
+  // replica on a segment being unmounted does not count: it is about to go).
+  std::vector<std::string> needed;
   for (const std::string& name : t->targets) {
-    const auto named = SegmentsNamedLocked(name);
     bool holds = false;
-    for (const auto& p : obj.replicas) {
-      for (const auto& [sid, seg] : named) holds |= p.segment_id == sid;
+    for (const auto& p : it->second.replicas) {
+      const Segment* seg = live(p.segment_id);
+      holds |= seg != nullptr && seg->name == name;
     }
-    if (holds) continue;
+    if (!holds) needed.push_back(name);
+  }
+  if (!needed.empty() && config_.enable_multi_tenants) {
+    // Making room within the tenant's quota may evict: the object is looked up again after.
+    rpc::PutStartResult refusal;
+    admit_capacity_ = CapacityLocked();
+    quota_evict_failed_ = false;
+    if (!AdmitLocked(key, size * needed.size(), &refusal, now)) {
+      return end(static_cast<ErrorCode>(refusal.code()), refusal.message());
+    }
+    it = objects_.find(key);
+    if (it == objects_.end() || !it->second.complete || it->second.version != version) {
+      return end(ErrorCode::OBJECT_NOT_FOUND, "the object was evicted before the task started");
+    }
+    source = find_source(it->second);
+    if (source == nullptr) {
+      return end(ErrorCode::REPLICA_NOT_FOUND, "the source replica went before the task started");
+    }
+  }
+  Object& obj = it->second;
+  if (needed.empty()) {
+    // Every target holds a replica already: a copy has nothing to do, a move only drops its
+    // source (the object keeps the target's replica, on a live segment).
+    t->version = version;
+    tasks_.Start(id, now);
+    counted.Count(false);
+    if (type == TaskType::kMove) {
+      DropReplicaLocked(key, &obj, source, now);
+      LogObjectLocked(oplog::Entry::OBJECT, key, obj);
+    }
+    tasks_.Finish(id, true, "Task completed successfully", now);
+    return false;
+  }
+  std::vector<std::pair<Segment*, Placement>> placed;
+  for (const std::string& name : needed) {
     bool got = false;
-    for (const auto& [sid, seg] : named) {
+    for (const auto& [sid, seg] : SegmentsNamedLocked(name)) {
       if (seg->draining || seg->alloc_after > now) continue;
-      auto space = seg->alloc.Allocate(obj.size);
+      auto space = seg->alloc.Allocate(size);
       if (!space) continue;
       placed.push_back({seg, {static_cast<uint32_t>(sid), space->handle, space->offset}});
       got = true;
       break;
     }
-    if (!got) {
-      missing = name;
-      break;
-    }
-  }
-  const uint64_t more = obj.size * placed.size();
-  rpc::PutStartResult refusal;
-  admit_capacity_ = CapacityLocked();
-  const bool admitted = !missing.empty() || more == 0 || AdmitLocked(t->key, more, &refusal, now);
-  if (!missing.empty() || !admitted) {
-    for (const auto& [seg, p] : placed) {
-      auto s = segments_.find(p.segment_id);
-      if (s != segments_.end()) s->second->alloc.Free({p.offset, p.handle});
-    }
-    if (!admitted) {
-      return end(static_cast<ErrorCode>(refusal.code()), refusal.message());
-    }
+    if (got) continue;
+    for (const auto& [seg, p] : placed) seg->alloc.Free({p.offset, p.handle});
     if (++t->attempts < kMaxStartAttempts) return false;  // waits for space, tried again
     return end(ErrorCode::NO_AVAILABLE_HANDLE,
-               "no space for " + std::to_string(obj.size) + " bytes on segment " + missing +
+               "no space for " + std::to_string(size) + " bytes on segment " + name +
                    " (max retries reached: " + std::to_string(kMaxStartAttempts) + ")");
   }
-  t->version = obj.version;
+  t->version = version;
   t->source_segment = source->segment_id;
   t->source_offset = source->offset;
+  const Segment* source_seg = live(source->segment_id);
   tasks_.Start(id, now);
   counted.Count(false);
-  if (placed.empty()) {  // every target holds a replica already: a move only drops its source
-    copies_.emplace(t->key, std::move(copy));
-    const std::string why = CommitCopyLocked(*t, now);
-    tasks_.Finish(id, why.empty(), why.empty() ? "Task completed successfully" : why, now);
-    return false;
-  }
+  Object copy;
+  copy.size = size;
+  copy.owner = client_names_.Get(t->executor);
+  copy.version = version;
+  copy.stamp = now;
+  copy.last_access = now;
   out->set_id_hi(id.hi);
   out->set_id_lo(id.lo);
-  out->set_type(static_cast<uint32_t>(t->type));
-  out->set_size(obj.size);
+  out->set_type(static_cast<uint32_t>(type));
+  out->set_size(size);
   out->mutable_source()->set_segment_name(source_seg->name);
   out->mutable_source()->set_addr(source_seg->base + source->offset);
-  out->mutable_source()->set_size(obj.size);
+  out->mutable_source()->set_size(size);
   for (const auto& [seg, p] : placed) {
     copy.replicas.push_back(p);
     rpc::BufferDescriptor* d = out->add_targets();
     d->set_segment_name(seg->name);
     d->set_addr(seg->base + p.offset);
-    d->set_size(obj.size);
+    d->set_size(size);
   }
-  ChargeLocked(t->key, more);
-  auto c = copies_.emplace(t->key, std::move(copy)).first;
+  ChargeLocked(key, size * placed.size());
+  auto c = copies_.emplace(key, std::move(copy)).first;
   LogObjectLocked(oplog::Entry::COPY_OBJECT, c->first, c->second);
   return true;
 }
@@ -361,6 +385,18 @@ rpc::FinishTaskResponse MasterService::FinishTask(const rpc::FinishTaskRequest& 
   return answer(ErrorCode::OK, why, req.ok() && !why.empty());
 }
 
+void MasterService::DropReplicaLocked(const std::string& key, Object* obj, const Placement* p,
+                                      Clock::time_point now) {
+  Object old;  // the replica alone, freed as a removal frees (after its readers' leases)
+  old.size = obj->size;
+  old.replicas.push_back(*p);
+  old.lease_until = obj->lease_until;
+  old.stamp = obj->stamp;
+  obj->replicas.erase(obj->replicas.begin() + (p - obj->replicas.begin()));
+  FreeObjectLocked(old, now);
+  UnchargeLocked(key, obj->size);
+}
+
 std::string MasterService::CommitCopyLocked(const ReplicaTask& t, Clock::time_point now) {
   auto c = copies_.find(t.key);
   if (c == copies_.end()) {
@@ -382,16 +418,7 @@ std::string MasterService::CommitCopyLocked(const ReplicaTask& t, Clock::time_po
   if (src == obj.replicas.end() || draining_.count(src->segment_id)) {
     return gone("the source replica was dropped while the task ran (its segment unmounted)");
   }
-  if (t.type == TaskType::kMove) {
-    Object old;  // the source alone, freed as a removal frees (after its readers' leases)
-    old.size = obj.size;
-    old.replicas.push_back(*src);
-    old.lease_until = obj.lease_until;
-    old.stamp = obj.stamp;
-    obj.replicas.erase(src);
-    FreeObjectLocked(old, now);
-    UnchargeLocked(t.key, obj.size);
-  }
+  if (t.type == TaskType::kMove) DropReplicaLocked(t.key, &obj, &*src, now);
   for (const Placement& p : c->second.replicas) obj.replicas.push_back(p);
   copies_.erase(c);  // its space (and charge) is the object's now
   LogObjectLocked(oplog::Entry::COPY_COMMIT, t.key, obj);
@@ -421,10 +448,9 @@ void MasterService::ExpireTasksLocked(Clock::time_point now) {
     }
     it = EraseCopyLocked(it, now);
   }
-  for (const ReplicaTask& t : tasks_.Expire(now)) {
-    auto c = copies_.find(t.key);
-    if (c != copies_.end()) EraseCopyLocked(c, now);
-  }
+  // A task past --processing_task_timeout_sec fails; its space (if any) stays held until the
+  // discard time above, when its writer may no longer be writing.
+  (void)tasks_.Expire(now);
 }
 
 }  // namespace store

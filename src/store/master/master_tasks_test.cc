@@ -248,8 +248,9 @@ TEST_F(MasterTasksTest, APendingTaskOfARemovedObjectFailsWhenFetched) {
   PutOnSeg1("k");
   auto created = Copy("k", {"seg2"});
   Advance(seconds(11));
-  EXPECT_EQ(Remove("k"), C(ErrorCode::OBJECT_HAS_REPLICATION_TASK));
-  ASSERT_EQ(Remove("k", /*force=*/true), kOk);
+  // Only a running task holds a remove off: a pending one (whose executor may never come)
+  // does not.
+  ASSERT_EQ(Remove("k"), kOk);
   EXPECT_EQ(Fetch("c1").tasks_size(), 0);
   auto q = Query(created);
   EXPECT_EQ(Status(q), kFailed);
@@ -272,8 +273,8 @@ TEST_F(MasterTasksTest, SourceOrTargetUnmountedWhileRunning) {
   EXPECT_EQ(Status(Query(ca)), kFailed);
   EXPECT_EQ(Get("a").code(), C(ErrorCode::OBJECT_NOT_FOUND));
   ASSERT_EQ(Unmount("c3", "seg3", kSeg3), kOk);
-  ASSERT_EQ(Finish("c2", fb.tasks(0), true).code(), kOk);
-  EXPECT_EQ(Status(Query(cb)), kFailed);
+  EXPECT_EQ(Status(Query(cb)), kFailed);  // at once: nothing is left to write to
+  EXPECT_EQ(Finish("c2", fb.tasks(0), true).code(), C(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
   EXPECT_EQ(SegmentsOf(Get("b")), std::set<std::string>{"seg2"});
 }
 
@@ -329,6 +330,28 @@ TEST_F(MasterTasksTest, NoSpaceOnTheTargetIsRetriedThenFails) {
   EXPECT_EQ(Status(q), kFailed);
   EXPECT_NE(q.task_message().find("max retries reached: 10"), std::string::npos);
   EXPECT_EQ(q.task_message().rfind("NO_AVAILABLE_HANDLE", 0), 0u);
+}
+
+TEST_F(MasterTasksTest, ATaskWhoseTargetsWentFailsAtOnceAndTheNextTaskOfTheKeyRuns) {
+  MountThree();
+  PutOnSeg1("k");
+  auto first = Copy("k", {"seg2", "seg2"});  // a target named twice is one target
+  auto second = Copy("k", {"seg3"});
+  auto f1 = Fetch("c1");
+  ASSERT_EQ(f1.tasks_size(), 1);
+  EXPECT_EQ(f1.tasks(0).targets_size(), 1);
+  ASSERT_EQ(Unmount("c2", "seg2", kSeg2), kOk);  // the first task's only target
+  auto q = Query(first);
+  EXPECT_EQ(Status(q), kFailed);
+  EXPECT_EQ(q.task_message().rfind("REPLICA_IS_GONE", 0), 0u) << q.task_message();
+  auto f2 = Fetch("c1");  // the second may run now
+  ASSERT_EQ(f2.tasks_size(), 1);
+  // The first's late report touches nothing of the second's.
+  EXPECT_EQ(Finish("c1", f1.tasks(0), true).code(), C(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  EXPECT_EQ(Finish("c1", f1.tasks(0), false).code(), C(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  ASSERT_EQ(Finish("c1", f2.tasks(0), true).code(), kOk);
+  EXPECT_EQ(Status(Query(second)), kSuccess);
+  EXPECT_EQ(SegmentsOf(Get("k")), (std::set<std::string>{"seg1", "seg3"}));
 }
 
 TEST_F(MasterTasksTest, TasksOfOneKeyRunOneAtATime) {
@@ -400,6 +423,20 @@ TEST_F(MasterTasksTest, ATaskSpaceIsInTheLogAndANewLeaderDoesNotReuseIt) {
   std::vector<MasterService::ReplicaView> views;
   ASSERT_EQ(standby2.QueryKey("k", &views), ErrorCode::OK);
   EXPECT_EQ(views.size(), 2u);
+  // Tasks that need no space (the targets hold replicas already) replay too: a copy, and a
+  // move that only drops its source.
+  ASSERT_EQ(Copy("k", {"seg1"}).code(), kOk);
+  ASSERT_EQ(Fetch("c1").tasks_size(), 0);
+  auto move = Move("k", "seg1", "seg2");
+  ASSERT_EQ(move.code(), kOk);
+  ASSERT_EQ(Fetch("c1").tasks_size(), 0);
+  ASSERT_EQ(Status(Query(move)), kSuccess);
+  MasterService standby4(sc, [this] { return now_; });
+  for (const auto& e : log.entries) ASSERT_TRUE(standby4.Apply(e).ok()) << e.DebugString();
+  views.clear();
+  ASSERT_EQ(standby4.QueryKey("k", &views), ErrorCode::OK);
+  ASSERT_EQ(views.size(), 1u);
+  EXPECT_EQ(views[0].segment_name, "seg2");
   // A checkpoint of the leader with a task running carries its space too.
   auto third = Copy("k", {"seg3"});
   ASSERT_EQ(third.code(), kOk);

@@ -160,7 +160,7 @@ uint64_t MasterService::EvictTenantLocked(std::string_view tenant, uint64_t need
          e = list->next(e)) {
       ++looked;
       const Object& obj = e->second;
-      if (TenantOf(e->first) != tenant || Leased(obj, now)) continue;
+      if (TenantOf(e->first) != tenant || Leased(obj, now) || CopyingLocked(e->first)) continue;
       if (list == &pinned_lru_ && obj.last_access + obj.soft_pin_ttl > now) continue;
       freed += obj.size * obj.replicas.size();
       victims.push_back(e);

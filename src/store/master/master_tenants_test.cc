@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "store/master/master_http.h"
 #include "store/master/master_rpc.h"
@@ -461,6 +462,94 @@ TEST_F(TenantsTest, TheAdminApiNeedsStrictMode) {
   EXPECT_EQ(Json::parse(r.body)["error_code"], C(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE));
   r = http.ServeWrite("PUT", "/api/v1/tenant_quotas?tenant_id=a", "{\"requested_quota_bytes\":5}");
   EXPECT_EQ(r.status, 409);
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake
+
+namespace mooncake {
+namespace store {
+namespace {
+
+// Replica tasks in strict mode: the key is the tenant's, another tenant neither sees the
+// object nor the task, the new replica is charged to the tenant, and a copy over the quota
+// makes room by evicting the tenant's own objects (the one being copied among them: then the
+// task fails cleanly).
+TEST_F(TenantsTest, ReplicaTasksAreTheTenantsAndChargedToIt) {
+  Make(true, {{"a", 700 << 10}, {"b", 1 << 20}});
+  rpc::MountSegmentRequest m;
+  m.set_client_id("holder2");
+  m.set_segment_name("seg2");
+  m.set_base(1ull << 32);
+  m.set_size(4 << 20);
+  ASSERT_EQ(master_->MountSegment(m).code(), kOk);
+  auto where = [&](const std::string& tenant, const std::string& key) {
+    std::set<std::string> out;
+    auto r = Call<rpc::GetReplicaListResponse>(MasterMethod::kGetReplicaList, Keys(tenant, {key}));
+    if (r.code() == kOk && r.results(0).code() == kOk) {
+      for (const auto& rep : r.results(0).replicas()) out.insert(rep.buffer().segment_name());
+    }
+    return out;
+  };
+  auto copy = [&](const std::string& tenant, const std::string& key, const std::string& target) {
+    rpc::ReplicaTaskRequest r;
+    r.set_client_id("client-" + tenant);
+    r.set_tenant_id(tenant);
+    r.set_key(key);
+    r.add_targets(target);
+    return Call<rpc::ReplicaTaskResponse>(MasterMethod::kCreateReplicaTask, r);
+  };
+  auto query = [&](const std::string& tenant, const rpc::ReplicaTaskResponse& t) {
+    rpc::QueryTaskRequest r;
+    r.set_tenant_id(tenant);
+    r.set_id_hi(t.id_hi());
+    r.set_id_lo(t.id_lo());
+    return Call<rpc::QueryTaskResponse>(MasterMethod::kQueryTask, r);
+  };
+  auto run = [&](const std::string& executor) {  // fetch and report every task as copied
+    rpc::FetchTasksRequest f;
+    f.set_client_id(executor);
+    auto got = Call<rpc::FetchTasksResponse>(MasterMethod::kFetchTasks, f);
+    for (const auto& t : got.tasks()) {
+      rpc::FinishTaskRequest fin;
+      fin.set_client_id(executor);
+      fin.set_id_hi(t.id_hi());
+      fin.set_id_lo(t.id_lo());
+      fin.set_ok(true);
+      EXPECT_EQ(Call<rpc::FinishTaskResponse>(MasterMethod::kFinishTask, fin).code(), kOk);
+    }
+    return got.tasks_size();
+  };
+  ASSERT_EQ(Put("a", "k", 200 << 10), kOk);
+  const std::set<std::string> first = where("a", "k");
+  ASSERT_EQ(first.size(), 1u);
+  const std::string from = *first.begin();
+  const std::string to = from == "seg" ? "seg2" : "seg";
+  const std::string executor = from == "seg" ? "holder" : "holder2";
+  EXPECT_EQ(copy("b", "k", to).code(), C(ErrorCode::OBJECT_NOT_FOUND));  // not b's key
+  auto t = copy("a", "k", to);
+  ASSERT_EQ(t.code(), kOk) << t.message();
+  EXPECT_EQ(query("b", t).code(), C(ErrorCode::TASK_NOT_FOUND));  // not b's task
+  EXPECT_EQ(run(executor), 1);
+  EXPECT_EQ(query("a", t).status(), 3u) << query("a", t).task_message();
+  EXPECT_EQ(where("a", "k"), (std::set<std::string>{"seg", "seg2"}));
+  EXPECT_EQ(Charged("a"), 400u << 10);
+  // Over the quota: a second object, then a copy of it needs room.
+  ASSERT_EQ(Put("a", "k2", 250 << 10), kOk);
+  EXPECT_EQ(Charged("a"), 650u << 10);
+  const std::string from2 = *where("a", "k2").begin();
+  auto t2 = copy("a", "k2", from2 == "seg" ? "seg2" : "seg");
+  ASSERT_EQ(t2.code(), kOk) << t2.message();
+  run(from2 == "seg" ? "holder" : "holder2");
+  auto q2 = query("a", t2);
+  EXPECT_GE(q2.status(), 2u);  // ended, one way or the other
+  EXPECT_LE(Charged("a"), 700u << 10);
+  if (q2.status() == 3u) {
+    EXPECT_EQ(where("a", "k2").size(), 2u);
+  } else {
+    EXPECT_NE(q2.task_message().find("evicted"), std::string::npos) << q2.task_message();
+  }
 }
 
 }  // namespace

@@ -75,6 +75,10 @@ void MasterService::BeginUnmountLocked(const std::vector<uint64_t>& segment_ids,
       if (draining_.count(p.segment_id)) written.insert(p.segment_id);
     }
     if (DropDrainingLocked(c->first, &c->second)) {
+      if (const ReplicaTask* t = tasks_.RunningOf(c->first)) {  // nothing left to write to
+        tasks_.Finish(t->id, false,
+                      "REPLICA_IS_GONE: its target segments were unmounted while it ran", now);
+      }
       LogKeyLocked(oplog::Entry::COPY_ERASE, c->first);
       c = copies_.erase(c);
     } else {
