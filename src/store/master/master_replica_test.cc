@@ -25,14 +25,7 @@ using testing_support::MasterServiceTest;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-class Collect : public ChangeSink {
- public:
-  uint64_t Append(oplog::Entry&& e) override {
-    entries.push_back(std::move(e));
-    return entries.size();
-  }
-  std::vector<oplog::Entry> entries;
-};
+using testing_support::Collect;
 
 // The state as sorted serialized entries (ExportState's order is the tables').
 std::vector<std::string> Canon(const MasterService& m) {

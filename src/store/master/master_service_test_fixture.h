@@ -28,6 +28,16 @@ constexpr uint64_t MiB = 1024 * KiB;
 constexpr int32_t kOk = 0;
 inline int32_t C(ErrorCode c) { return ToInt(c); }
 
+// A ChangeSink that keeps every entry (the HA log's, for a standby to apply).
+class Collect : public ChangeSink {
+ public:
+  uint64_t Append(oplog::Entry&& e) override {
+    entries.push_back(std::move(e));
+    return entries.size();
+  }
+  std::vector<oplog::Entry> entries;
+};
+
 class MasterServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Make(MasterConfig{}); }

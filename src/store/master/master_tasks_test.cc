@@ -17,15 +17,6 @@ using namespace testing_support;
 
 constexpr uint64_t kSeg1 = 0x10000000, kSeg2 = 0x20000000, kSeg3 = 0x30000000;
 
-class Collect : public ChangeSink {
- public:
-  uint64_t Append(oplog::Entry&& e) override {
-    entries.push_back(std::move(e));
-    return entries.size();
-  }
-  std::vector<oplog::Entry> entries;
-};
-
 class MasterTasksTest : public MasterServiceTest {
  protected:
   void MountThree() {
