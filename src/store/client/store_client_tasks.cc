@@ -3,7 +3,9 @@
 // owning its source replica's segment: master_tasks.cc).
 //
 // Running: the heartbeat's ping says how many tasks wait for this client; then the worker
-// thread fetches them (one at a time) and runs each: the source must lie
+// thread fetches them (16 at a time, as upstream's client) and runs each, unless half the
+// time the master gives a task's writer (FetchTasksResponse.write_within_ms: its space goes
+// after that) has passed since the fetch, when it is reported failed unwritten: the source must lie
 // in this client's own lent memory (the global segment or a run-time segment, checked while
 // no unmount can take it away), and is written to every target by the engine (a target in
 // this client's own segment by memcpy); then FinishTask says whether every target was
@@ -17,10 +19,7 @@ namespace store {
 
 namespace {
 
-// One task a fetch (upstream's client fetches 16): the master starts a task, and its writer's
-// time (--put_start_discard_timeout_sec, as a put's) runs, when it is fetched; tasks fetched
-// together and run one after another would start the later ones' clocks early.
-constexpr uint32_t kFetchBatch = 1;
+constexpr uint32_t kFetchBatch = 16;  // upstream's kTaskBatchSize
 
 }  // namespace
 
@@ -37,8 +36,14 @@ void StoreClient::Impl::RunTasks() {
       return;
     }
     if (resp.tasks_size() == 0) return;
+    const auto fetched = std::chrono::steady_clock::now();
+    const auto begin_by = fetched + std::chrono::milliseconds(resp.write_within_ms() / 2);
     for (const rpc::TaskAssignment& task : resp.tasks()) {
-      const std::string why = RunTask(task);
+      const std::string why =
+          std::chrono::steady_clock::now() < begin_by
+              ? RunTask(task)
+              : "TRANSFER_FAIL: not begun within half the " +
+                    std::to_string(resp.write_within_ms()) + " ms its space is held for";
       rpc::FinishTaskRequest fin;
       fin.set_client_id(client_id);
       fin.set_id_hi(task.id_hi());

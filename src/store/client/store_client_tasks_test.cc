@@ -172,6 +172,28 @@ TEST_F(StoreClientTasksTest, ASourceOutsideTheLentMemoryIsNeverRead) {
   EXPECT_EQ(Holders("k"), std::set<std::string>{a->segment_name()});
 }
 
+TEST_F(StoreClientTasksTest, ATaskNotBegunWhileItsSpaceIsSurelyHeldIsReportedUnwritten) {
+  auto a = Client(32 * MiB);
+  auto b = Client(32 * MiB);
+  ASSERT_TRUE(a && b);
+  auto v = Bytes(4096, 11);
+  ReplicateConfig on_a;
+  on_a.preferred_segments = {a->segment_name()};
+  ASSERT_EQ(a->Put("k", {{v.data(), v.size()}}, on_a), 0);
+  // A master that holds the space for no time at all: nothing may be written.
+  master_->on_FetchTasks = [&](const rpc::FetchTasksRequest& req, rpc::FetchTasksResponse* resp) {
+    const Status s = master_->ServeFetchTasks(req, resp);
+    resp->set_write_within_ms(0);
+    return s;
+  };
+  StoreClient::TaskId id;
+  ASSERT_EQ(a->CreateCopyTask("k", {b->segment_name()}, &id), 0);
+  auto info = Wait(a.get(), id);
+  EXPECT_EQ(info.status, 2u);
+  EXPECT_NE(info.message.find("not begun within"), std::string::npos) << info.message;
+  EXPECT_EQ(Holders("k"), std::set<std::string>{a->segment_name()});
+}
+
 }  // namespace
 }  // namespace store
 }  // namespace mooncake

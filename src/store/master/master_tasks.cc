@@ -335,6 +335,7 @@ rpc::FetchTasksResponse MasterService::FetchTasks(const rpc::FetchTasksRequest& 
     if (StartTaskLocked(t, &a, now)) *resp.add_tasks() = std::move(a);
   }
   resp.set_code(Code(ErrorCode::OK));
+  resp.set_write_within_ms(config_.put_start_discard_timeout_s * 1000);
   return resp;
 }
 
