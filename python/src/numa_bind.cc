@@ -3,6 +3,10 @@
 // one for new memory (set_mempolicy MPOL_PREFERRED), read from /sys, without libnuma. As
 // upstream, it returns nothing and only logs a warning when it cannot bind (no NUMA in /sys,
 // a node that does not exist, a call the kernel refuses): the thread then runs as before.
+// get_alloc_func_addr() / get_free_func_addr(): upstream's module functions, the addresses of
+// `void* alloc(size_t)` / `void free(void*)` for a pluggable allocator. Upstream's allocate
+// SPDK hugepage memory in its NoF build and return NULL (free: nothing) in any other; NoF is
+// not built here, so these are the latter.
 #include <pybind11/pybind11.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -77,9 +81,17 @@ void BindToNumaNode(int node) {
   }
 }
 
+extern "C" void* McNoFHugepageAlloc(size_t) { return nullptr; }  // no NoF (SPDK) here
+extern "C" void McNoFHugepageFree(void*) {}
+
 }  // namespace
 
 void BindNuma(py::module_& m) {
+  m.def("get_alloc_func_addr", [] { return reinterpret_cast<uintptr_t>(&McNoFHugepageAlloc); },
+        "Address of upstream's hugepage alloc function `void* (size_t)`: returns NULL here (as "
+        "upstream's builds without NoF).");
+  m.def("get_free_func_addr", [] { return reinterpret_cast<uintptr_t>(&McNoFHugepageFree); },
+        "Address of the matching free function `void (void*)` (does nothing here).");
   m.def("bind_to_numa_node", &BindToNumaNode, py::arg("node"),
         "Binds the calling thread to the CPUs of NUMA node `node` and prefers that node for its "
         "new memory. Returns None; a node that does not exist (or no NUMA) logs a warning and "

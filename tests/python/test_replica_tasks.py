@@ -158,6 +158,15 @@ def test_init_all_is_setup_with_upstreams_fixed_values(master, monkeypatch):
     real.close()
 
 
+def test_the_allocator_function_addresses_are_upstreams_without_nof():
+    import ctypes
+    import mooncake.store as store
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(store.get_alloc_func_addr())
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(store.get_free_func_addr())
+    assert alloc(4096) is None  # NULL: no NoF (SPDK hugepages) in this build, as upstream's
+    free(None)
+
+
 def test_a_store_not_set_up_answers_not_ready():
     from mooncake.store import MooncakeDistributedStore
     s = MooncakeDistributedStore()
