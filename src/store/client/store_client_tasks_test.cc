@@ -49,6 +49,13 @@ class StoreClientTasksTest : public ::testing::Test {
     }
     return info;
   }
+  // `by` puts `v` under `key` with its replica preferably in `holder`'s segment.
+  static int PutOn(StoreClient* by, StoreClient* holder, const std::string& key,
+                   std::vector<char>& v) {
+    ReplicateConfig on;
+    on.preferred_segments = {holder->segment_name()};
+    return by->Put(key, {{v.data(), v.size()}}, on);
+  }
   std::vector<char> Read(StoreClient* c, const std::string& key, size_t n, int64_t* rc) {
     std::vector<char> out(n);
     *rc = c->Get(key, {{out.data(), out.size()}});
@@ -64,9 +71,7 @@ TEST_F(StoreClientTasksTest, ACopyOnAnotherHolderReadsBackAfterTheSourceLeft) {
   auto user = Client(0);
   ASSERT_TRUE(a && b && user);
   auto v = Bytes(5 * MiB + 123, 7);  // staged and sent in several pieces
-  ReplicateConfig on_a;
-  on_a.preferred_segments = {a->segment_name()};
-  ASSERT_EQ(user->Put("k", {{v.data(), v.size()}}, on_a), 0);
+  ASSERT_EQ(PutOn(user.get(), a.get(), "k", v), 0);
   ASSERT_EQ(Holders("k"), std::set<std::string>{a->segment_name()});
   StoreClient::TaskId id;
   ASSERT_EQ(user->CreateCopyTask("k", {b->segment_name()}, &id), 0);
@@ -90,9 +95,7 @@ TEST_F(StoreClientTasksTest, AMoveLeavesOnlyTheTarget) {
   auto b = Client(32 * MiB);
   ASSERT_TRUE(a && b);
   auto v = Bytes(300000, 9);
-  ReplicateConfig on_a;
-  on_a.preferred_segments = {a->segment_name()};
-  ASSERT_EQ(b->Put("k", {{v.data(), v.size()}}, on_a), 0);
+  ASSERT_EQ(PutOn(b.get(), a.get(), "k", v), 0);
   StoreClient::TaskId id;
   EXPECT_EQ(b->CreateMoveTask("k", a->segment_name(), a->segment_name(), &id),
             ToInt(ErrorCode::INVALID_PARAMS));
@@ -134,9 +137,7 @@ TEST_F(StoreClientTasksTest, ASourceOutsideTheLentMemoryIsNeverRead) {
   auto b = Client(32 * MiB);
   ASSERT_TRUE(a && b);
   auto v = Bytes(4096, 5);
-  ReplicateConfig on_a;
-  on_a.preferred_segments = {a->segment_name()};
-  ASSERT_EQ(a->Put("k", {{v.data(), v.size()}}, on_a), 0);
+  ASSERT_EQ(PutOn(a.get(), a.get(), "k", v), 0);
   // A master (buggy or hostile) that points the executor at memory it does not lend: its
   // local buffer (registered, but not the pool's), and an address past its segment.
   const char* local = static_cast<const char*>(a->local_buffer().ptr);
@@ -177,9 +178,7 @@ TEST_F(StoreClientTasksTest, ATaskNotBegunWhileItsSpaceIsSurelyHeldIsReportedUnw
   auto b = Client(32 * MiB);
   ASSERT_TRUE(a && b);
   auto v = Bytes(4096, 11);
-  ReplicateConfig on_a;
-  on_a.preferred_segments = {a->segment_name()};
-  ASSERT_EQ(a->Put("k", {{v.data(), v.size()}}, on_a), 0);
+  ASSERT_EQ(PutOn(a.get(), a.get(), "k", v), 0);
   // A master that holds the space for no time at all: nothing may be written.
   master_->on_FetchTasks = [&](const rpc::FetchTasksRequest& req, rpc::FetchTasksResponse* resp) {
     const Status s = master_->ServeFetchTasks(req, resp);

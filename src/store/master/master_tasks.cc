@@ -110,7 +110,7 @@ rpc::ReplicaTaskResponse MasterService::CreateReplicaTaskUncounted(
   if (move && req.source() == req.targets(0)) {
     return fail(ErrorCode::INVALID_PARAMS, "source and target are the same segment");
   }
-  for (const std::string& t : req.targets()) {
+  for (const std::string& t : targets) {
     bool mounted = false, placeable = false;
     for (const auto& [sid, seg] : SegmentsNamedLocked(t)) {
       mounted |= !seg->draining;

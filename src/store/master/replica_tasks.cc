@@ -19,7 +19,6 @@ ErrorCode ReplicaTasks::Add(ReplicaTask task, Clock::time_point now) {
   task.since = now;
   queues_[task.executor].push_back(task.id);
   ++queued_[task.executor];
-  ++active_keys_[task.key];
   ++pending_;
   tasks_.emplace(task.id, std::move(task));
   return ErrorCode::OK;
@@ -102,8 +101,6 @@ void ReplicaTasks::Finish(const TaskId& id, bool ok, std::string message, Clock:
   t->message = std::move(message);
   t->since = now;
   t->updated_ms = WallMs();
-  auto k = active_keys_.find(t->key);
-  if (k != active_keys_.end() && --k->second == 0) active_keys_.erase(k);
   finished_.push_back(id);
   Prune();
 }
@@ -116,6 +113,7 @@ void ReplicaTasks::Prune() {
 }
 
 std::vector<ReplicaTask> ReplicaTasks::Expire(Clock::time_point now) {
+  if (pending_ + processing_ == 0) return {};  // the finished ones need no look every tick
   std::vector<TaskId> late;
   for (const auto& [id, t] : tasks_) {
     if ((t.status == TaskStatus::kPending && t.since + limits_.pending_timeout <= now) ||

@@ -87,8 +87,6 @@ class ReplicaTasks {
   // The executor's pending tasks, oldest first, at most `max`.
   std::vector<TaskId> PendingOf(const std::string& executor, size_t max) const;
   size_t PendingCount(const std::string& executor) const;
-  // Whether a pending or processing task names `key`.
-  bool Active(const std::string& key) const { return active_keys_.count(key) > 0; }
   // The processing task of `key` (null: none).
   const ReplicaTask* RunningOf(const std::string& key) const;
   bool CanStart() const { return processing_ < limits_.max_processing; }
@@ -117,7 +115,6 @@ class ReplicaTasks {
   // skipped and dropped as met).
   std::unordered_map<std::string, std::deque<TaskId>> queues_;
   std::unordered_map<std::string, size_t> queued_;  // per executor: pending count
-  std::unordered_map<std::string, size_t> active_keys_;
   std::unordered_map<std::string, TaskId> running_keys_;
   std::deque<TaskId> finished_;  // in finishing order
   size_t pending_ = 0;

@@ -34,7 +34,7 @@ TEST(ReplicaTasksTest, PendingThenProcessingThenEndedPerExecutorInOrder) {
   EXPECT_EQ(a[0].hi, 1u);
   EXPECT_EQ(a[1].hi, 3u);
   EXPECT_EQ(tasks.PendingOf("a", 1).size(), 1u);
-  EXPECT_TRUE(tasks.Active("k1"));
+  EXPECT_EQ(tasks.RunningOf("k1"), nullptr);  // pending, not running
   EXPECT_GT(tasks.Find(a[0])->created_ms, 0);
 
   tasks.Start(a[0], now);
@@ -47,7 +47,6 @@ TEST(ReplicaTasksTest, PendingThenProcessingThenEndedPerExecutorInOrder) {
   EXPECT_EQ(tasks.Find(a[0])->status, TaskStatus::kSuccess);
   EXPECT_EQ(tasks.Find(a[0])->message, "done");
   EXPECT_EQ(tasks.RunningOf("k1"), nullptr);
-  EXPECT_FALSE(tasks.Active("k1"));
   tasks.Finish(a[0], false, "again", now);  // ended already: unchanged
   EXPECT_EQ(tasks.Find(a[0])->status, TaskStatus::kSuccess);
 
