@@ -1,0 +1,393 @@
+#include "store/disk/bucket_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "common/crc32c.h"
+
+namespace mooncake {
+namespace store {
+namespace disk {
+namespace {
+
+constexpr char kFileMagic[8] = {'M', 'C', 'B', 'U', 'C', 'K', 'T', '1'};
+constexpr char kTrailerMagic[8] = {'M', 'C', 'B', 'T', 'R', 'A', 'I', 'L'};
+constexpr uint32_t kRecordMagic = 0x4452434d;  // "MCRD"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kIndexEntryFixed = 32;
+const char kZeros[8] = {};
+
+uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+
+template <typename T>
+void Put(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+template <typename T>
+T Get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+void EncodeRecordHeader(char* h, uint32_t key_len, uint64_t value_len, uint64_t put_id,
+                        uint32_t data_crc) {
+  Put<uint32_t>(h, kRecordMagic);
+  Put<uint32_t>(h + 4, key_len);
+  Put<uint64_t>(h + 8, value_len);
+  Put<uint64_t>(h + 16, put_id);
+  Put<uint32_t>(h + 24, data_crc);
+  Put<uint32_t>(h + 28, Crc32c(0, h, 28));
+}
+
+bool DecodeRecordHeader(const char* h, uint32_t* key_len, uint64_t* value_len, uint64_t* put_id,
+                        uint32_t* data_crc) {
+  if (Get<uint32_t>(h) != kRecordMagic || Get<uint32_t>(h + 28) != Crc32c(0, h, 28)) {
+    return false;
+  }
+  *key_len = Get<uint32_t>(h + 4);
+  *value_len = Get<uint64_t>(h + 8);
+  *put_id = Get<uint64_t>(h + 16);
+  *data_crc = Get<uint32_t>(h + 24);
+  return true;
+}
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// Writes every byte of `iov` (advancing through partial writes, IOV_MAX at a time).
+bool WriteAll(int fd, std::vector<iovec> iov) {
+  size_t i = 0;
+  while (i < iov.size()) {
+    const int n = static_cast<int>(std::min<size_t>(iov.size() - i, IOV_MAX));
+    const ssize_t w = ::writev(fd, iov.data() + i, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    size_t left = static_cast<size_t>(w);
+    while (left > 0 && i < iov.size()) {
+      if (left >= iov[i].iov_len) {
+        left -= iov[i].iov_len;
+        ++i;
+      } else {
+        iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + left;
+        iov[i].iov_len -= left;
+        left = 0;
+      }
+    }
+    while (i < iov.size() && iov[i].iov_len == 0) ++i;
+  }
+  return true;
+}
+
+bool PreadAll(int fd, void* dst, size_t n, uint64_t off) {
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = 0;
+      return false;
+    }
+    p += r;
+    off += static_cast<uint64_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Internal(Errno("cannot open " + dir + " to sync it"));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  if (rc != 0) return Status::Internal(Errno("cannot sync " + dir));
+  return Status::OK();
+}
+
+// Walks the records after the file header: headers and keys only.
+void Walk(int fd, uint64_t size, std::vector<RecordRef>* refs) {
+  uint64_t off = kFileHeaderSize;
+  char h[kRecordHeaderSize];
+  while (off + kRecordHeaderSize <= size) {
+    if (!PreadAll(fd, h, sizeof(h), off)) return;
+    RecordRef r;
+    uint32_t key_len = 0;
+    if (!DecodeRecordHeader(h, &key_len, &r.value_len, &r.put_id, &r.data_crc)) return;
+    if (key_len == 0 || key_len > kMaxKeyLen || r.value_len > size ||
+        off + kRecordHeaderSize + key_len + r.value_len > size) {
+      return;
+    }
+    r.key.resize(key_len);
+    if (!PreadAll(fd, r.key.data(), key_len, off + kRecordHeaderSize)) return;
+    r.offset = off;
+    off += Align8(kRecordHeaderSize + key_len + r.value_len);
+    refs->push_back(std::move(r));
+  }
+}
+
+// Parses the index [idx, idx + n) of a file of `index_off` data bytes; false when any entry
+// is out of bounds.
+bool ParseIndex(const std::string& idx, uint32_t count, uint64_t index_off,
+                std::vector<RecordRef>* refs) {
+  size_t p = 0;
+  refs->reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    if (p + kIndexEntryFixed > idx.size()) return false;
+    RecordRef r;
+    r.offset = Get<uint64_t>(idx.data() + p);
+    r.value_len = Get<uint64_t>(idx.data() + p + 8);
+    r.put_id = Get<uint64_t>(idx.data() + p + 16);
+    const uint32_t key_len = Get<uint32_t>(idx.data() + p + 24);
+    r.data_crc = Get<uint32_t>(idx.data() + p + 28);
+    p += kIndexEntryFixed;
+    if (key_len == 0 || key_len > kMaxKeyLen || p + key_len > idx.size()) return false;
+    if (r.offset < kFileHeaderSize || r.value_len > index_off ||
+        r.offset + kRecordHeaderSize + key_len + r.value_len > index_off) {
+      return false;
+    }
+    r.key.assign(idx.data() + p, key_len);
+    p = Align8(p + key_len);
+    refs->push_back(std::move(r));
+  }
+  return p == idx.size();
+}
+
+}  // namespace
+
+std::string BucketName(uint64_t id) {
+  char b[40];
+  std::snprintf(b, sizeof(b), "%016" PRIx64 ".bucket", id);
+  return b;
+}
+
+bool ParseBucketName(const std::string& name, uint64_t* id) {
+  if (name.size() != 16 + 7 || name.compare(16, 7, ".bucket") != 0) return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 16; ++i) {
+    const char c = name[i];
+    int d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else {
+      return false;
+    }
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *id = v;
+  return true;
+}
+
+uint64_t BucketFileSize(const std::vector<BucketItem>& items) {
+  uint64_t n = kFileHeaderSize + kTrailerSize;
+  for (const auto& it : items) {
+    n += Align8(kRecordHeaderSize + it.key.size() + it.size);
+    n += Align8(kIndexEntryFixed + it.key.size());
+  }
+  return n;
+}
+
+Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<BucketItem>& items,
+                   bool sync, std::vector<RecordRef>* refs, uint64_t* file_size) {
+  refs->clear();
+  if (items.empty()) return Status::InvalidArgument("a bucket of no objects");
+  const std::string final_path = dir + "/" + BucketName(id);
+  const std::string tmp = final_path + ".tmp";
+
+  char header[kFileHeaderSize] = {};
+  std::memcpy(header, kFileMagic, 8);
+  Put<uint32_t>(header + 8, kVersion);
+  Put<uint32_t>(header + 12, static_cast<uint32_t>(items.size()));
+  Put<uint64_t>(header + 16, id);
+  Put<uint64_t>(header + 24, static_cast<uint64_t>(
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count()));
+  Put<uint32_t>(header + 60, Crc32c(0, header, 60));
+
+  std::vector<char> rec_headers(items.size() * kRecordHeaderSize);
+  std::string index;
+  std::vector<iovec> iov;
+  iov.reserve(items.size() * 4 + 3);
+  iov.push_back({header, kFileHeaderSize});
+  uint64_t off = kFileHeaderSize;
+  refs->reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& it = items[i];
+    if (it.key.empty() || it.key.size() > kMaxKeyLen) {
+      return Status::InvalidArgument("a key of " + std::to_string(it.key.size()) +
+                                     " bytes (1.." + std::to_string(kMaxKeyLen) + ")");
+    }
+    uint32_t crc = Crc32c(0, it.key.data(), it.key.size());
+    crc = Crc32c(crc, it.data, it.size);
+    char* h = rec_headers.data() + i * kRecordHeaderSize;
+    EncodeRecordHeader(h, static_cast<uint32_t>(it.key.size()), it.size, it.put_id, crc);
+    iov.push_back({h, kRecordHeaderSize});
+    iov.push_back({const_cast<char*>(it.key.data()), it.key.size()});
+    if (it.size > 0) iov.push_back({const_cast<void*>(it.data), it.size});
+    const uint64_t len = kRecordHeaderSize + it.key.size() + it.size;
+    if (Align8(len) != len) iov.push_back({const_cast<char*>(kZeros), Align8(len) - len});
+    refs->push_back(RecordRef{std::string(it.key), off, it.size, it.put_id, crc});
+
+    char e[kIndexEntryFixed];
+    Put<uint64_t>(e, off);
+    Put<uint64_t>(e + 8, it.size);
+    Put<uint64_t>(e + 16, it.put_id);
+    Put<uint32_t>(e + 24, static_cast<uint32_t>(it.key.size()));
+    Put<uint32_t>(e + 28, crc);
+    index.append(e, sizeof(e));
+    index.append(it.key.data(), it.key.size());
+    index.append(Align8(index.size()) - index.size(), '\0');
+    off += Align8(len);
+  }
+  char trailer[kTrailerSize] = {};
+  std::memcpy(trailer, kTrailerMagic, 8);
+  Put<uint64_t>(trailer + 8, off);
+  Put<uint32_t>(trailer + 16, static_cast<uint32_t>(items.size()));
+  Put<uint32_t>(trailer + 20, Crc32c(0, index.data(), index.size()));
+  Put<uint32_t>(trailer + 28, Crc32c(0, trailer, 28));
+  iov.push_back({index.data(), index.size()});
+  iov.push_back({trailer, kTrailerSize});
+  *file_size = off + index.size() + kTrailerSize;
+
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return errno == ENOSPC ? Status::ResourceExhausted(Errno("cannot create " + tmp))
+                           : Status::Internal(Errno("cannot create " + tmp));
+  }
+  bool ok = WriteAll(fd, std::move(iov));
+  if (ok && sync) ok = ::fdatasync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    errno = err;
+    return err == ENOSPC || err == EDQUOT
+               ? Status::ResourceExhausted(Errno("cannot write " + tmp))
+               : Status::Internal(Errno("cannot write " + tmp));
+  }
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    const std::string m = Errno("cannot rename " + tmp);
+    ::unlink(tmp.c_str());
+    return Status::Internal(m);
+  }
+  if (sync) {
+    if (Status s = SyncDir(dir); !s.ok()) {
+      ::unlink(final_path.c_str());
+      return s;
+    }
+  }
+  return Status::OK();
+}
+
+Status ReadBucketIndex(const std::string& path, uint64_t bucket_id,
+                       std::vector<RecordRef>* refs, uint64_t* file_size, bool* walked) {
+  refs->clear();
+  *walked = false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Internal(Errno("cannot open " + path));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::Internal(Errno("cannot stat " + path));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  *file_size = size;
+  char header[kFileHeaderSize];
+  if (size < kFileHeaderSize || !PreadAll(fd, header, sizeof(header), 0) ||
+      std::memcmp(header, kFileMagic, 8) != 0 ||
+      Get<uint32_t>(header + 60) != Crc32c(0, header, 60) ||
+      Get<uint32_t>(header + 8) != kVersion || Get<uint64_t>(header + 16) != bucket_id) {
+    return Status::DataLoss(path + " is not a bucket file of this version (its header fails "
+                                   "its checks)");
+  }
+  const uint32_t count = Get<uint32_t>(header + 12);
+  char t[kTrailerSize];
+  if (size >= kFileHeaderSize + kTrailerSize && PreadAll(fd, t, sizeof(t), size - kTrailerSize) &&
+      std::memcmp(t, kTrailerMagic, 8) == 0 && Get<uint32_t>(t + 28) == Crc32c(0, t, 28)) {
+    const uint64_t index_off = Get<uint64_t>(t + 8);
+    const uint32_t n = Get<uint32_t>(t + 16);
+    if (n == count && index_off >= kFileHeaderSize && index_off <= size - kTrailerSize) {
+      std::string idx(size - kTrailerSize - index_off, '\0');
+      if (PreadAll(fd, idx.data(), idx.size(), index_off) &&
+          Get<uint32_t>(t + 20) == Crc32c(0, idx.data(), idx.size()) &&
+          ParseIndex(idx, n, index_off, refs)) {
+        return Status::OK();
+      }
+    }
+  }
+  refs->clear();
+  *walked = true;
+  Walk(fd, size, refs);
+  return Status::OK();
+}
+
+Status ReadRecord(int fd, const RecordRef& ref, void* dst) {
+  char head[kRecordHeaderSize + kMaxKeyLen];
+  const size_t key_len = ref.key.size();
+  iovec iov[2] = {{head, kRecordHeaderSize + key_len}, {dst, ref.value_len}};
+  const size_t want = kRecordHeaderSize + key_len + ref.value_len;
+  size_t got = 0;
+  int first = 0;
+  while (got < want) {
+    const ssize_t r = ::preadv(fd, iov + first, 2 - first, static_cast<off_t>(ref.offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::Internal(Errno("cannot read a record"));
+    if (r == 0) {
+      return Status::DataLoss("the record of \"" + ref.key + "\" is cut short: the file ends " +
+                              std::to_string(want - got) + " bytes early");
+    }
+    got += static_cast<size_t>(r);
+    size_t left = static_cast<size_t>(r);
+    while (left > 0) {
+      if (left >= iov[first].iov_len) {
+        left -= iov[first].iov_len;
+        iov[first].iov_len = 0;
+        ++first;
+      } else {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+        left = 0;
+      }
+    }
+    while (first < 2 && iov[first].iov_len == 0) ++first;
+  }
+  uint32_t key_len_on_disk = 0;
+  uint64_t value_len = 0;
+  uint64_t put_id = 0;
+  uint32_t crc = 0;
+  if (!DecodeRecordHeader(head, &key_len_on_disk, &value_len, &put_id, &crc)) {
+    return Status::DataLoss("the record header of \"" + ref.key + "\" fails its checksum");
+  }
+  if (key_len_on_disk != key_len || value_len != ref.value_len || put_id != ref.put_id ||
+      crc != ref.data_crc || std::memcmp(head + kRecordHeaderSize, ref.key.data(), key_len) != 0) {
+    return Status::DataLoss("the record at offset " + std::to_string(ref.offset) +
+                            " is not the one indexed for \"" + ref.key + "\"");
+  }
+  uint32_t c = Crc32c(0, head + kRecordHeaderSize, key_len);
+  c = Crc32c(c, dst, ref.value_len);
+  if (c != crc) {
+    return Status::DataLoss("the record of \"" + ref.key + "\" fails its CRC32C (" +
+                            std::to_string(ref.value_len) + " bytes): the file is corrupted");
+  }
+  return Status::OK();
+}
+
+}  // namespace disk
+}  // namespace store
+}  // namespace mooncake
