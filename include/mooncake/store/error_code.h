@@ -50,6 +50,12 @@ enum class ErrorCode : int32_t {
   FILE_INVALID_BUFFER = -1104,
   FILE_LOCK_FAIL = -1105,
   FILE_INVALID_HANDLE = -1106,
+  BUCKET_NOT_FOUND = -1200,
+  BUCKET_ALREADY_EXISTS = -1201,
+  KEYS_EXCEED_BUCKET_LIMIT = -1202,
+  KEYS_ULTRA_LIMIT = -1203,
+  UNABLE_OFFLOAD = -1300,     // the master runs without --enable_offload
+  UNABLE_OFFLOADING = -1301,  // no disk can take the object
   TASK_NOT_FOUND = -1400,               // no such replica task (or it was pruned)
   TASK_PENDING_LIMIT_EXCEEDED = -1401,  // too many replica tasks waiting
   TENANT_QUOTA_EXCEEDED = -1700,  // strict mode: the tenant's memory quota is used up

@@ -68,6 +68,18 @@ struct TaskCounters {
   RequestCounters copy_start, copy_end, copy_revoke, move_start, move_end, move_revoke;
 };
 
+// The disk tier (master_disk.cc).
+struct DiskCounters {
+  uint64_t mounts = 0, mount_failures = 0;
+  uint64_t queued = 0, queue_full = 0;   // objects queued for offload; not queued: full
+  uint64_t fetched = 0;                  // handed to their disk's client to write
+  uint64_t recorded = 0, refused = 0;    // OffloadDone items recorded / refused
+  uint64_t registered = 0;               // of which found on a disk at its client's start
+  uint64_t disk_gets = 0, disk_get_bytes = 0;  // GetReplicaList items answered from disk
+  uint64_t removals = 0, evicted = 0;    // disk replicas dropped: told to the disk / by it
+  uint64_t held_for_offload = 0;         // --offload_on_evict: victims kept until offloaded
+};
+
 struct MasterCounters {
   CallCounters put_start, put_end, put_revoke, get_replica_list, exist_key, replica_clear;
   uint64_t put_start_alloc_failures = 0;  // items without space (after eviction)
@@ -81,6 +93,7 @@ struct MasterCounters {
   uint64_t deferred_frees = 0, refused_requests = 0;
   SizeHistogram value_sizes;  // per object placed (PutStart, upsert)
   TaskCounters tasks;
+  DiskCounters disk;
 };
 
 }  // namespace store

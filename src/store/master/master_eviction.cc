@@ -44,8 +44,18 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   ++counters_.eviction_runs;
   uint64_t freed = 0;
   size_t victims = 0;
-  auto done = [&] { return freed >= to_free || (victims >= kEvictChunk && freed >= needed); };
+  size_t held = 0;  // --offload_on_evict's victims kept (below)
+  auto done = [&] {
+    return freed >= to_free || (victims >= kEvictChunk && freed >= needed) || held >= kEvictChunk;
+  };
+  // --offload_on_evict: a victim not on a disk yet is queued for one and kept (unless
+  // --offload_force_evict); a walk keeps at most kEvictChunk of them.
+  size_t offload_queued = 0;
   auto evict = [&](ObjectEntry* e) MC_REQUIRES(mu_) {
+    if (HeldForOffloadLocked(e, &offload_queued)) {
+      ++held;
+      return;
+    }
     freed += e->second.size * e->second.replicas.size();
     ++victims;
     ++counters_.evicted_objects;

@@ -429,7 +429,7 @@ Status MasterConfigFromFlags(MasterConfig* config) {
       std::chrono::seconds(std::min(FLAGS_pending_task_timeout_sec, kMaxTaskTimeout));
   config->task_limits.processing_timeout =
       std::chrono::seconds(std::min(FLAGS_processing_task_timeout_sec, kMaxTaskTimeout));
-  return Status::OK();
+  return OffloadSettingsFromFlags(config);
 }
 
 Status ResolveHaSettings(int rpc_port, HaSettings* out) {

@@ -104,6 +104,10 @@ Status KvEventSettingsFromFlags(bool* enabled, kv_events::PublisherOptions* out)
 // --enable_multi_tenants and, when on, *source: where the quota policy lives
 // (--tenant_quota_connector_type / _uri; etcd keys under `cluster_id`). Nothing is read
 // yet. InvalidArgument for a connector type or URI that cannot be used.
+// The disk tier's flags (--enable_offload, --offload_on_evict, ...; master_flags_offload.cc),
+// called by MasterConfigFromFlags. InvalidArgument names the flag.
+Status OffloadSettingsFromFlags(MasterConfig* config);
+
 Status TenantSettingsFromFlags(const std::string& cluster_id, MasterConfig* config,
                                std::unique_ptr<TenantPolicySource>* source);
 

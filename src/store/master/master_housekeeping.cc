@@ -44,6 +44,7 @@ void MasterService::HousekeepUnderLock(std::vector<uint64_t>* dropped) {
     tasks_.FailPendingOf(it->first, "CLIENT_NOT_FOUND: its executor " + it->first +
                                         " sent no heartbeat for " +
                                         std::to_string(config_.client_ttl_s) + " s", now);
+    DetachDiskOfLocked(it->first);  // its disk replicas are no longer served
     it = clients_.erase(it);
     ++counters_.expired_clients;
   }

@@ -192,6 +192,7 @@ std::string MasterService::MetricsText() {
   counter("master_refused_requests_total", "Requests refused as a whole (over a bound)",
           counters_.refused_requests);
   out << TenantMetricsLocked();
+  out << DiskMetricsLocked();
   return out.str();
 }
 

@@ -79,7 +79,9 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
     }
     auto it = objects_.find(key, hashes_[i]);
     if (it == objects_.end()) {
-      resp.add_codes(Code(ErrorCode::OBJECT_NOT_FOUND));
+      const bool on_disk = !disk_objects_.empty() && disk_objects_.count(key) > 0;
+      if (on_disk) DiskForgetLocked(key);
+      resp.add_codes(Code(on_disk ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND));
     } else if (!it->second.complete) {
       resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
     } else if (!req.force() && Leased(it->second, now)) {
@@ -95,6 +97,7 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
         EndOwnLeaseLocked(&it->second, req.client_id(), now);
       }
       EraseObjectLocked(it, now);  // forced while leased: invisible now, space freed after the lease
+      DiskForgetLocked(key);
       resp.add_codes(Code(ErrorCode::OK));
     }
   }
@@ -201,9 +204,31 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
       if (!force && tasks_.RunningOf(key) != nullptr) continue;  // a replica task runs
       if (force) EndOwnLeaseLocked(&it->second, done_client, now);
       EraseObjectLocked(it, now);
+      DiskForgetLocked(key);
       ++count;
     }
     victims.clear();
+  }
+  // Objects left only on disks (their memory replicas evicted): matched the same way.
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, entry] : disk_objects_) {
+      if (objects_.find(key) == objects_.end() &&
+          (tenant == nullptr || TenantOf(key) == *tenant)) {
+        candidates.push_back(key);
+      }
+    }
+  }
+  for (std::string& key : candidates) {
+    if (match(key)) victims.push_back(std::move(key));
+  }
+  if (!victims.empty()) {
+    MutexLock lock(&mu_);
+    for (const std::string& key : victims) {
+      if (objects_.find(key) != objects_.end() || disk_objects_.count(key) == 0) continue;
+      DiskForgetLocked(key);
+      ++count;
+    }
   }
   resp.set_code(Code(ErrorCode::OK));
   resp.set_count(count);

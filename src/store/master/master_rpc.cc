@@ -134,6 +134,10 @@ RpcStatus Dispatch(MasterService* master, uint16_t method, const char* data, siz
     MC_METHOD(QueryTask, QueryTaskRequest);
     MC_METHOD(FetchTasks, FetchTasksRequest);
     MC_METHOD(FinishTask, FinishTaskRequest);
+    MC_METHOD(MountLocalDisk, MountLocalDiskRequest);
+    MC_METHOD(OffloadFetch, OffloadFetchRequest);
+    MC_METHOD(OffloadDone, OffloadDoneRequest);
+    MC_METHOD(EvictDisk, EvictDiskRequest);
   }
   out->append("unknown method " + std::to_string(method) +
               " (this master knows 1.." + std::to_string(kMaxMethod) +
@@ -170,6 +174,9 @@ constexpr Rule kKeysRules[] = {{2, Count::kItems, false, nullptr},
 constexpr Schema kKeysRequest{kKeysRules, 2};
 constexpr Rule kReplicaClearRules[] = {{2, Count::kItems, false, nullptr}};
 constexpr Schema kReplicaClearRequest{kReplicaClearRules, 1};
+// OffloadDoneRequest.items, EvictDiskRequest.keys: batches (field 2), as ReplicaClear's.
+constexpr Rule kOffloadDoneRules[] = {{2, Count::kItems, false, &kPlain}};
+constexpr Schema kOffloadDoneRequest{kOffloadDoneRules, 1};
 
 const Schema* SchemaOf(uint16_t method) {
   switch (static_cast<MasterMethod>(method)) {
@@ -180,7 +187,9 @@ const Schema* SchemaOf(uint16_t method) {
     case MasterMethod::kExistKey:
     case MasterMethod::kRemove:
     case MasterMethod::kRemoveAll: return &kKeysRequest;
-    case MasterMethod::kReplicaClear: return &kReplicaClearRequest;
+    case MasterMethod::kReplicaClear:
+    case MasterMethod::kEvictDisk: return &kReplicaClearRequest;
+    case MasterMethod::kOffloadDone: return &kOffloadDoneRequest;
     default: return &kPlain;
   }
 }
@@ -338,6 +347,8 @@ size_t MaxMasterRequestBytes(uint16_t method) {
     case MasterMethod::kQueryTask:
     case MasterMethod::kFetchTasks:
     case MasterMethod::kFinishTask:
+    case MasterMethod::kMountLocalDisk:
+    case MasterMethod::kOffloadFetch:
       return kMaxSmallRequestBytes;
     default:
       return static_cast<size_t>(kMaxMessageBytes);
@@ -379,6 +390,9 @@ RpcStatus ServeMasterRpc(MasterService* master, uint16_t method, const char* dat
       case MasterMethod::kExistKey: return RefuseBatch<rpc::ExistResponse>(master, method, out);
       case MasterMethod::kReplicaClear:
         return RefuseBatch<rpc::ReplicaClearResponse>(master, method, out);
+      case MasterMethod::kOffloadDone:
+        return RefuseBatch<rpc::OffloadDoneResponse>(master, method, out);
+      case MasterMethod::kEvictDisk: return RefuseBatch<rpc::EvictDiskResponse>(master, method, out);
       default: break;  // RemoveAll: its keys are not a batch the service bounds
     }
   }

@@ -151,6 +151,7 @@ rpc::PingResponse MasterService::Ping(const rpc::PingRequest& req) {
     resp.set_client_known(true);
   }
   resp.set_tasks_waiting(static_cast<uint32_t>(tasks_.PendingCount(req.client_id())));
+  resp.set_offload_waiting(OffloadWaitingLocked(req.client_id()));
   return resp;
 }
 
@@ -310,6 +311,11 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       }
       continue;
     }
+    if (existing == objects_.end() && !disk_objects_.empty() && disk_objects_.count(item.key())) {
+      result->set_code(Code(ErrorCode::OBJECT_ALREADY_EXISTS));
+      result->set_message("key " + item.key() + " already exists (on a disk)");
+      continue;
+    }
     if (existing != objects_.end() || (!upserts_.empty() && upserts_.count(item.key()))) {
       const bool stale = existing != objects_.end() && !existing->second.complete &&
                          existing->second.stamp +
@@ -463,6 +469,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       ListLocked(&*it);
       LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);
       if (events_ != nullptr) events_->ObjectStored(it->first);
+      DiskOnCompleteLocked(it->first, it->second);
     }
     resp.add_codes(Code(code));
   }
@@ -529,7 +536,19 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
       continue;
     }
     auto it = objects_.find(key, hashes_[i]);
+    // No memory replica readable: the disk replica, if any (the disk tier, master_disk.cc).
+    auto from_disk = [&]() MC_REQUIRES(mu_) {
+      uint64_t size = 0, version = 0;
+      if (!FillDiskLocked(key, true, result->mutable_replicas(), &size, &version)) return false;
+      result->set_code(Code(ErrorCode::OK));
+      result->set_size(size);
+      result->set_version(version);
+      result->set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
+      ++counters_.valid_gets;
+      return true;
+    };
     if (it == objects_.end() || !it->second.complete) {
+      if (it == objects_.end() && from_disk()) continue;
       result->set_code(Code(it == objects_.end() ? ErrorCode::OBJECT_NOT_FOUND
                                                  : ErrorCode::REPLICA_IS_NOT_READY));
       continue;
@@ -539,7 +558,8 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
                                           [&](const auto& p) MC_REQUIRES(mu_) {
                                             return draining_.count(p.segment_id) > 0;
                                           })) {
-      // every replica is on a segment being unmounted: gone
+      // every replica is on a segment being unmounted: gone from memory
+      if (OnDiskLocked(key, obj.version) && from_disk()) continue;
       result->set_code(Code(ErrorCode::OBJECT_NOT_FOUND));
       continue;
     }
@@ -562,6 +582,10 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     result->set_lease_id(obj.lease_id);
     result->set_version(obj.version);
     FillReplicasLocked(obj, true, result->mutable_replicas());
+    if (req.with_disk() && OnDiskLocked(key, obj.version)) {
+      uint64_t size = 0, version = 0;
+      FillDiskLocked(key, false, result->mutable_replicas(), &size, &version);
+    }
   }
   counters_.get_replica_list.Count(resp.results_size(), Failed(resp.results()));
 }
@@ -587,7 +611,12 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
       continue;
     }
     auto it = objects_.find(key, hashes_[i]);
-    if (it == objects_.end() || !it->second.complete) {
+    auto disk = it == objects_.end() && !disk_objects_.empty() ? disk_objects_.find(key)
+                                                               : disk_objects_.end();
+    if (disk != disk_objects_.end()) {
+      result->set_code(Code(ErrorCode::OK));
+      result->set_size(disk->second.size);
+    } else if (it == objects_.end() || !it->second.complete) {
       result->set_code(Code(ErrorCode::OBJECT_NOT_FOUND));
     } else {
       result->set_code(Code(ErrorCode::OK));

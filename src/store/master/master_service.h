@@ -98,6 +98,14 @@ struct MasterConfig {
   // task failed) after put_start_discard_timeout_s too, as a put's: its writer may write it
   // no longer than a put's writer.
   ReplicaTasks::Limits task_limits;
+  // The disk tier (master_disk.cc; upstream's flags of the same names).
+  struct Offload {
+    bool enable = false;        // --enable_offload: clients may mount their local disks
+    bool on_evict = false;      // --offload_on_evict: offload what eviction picks, not every put
+    bool force_evict = false;   // --offload_force_evict: evict what cannot be offloaded now
+    uint64_t queue_limit = 50000;  // --offloading_queue_limit: objects waiting per disk
+    double cap_ratio = 0.5;     // --offload_cap_ratio: of queue_limit, queued per eviction pass
+  } offload;
 };
 
 // Where a serving master's changes go: an HA leader's operation log (src/store/ha). Called
@@ -161,6 +169,18 @@ class MasterService {
   // source, freed after its readers' leases) if the object and the source replica are still
   // those it copied from; else the space is freed and the task fails, saying why.
   rpc::FinishTaskResponse FinishTask(const rpc::FinishTaskRequest& req);
+
+  // --- The disk tier (master_disk.cc; src/store/disk/README.md) ---
+  // UNABLE_OFFLOAD without --enable_offload. A store id mounted by another client (a
+  // restart, within its TTL or not) passes to the caller with its disk replicas.
+  rpc::MountLocalDiskResponse MountLocalDisk(const rpc::MountLocalDiskRequest& req);
+  // Objects for the caller to write to its disk (each leased, its memory replica in the
+  // caller's own segments) and removals for it to apply; disk_unknown: mount again.
+  rpc::OffloadFetchResponse OffloadFetch(const rpc::OffloadFetchRequest& req);
+  // Records the disk replicas written (or found at start), each only while the object is
+  // of that version (a registration: also while the key is absent and not removed since).
+  rpc::OffloadDoneResponse OffloadDone(const rpc::OffloadDoneRequest& req);
+  rpc::EvictDiskResponse EvictDisk(const rpc::EvictDiskRequest& req);
  private:
   rpc::ReplicaTaskResponse CreateReplicaTaskUncounted(const rpc::ReplicaTaskRequest& req);
 
@@ -392,6 +412,35 @@ class MasterService {
   // The segments named `name` (mounted; draining ones too), with their ids.
   std::vector<std::pair<uint64_t, Segment*>> SegmentsNamedLocked(const std::string& name) MC_REQUIRES(mu_);
 
+  // The disk tier (master_disk.cc). A key's disk replica: which disk, its size and version
+  // (the value it holds), and how often it was read since.
+  struct Disk;
+  struct DiskEntry {
+    uint32_t disk = 0;
+    uint32_t reads = 0;
+    uint64_t size = 0;
+    uint64_t version = 0;
+  };
+  // The key's disk replica goes (a removal of the key, a newer value): its disk is told.
+  void DiskForgetLocked(const std::string& key) MC_REQUIRES(mu_);
+  // A value became complete: an older disk replica goes; eager offload queues this one.
+  void DiskOnCompleteLocked(const std::string& key, const Object& obj) MC_REQUIRES(mu_);
+  // Queues the object for the disk of the client holding one of its replicas: false when
+  // no such disk takes it now (none, not offloading, or its queue full).
+  bool QueueOffloadLocked(const std::string& key, const Object& obj) MC_REQUIRES(mu_);
+  // --offload_on_evict: eviction's victim is kept (and queued) until its disk replica exists.
+  bool HeldForOffloadLocked(const ObjectEntry* e, size_t* queued) MC_REQUIRES(mu_);
+  bool OnDiskLocked(const std::string& key, uint64_t version) const MC_REQUIRES(mu_);
+  // GetReplicaList of a key with no memory replica readable: its disk replica, if any.
+  bool FillDiskLocked(const std::string& key, bool count_read,
+                      google::protobuf::RepeatedPtrField<rpc::Replica>* out, uint64_t* size,
+                      uint64_t* version) MC_REQUIRES(mu_);
+  // A client expired: its disk's replicas are no longer served (its removals are kept
+  // for when a client mounts that store again).
+  void DetachDiskOfLocked(const std::string& client) MC_REQUIRES(mu_);
+  uint32_t OffloadWaitingLocked(const std::string& client) const MC_REQUIRES(mu_);
+  std::string DiskMetricsLocked() const MC_REQUIRES(mu_);
+
   // The HA log's entries (no-ops without a sink): an object's state, a key's end.
   void LogObjectLocked(oplog::Entry::Kind kind, const std::string& key, const Object& obj)
       MC_REQUIRES(mu_);
@@ -455,6 +504,13 @@ class MasterService {
   // replicas the new placements, owner the executor, version the copied value's.
   Copies copies_ MC_GUARDED_BY(mu_);
   ReplicaTasks tasks_ MC_GUARDED_BY(mu_);
+  // The disk tier: mounted (and detached) disks by id, by client and by store id; the
+  // disk replicas by key (only while their disk is attached).
+  std::map<uint32_t, std::unique_ptr<Disk>> disks_ MC_GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint32_t> disk_of_client_ MC_GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint32_t> disk_of_store_ MC_GUARDED_BY(mu_);
+  std::unordered_map<std::string, DiskEntry> disk_objects_ MC_GUARDED_BY(mu_);
+  uint32_t next_disk_id_ MC_GUARDED_BY(mu_) = 1;
   // Entries of objects_ still being written, in PutStart order; complete ones that eviction
   // may take, least recently used first (plain, then soft-pinned): see ListLocked.
   RecordList<ObjectEntry> in_flight_ MC_GUARDED_BY(mu_){1};

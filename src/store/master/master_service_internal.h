@@ -3,6 +3,8 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
+#include <unordered_set>
 #include <set>
 #include <string>
 #include <vector>
@@ -61,6 +63,23 @@ struct MasterService::Object {
   bool hard_pin = false;
   bool keep_soft_pin = false;  // an upsert in flight: take the replaced value's soft pin
   uint8_t list = 0;            // the RecordList holding it (its id), 0 for none
+};
+
+// A client's local disk (the disk tier): what waits for it to write, what it must delete.
+struct MasterService::Disk {
+  std::string client_id;  // "" : detached (its client expired; its replicas not served)
+  std::string store_id;
+  std::string endpoint;
+  bool offloading = false;
+  // Objects to write, oldest first (key, version), and the keys among them.
+  std::deque<std::pair<std::string, uint64_t>> queue;
+  std::unordered_set<std::string> queued;
+  // Removals to apply (key, version), numbered from removals_base; the client acknowledges
+  // them by number (OffloadFetchRequest.removals_done).
+  std::deque<std::pair<std::string, uint64_t>> removals;
+  uint64_t removals_base = 0;
+  uint64_t keys = 0, bytes = 0;  // its disk replicas
+  MasterService::Clock::time_point detached_at{};
 };
 
 struct MasterService::Client {

@@ -48,7 +48,11 @@ constexpr char kFrameMagic[4] = {'M', 'C', 'R', '1'};
   X(CreateReplicaTask, 14, ReplicaTaskRequest, ReplicaTaskResponse, false)            \
   X(QueryTask, 15, QueryTaskRequest, QueryTaskResponse, true)                         \
   X(FetchTasks, 16, FetchTasksRequest, FetchTasksResponse, false)                     \
-  X(FinishTask, 17, FinishTaskRequest, FinishTaskResponse, false)
+  X(FinishTask, 17, FinishTaskRequest, FinishTaskResponse, false)                     \
+  X(MountLocalDisk, 18, MountLocalDiskRequest, MountLocalDiskResponse, false)         \
+  X(OffloadFetch, 19, OffloadFetchRequest, OffloadFetchResponse, false)               \
+  X(OffloadDone, 20, OffloadDoneRequest, OffloadDoneResponse, false)                  \
+  X(EvictDisk, 21, EvictDiskRequest, EvictDiskResponse, false)
 
 enum class MasterMethod : uint16_t {
 #define MC_X(Name, number, Req, Resp, resend) k##Name = number,
