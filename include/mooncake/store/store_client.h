@@ -42,6 +42,8 @@ struct ReplicateConfig {
   bool keep_soft_pin = false;
 };
 
+class DiskStore;  // src/store/disk/disk_store.h
+
 struct StoreClientOptions {
   // The engine's server name (host or host:port). Under a metadata server a host without
   // ":port" becomes host:<free port> (client_port.h; segment_name() says which).
@@ -78,6 +80,15 @@ struct StoreClientOptions {
   std::chrono::milliseconds rpc_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds transfer_timeout{30000};  // plus 1 ms per MiB moved
+  // The disk tier (src/store/disk/README.md; setup's enable_ssd_offload / ssd_offload_path):
+  // objects in this client's segment are written to its local disk (the master decides when)
+  // and read from there by any client once no memory replica is left. The directories:
+  // offload_path ("" : MOONCAKE_OFFLOAD_FILE_STORAGE_PATH), several separated by ':'; the
+  // other settings from the MOONCAKE_OFFLOAD_* variables. Setup fails naming a bad
+  // directory or variable, and with UNABLE_OFFLOAD when the master runs without
+  // --enable_offload.
+  bool enable_offload = false;
+  std::string offload_path;
 };
 
 // One piece of local memory.
@@ -219,13 +230,21 @@ class StoreClient {
   int QueryTask(const TaskId& id, TaskInfo* info);
   // The replica tasks this client ran to the end (any outcome) since it started.
   uint64_t tasks_run() const;
+  // The disk tier: objects this client read from a disk replica (upstream's
+  // get_offload_rpc_read_count); 0 without reads from disk.
+  uint64_t offload_rpc_reads() const;
+  // Objects this client wrote to its disk, and its disk's state (null: no disk tier).
+  uint64_t offloaded() const;
+  const DiskStore* disk_store() const;
   // upstream's get_replica_desc / batch_get_replica_desc: where the complete replicas of each
   // key lie (a GetReplicaList: it grants a read lease, as upstream's query does). Per key
   // code 0 with its size and replicas, or a negative code (OBJECT_NOT_FOUND, ...).
   struct ReplicaLocation {
-    std::string segment_name;  // the holder's segment (upstream's transport_endpoint)
+    std::string segment_name;  // the holder's segment (upstream's transport_endpoint); a
+                               // disk replica: its owner's offload service, host:port
     uint64_t addr = 0;
     uint64_t size = 0;
+    bool disk = false;  // a copy on its owner's local disk (the disk tier)
   };
   struct KeyReplicas {
     int code = 0;

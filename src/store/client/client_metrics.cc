@@ -147,7 +147,9 @@ const char* const ClientMetrics::kRpcNames[kRpcs] = {
     "GetReplicaList", "BatchGetReplicaList", "ExistKey",    "BatchExistKey",
     "Remove",        "BatchRemove",      "RemoveByRegex",  "RemoveAll",
     "BatchReplicaClear", "GetStats",  "CreateCopyTask", "CreateMoveTask",
-    "QueryTask",     "FetchTasks",       "MarkTaskToComplete"};
+    "QueryTask",     "FetchTasks",       "MarkTaskToComplete",
+    "MountLocalDiskSegment", "OffloadObjectHeartbeat", "NotifyOffloadSuccess",
+    "BatchEvictDiskReplica"};
 
 // Upstream's op_name values (its RealClient's interfaces).
 const char* const ClientMetrics::kOpNames[kOps] = {

@@ -90,7 +90,7 @@ class ClientMetrics {
     std::atomic<uint64_t> count{0}, bytes{0};
     LatencyHistogram latency;
   };
-  static constexpr size_t kRpcs = 27;
+  static constexpr size_t kRpcs = 31;
   static constexpr size_t kOps = 21;
   static const char* const kRpcNames[kRpcs];
   static const char* const kOpNames[kOps];

@@ -55,6 +55,11 @@ const char* RpcName(const rpc::ReplicaTaskRequest& r) {
 const char* RpcName(const rpc::QueryTaskRequest&) { return "QueryTask"; }
 const char* RpcName(const rpc::FetchTasksRequest&) { return "FetchTasks"; }
 const char* RpcName(const rpc::FinishTaskRequest&) { return "MarkTaskToComplete"; }
+// The disk tier's calls, by upstream's names for its counterparts.
+const char* RpcName(const rpc::MountLocalDiskRequest&) { return "MountLocalDiskSegment"; }
+const char* RpcName(const rpc::OffloadFetchRequest&) { return "OffloadObjectHeartbeat"; }
+const char* RpcName(const rpc::OffloadDoneRequest&) { return "NotifyOffloadSuccess"; }
+const char* RpcName(const rpc::EvictDiskRequest&) { return "BatchEvictDiskReplica"; }
 
 // KeysRequest serves several methods: named by the method.
 const char* KeysName(MasterMethod m, const rpc::KeysRequest& r) {

@@ -87,6 +87,11 @@ int StoreClient::Impl::Start(std::string* message) {
     rc = Mount();
     if (rc != 0) return fail(static_cast<ErrorCode>(rc), "mounting the segment failed");
   }
+  rc = StartDisk(message);
+  if (rc != 0) {
+    LOG(ERROR) << "store setup: " << *message;
+    return rc;
+  }
   task_worker = std::make_unique<Worker>([this] { RunTasks(); });
   task_worker->Start();
   heartbeat_ = std::make_unique<Heartbeat>(opt.heartbeat_interval, [this] { Beat(); });
@@ -200,12 +205,23 @@ void StoreClient::Impl::Beat() {
   if (!resp.client_known()) RemountRuntime();
   UnmountDueRuntime();
   if (resp.tasks_waiting() > 0 && task_worker) task_worker->Poke();
+  if (offload_worker) {
+    // What the master sends, a master that forgot the disk, and the disk's watermarks
+    // (checked every MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS).
+    const auto now = std::chrono::steady_clock::now();
+    const auto every = std::chrono::seconds(disk->config().heartbeat_interval_seconds);
+    if (resp.offload_waiting() > 0 || !resp.client_known() || now - last_disk_check >= every) {
+      last_disk_check = now;
+      offload_worker->Poke();
+    }
+  }
 }
 
 int StoreClient::Impl::Close() {
   if (closed.exchange(true)) return 0;
   if (heartbeat_) heartbeat_->Stop();
   if (task_worker) task_worker->Stop();  // a task running ends first (engine timeouts bound it)
+  if (offload_worker) offload_worker->Stop();
   int rc = 0;
   if (segment != nullptr && master) {
     rpc::UnmountSegmentRequest req;
@@ -219,6 +235,7 @@ int StoreClient::Impl::Close() {
     }
   }
   if (master) CloseRuntime();
+  CloseDisk();
   if (engine) {
     if (segments) segments->CloseAll();
     Prefaulter::Cancel(segment_prefault);

@@ -160,6 +160,7 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
   st->choices.reserve(keys.size());
   st->choice_at.assign(keys.size(), 0);
   st->choice_n.assign(keys.size(), 0);
+  std::vector<size_t> from_disk;  // keys whose only replica is on a disk
   if (hot_cache) {  // nothing per key for it without one
     st->served.assign(keys.size(), 0);
     st->versions.assign(keys.size(), 0);
@@ -192,16 +193,24 @@ std::vector<int64_t> StoreClient::Impl::FinishGet(GetRoundState* st,
       }
     }
     st->choice_at[i] = static_cast<uint32_t>(st->choices.size());
+    bool disk_replica = false;
     for (const auto& rep : r.replicas()) {
-      if (rep.buffer().segment_name() == seg_name) st->choices.push_back(&rep);
+      disk_replica |= rep.has_disk();
+      if (rep.has_buffer() && rep.buffer().segment_name() == seg_name) st->choices.push_back(&rep);
     }
     for (const auto& rep : r.replicas()) {
-      if (rep.buffer().segment_name() != seg_name) st->choices.push_back(&rep);
+      if (rep.has_buffer() && rep.buffer().segment_name() != seg_name) st->choices.push_back(&rep);
     }
     st->choice_n[i] = static_cast<uint32_t>(st->choices.size()) - st->choice_at[i];
-    if (st->choice_n[i] == 0) out[i] = ToInt(ErrorCode::INVALID_REPLICA);
+    if (st->choice_n[i] == 0 && disk_replica) {
+      from_disk.push_back(i);  // no memory replica left: its owner's disk serves it
+      out[i] = 0;
+    } else if (st->choice_n[i] == 0) {
+      out[i] = ToInt(ErrorCode::INVALID_REPLICA);
+    }
   }
   ReadReplicas(st, parts, &out, lapsed);
+  if (!from_disk.empty()) ReadFromDisks(keys, from_disk, resp, parts, &out);
   if (hot_cache) {
     for (size_t i = 0; i < keys.size(); ++i) {
       // Read whole from another client's segment, within the lease: keep a copy.

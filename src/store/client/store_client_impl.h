@@ -47,7 +47,9 @@
 #include "store/client/registrations.h"
 #include "store/client/sessions.h"
 #include "store/client/staging.h"
+#include "store/client/offload_service.h"
 #include "store/common/limits.h"
+#include "store/disk/disk_store.h"
 #include "store/rpc/rpc_client.h"
 
 namespace google {
@@ -182,6 +184,31 @@ class StoreClient::Impl {
   std::string RunTask(const rpc::TaskAssignment& task);
   std::unique_ptr<Worker> task_worker;
   std::atomic<uint64_t> tasks_run{0};
+
+  // The disk tier (store_client_disk.cc; src/store/disk/README.md). StartDisk opens the
+  // disk, serves it (OffloadService), mounts it at the master and registers what it holds;
+  // the offload worker (poked by the heartbeat) writes what the master sends, applies its
+  // removals and keeps the disk under its watermarks. Gets of disk replicas go through
+  // ReadFromDisks.
+  int StartDisk(std::string* message);
+  int MountDisk();
+  void RunOffload();
+  // Reads keys[i] (i in `which`, each with a disk replica in its result) from their owners'
+  // disks into parts[i]: out[i] the size or a negative code.
+  void ReadFromDisks(const std::vector<std::string>& keys, const std::vector<size_t>& which,
+                     const rpc::GetReplicaListResponse& resp,
+                     const std::vector<std::vector<Span>>& parts, std::vector<int64_t>* out);
+  void CloseDisk();
+  std::unique_ptr<DiskStore> disk;
+  std::unique_ptr<OffloadService> offload_service;
+  std::unique_ptr<Worker> offload_worker;
+  std::atomic<uint64_t> offload_rpc_reads{0};
+  std::atomic<uint64_t> offloaded{0};
+  std::atomic<bool> disk_mounted{false};
+  uint64_t removals_done = 0;  // the offload worker's
+  std::chrono::steady_clock::time_point last_disk_check;  // the heartbeat's
+  Mutex offload_peers_mu;  // a leaf
+  std::map<std::string, std::unique_ptr<RpcClient>> offload_peers MC_GUARDED_BY(offload_peers_mu);
 
  private:
   struct PutBatch;

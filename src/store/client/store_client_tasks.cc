@@ -184,6 +184,7 @@ std::vector<StoreClient::KeyReplicas> StoreClient::BatchQueryReplicas(
     rpc::KeysRequest req;
     req.set_client_id(impl_->client_id);
     req.set_tenant_id(impl_->opt.tenant_id);
+    req.set_with_disk(true);
     for (size_t i = at; i < end; ++i) req.add_keys(keys[i]);
     rpc::GetReplicaListResponse resp;
     int rc = Impl::Checked("GetReplicaList", impl_->master->GetReplicaList(req, &resp));
@@ -201,7 +202,12 @@ std::vector<StoreClient::KeyReplicas> StoreClient::BatchQueryReplicas(
       k.code = r.code();
       k.size = r.size();
       for (const auto& rep : r.replicas()) {
-        k.replicas.push_back({rep.buffer().segment_name(), rep.buffer().addr(), rep.buffer().size()});
+        if (rep.has_disk()) {
+          k.replicas.push_back({rep.disk().endpoint(), 0, r.size(), true});
+        } else {
+          k.replicas.push_back(
+              {rep.buffer().segment_name(), rep.buffer().addr(), rep.buffer().size(), false});
+        }
       }
     }
   }

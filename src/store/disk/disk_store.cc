@@ -449,7 +449,7 @@ Result<uint64_t> DiskStore::Size(const std::string& key) const {
   return buckets_.at(it->second.bucket).records[it->second.slot].value_len;
 }
 
-Status DiskStore::Read(const std::string& key, void* dst, uint64_t len) {
+Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id) {
   disk::RecordRef ref;
   Where w;
   std::string path;
@@ -460,6 +460,11 @@ Status DiskStore::Read(const std::string& key, void* dst, uint64_t len) {
     w = it->second;
     Bucket& b = buckets_.at(w.bucket);
     ref = b.records[w.slot];
+    if (put_id != 0 && ref.put_id != put_id) {
+      return Status::NotFound("\"" + key + "\" on disk is another value (put " +
+                              std::to_string(ref.put_id) + ", not " + std::to_string(put_id) +
+                              ")");
+    }
     b.last_read = ++read_clock_;
     path = PathOf(w.bucket, b.root);
   }
@@ -503,6 +508,27 @@ Result<size_t> DiskStore::Remove(const std::vector<std::string>& keys) {
       auto it = index_.find(k);
       if (it == index_.end()) continue;
       const Where w = it->second;
+      index_.erase(it);
+      KillLocked(w, &to_delete, &logs);
+      ++n;
+    }
+  }
+  for (const auto& p : to_delete) ::unlink(p.c_str());
+  SyncLogs(logs);
+  return n;
+}
+
+Result<size_t> DiskStore::RemoveUpTo(const std::vector<std::pair<std::string, uint64_t>>& keys) {
+  std::vector<std::string> to_delete;
+  std::vector<uint32_t> logs;
+  size_t n = 0;
+  {
+    MutexLock l(&mu_);
+    for (const auto& [k, version] : keys) {
+      auto it = index_.find(k);
+      if (it == index_.end()) continue;
+      const Where w = it->second;
+      if (buckets_.at(w.bucket).records[w.slot].put_id > version) continue;
       index_.erase(it);
       KillLocked(w, &to_delete, &logs);
       ++n;

@@ -78,12 +78,17 @@ class DiskStore {
   Result<uint64_t> Size(const std::string& key) const MC_EXCLUDES(mu_);
   // Reads the whole value of `key` into dst[0, len): len must be its size. DataLoss when the
   // record fails a check (the key is then dropped, and counted); NotFound when absent (or
-  // evicted meanwhile).
-  Status Read(const std::string& key, void* dst, uint64_t len) MC_EXCLUDES(mu_);
+  // evicted meanwhile), or when `put_id` is not 0 and the copy stored has another.
+  Status Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id = 0)
+      MC_EXCLUDES(mu_);
 
   // Forgets `keys` (absent ones are skipped), durably under the fsync policy, and deletes
   // buckets left with no live object. Returns how many were removed.
   Result<size_t> Remove(const std::vector<std::string>& keys) MC_EXCLUDES(mu_);
+  // The same for the keys whose stored copy has a put_id of at most the one given (a
+  // removal of an older value leaves a newer copy).
+  Result<size_t> RemoveUpTo(const std::vector<std::pair<std::string, uint64_t>>& keys)
+      MC_EXCLUDES(mu_);
 
   // Eviction in two steps so the caller can tell the master first. Plan picks whole
   // buckets (policy order; none with kNone) until `bytes` of files are covered, marks them

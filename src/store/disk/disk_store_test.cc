@@ -279,6 +279,24 @@ TEST(DiskStore, ObjectsSurviveARestartAndRemovalsStayRemoved) {
   EXPECT_EQ(fs::path(names.back()).filename().string(), disk::BucketName(100));
 }
 
+TEST(DiskStore, VersionedReadsAndRemovals) {
+  TempDir d;
+  auto s = DiskStore::Open(Config({d.path()}));
+  ASSERT_TRUE(s.ok());
+  const std::string v = Value(100, 1);
+  ASSERT_TRUE((*s)->Write({{"k", 7, v.data(), v.size()}, {"j", 9, v.data(), v.size()}}).ok());
+  std::string out(100, '\0');
+  EXPECT_TRUE((*s)->Read("k", out.data(), out.size(), 7).ok());
+  EXPECT_TRUE((*s)->Read("k", out.data(), out.size(), 6).IsNotFound());
+  EXPECT_TRUE((*s)->Read("k", out.data(), out.size(), 0).ok());
+  // A removal of an older value leaves the newer copy; of this one or newer, removes it.
+  auto n = (*s)->RemoveUpTo({{"k", 6}, {"j", 9}});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1u);
+  EXPECT_TRUE((*s)->Size("k").ok());
+  EXPECT_FALSE((*s)->Size("j").ok());
+}
+
 TEST(DiskStore, OneProcessPerDirectory) {
   TempDir d;
   auto a = DiskStore::Open(Config({d.path()}));

@@ -138,6 +138,9 @@ RpcStatus Dispatch(MasterService* master, uint16_t method, const char* data, siz
     MC_METHOD(OffloadFetch, OffloadFetchRequest);
     MC_METHOD(OffloadDone, OffloadDoneRequest);
     MC_METHOD(EvictDisk, EvictDiskRequest);
+    case MasterMethod::kOffloadRead:
+    case MasterMethod::kOffloadRelease:
+      break;  // a client's offload service's, not the master's
   }
   out->append("unknown method " + std::to_string(method) +
               " (this master knows 1.." + std::to_string(kMaxMethod) +

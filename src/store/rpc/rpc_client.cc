@@ -108,7 +108,7 @@ Status RpcClient::Connect(Conn* c, Clock::time_point deadline) {
   addrinfo* res = nullptr;
   int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0) {
-    return Status::Unavailable("cannot resolve the master's host '" + host +
+    return Status::Unavailable("cannot resolve " + peer_ + "'s host '" + host +
                                "': " + gai_strerror(rc));
   }
   std::string error = "no address";
@@ -126,7 +126,7 @@ Status RpcClient::Connect(Conn* c, Clock::time_point deadline) {
       if (r == 0) {
         close(fd);
         freeaddrinfo(res);
-        return Status::DeadlineExceeded("cannot connect to the master at " + address_ +
+        return Status::DeadlineExceeded("cannot connect to " + peer_ + " at " + address_ +
                                         " within the RPC timeout");
       }
       int err = 0;
@@ -148,14 +148,14 @@ Status RpcClient::Connect(Conn* c, Clock::time_point deadline) {
   }
   freeaddrinfo(res);
   if (c->fd < 0) {
-    return Status::Unavailable("cannot connect to the master at " + address_ + ": " + error +
-                               " (is mooncake_master running there?)");
+    return Status::Unavailable("cannot connect to " + peer_ + " at " + address_ + ": " + error +
+                               (peer_ == "the master" ? " (is mooncake_master running there?)" : ""));
   }
   return Status::OK();
 }
 
 Status RpcClient::TimedOut(MasterMethod method) const {
-  return Status::DeadlineExceeded("the master at " + address_ + " did not answer " +
+  return Status::DeadlineExceeded(peer_ + " at " + address_ + " did not answer " +
                                   MethodName(static_cast<uint16_t>(method)) +
                                   " within the RPC timeout");
 }
@@ -176,7 +176,7 @@ Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::Mes
   EncodeHeader(&c->out[0], FrameHeader{static_cast<uint16_t>(method), 0, seq,
                                        static_cast<uint32_t>(size)});
   request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(&c->out[kFrameHeaderBytes]));
-  auto who = [&] { return "the master at " + address_; };  // error paths only
+  auto who = [&] { return peer_ + " at " + address_; };  // error paths only
   auto timed_out = [&] { return TimedOut(method); };
   const int64_t left = MsLeft(deadline);
   if (left <= 0) return timed_out();
@@ -206,7 +206,7 @@ Status RpcClient::Send(Conn* c, MasterMethod method, const google::protobuf::Mes
 Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::MessageLite* response,
                           Clock::time_point deadline, bool spin, bool* closed_before_reply) {
   const uint32_t seq = c->seq;
-  auto who = [&] { return "the master at " + address_; };  // error paths only
+  auto who = [&] { return peer_ + " at " + address_; };  // error paths only
   auto timed_out = [&] { return TimedOut(method); };
   // The reply: its header, then its payload (usually in the same read).
   if (c->in.size() < kFrameHeaderBytes + kFirstRead) c->in.resize(kFrameHeaderBytes + kFirstRead);
@@ -263,7 +263,7 @@ Status RpcClient::Receive(Conn* c, MasterMethod method, google::protobuf::Messag
     *closed_before_reply = got == 0 && (n == 0 || errno == ECONNRESET);
     return Status::Unavailable(who() + ": connection lost while waiting for the reply to " +
                                MethodName(static_cast<uint16_t>(method)) +
-                               (n == 0 ? std::string(" (closed by the master)")
+                               (n == 0 ? (" (closed by " + peer_ + ")")
                                        : " (" + std::string(std::strerror(errno)) + ")"));
   }
   if (got != need) return Status::Internal(who() + " sent more than one reply");

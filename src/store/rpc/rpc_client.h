@@ -40,8 +40,10 @@ class RpcClient {
 
  public:
   // `address`: host:port, [ipv6]:port.
-  explicit RpcClient(std::string address, size_t max_idle = 16)
-      : address_(std::move(address)), max_idle_(max_idle) {}
+  // `peer`: what the server is, for messages ("the master", "the offload service of ...").
+  explicit RpcClient(std::string address, size_t max_idle = 16,
+                     std::string peer = "the master")
+      : address_(std::move(address)), max_idle_(max_idle), peer_(std::move(peer)) {}
   ~RpcClient();
   RpcClient(const RpcClient&) = delete;
   RpcClient& operator=(const RpcClient&) = delete;
@@ -110,6 +112,7 @@ class RpcClient {
 
   const std::string address_;
   const size_t max_idle_;
+  const std::string peer_;
   std::mutex mu_;
   std::vector<Conn> idle_;
   std::atomic<int> in_flight_{0};  // calls in progress

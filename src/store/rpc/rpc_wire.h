@@ -54,9 +54,16 @@ constexpr char kFrameMagic[4] = {'M', 'C', 'R', '1'};
   X(OffloadDone, 20, OffloadDoneRequest, OffloadDoneResponse, false)                  \
   X(EvictDisk, 21, EvictDiskRequest, EvictDiskResponse, false)
 
+// A client's offload service (the disk tier: src/store/disk/README.md), served by clients,
+// not the master (which answers them kUnknownMethod), on the same framing.
+#define MC_OFFLOAD_METHODS(X)                                                         \
+  X(OffloadRead, 101, OffloadReadRequest, OffloadReadResponse, true)                  \
+  X(OffloadRelease, 102, OffloadReleaseRequest, OffloadReleaseResponse, true)
+
 enum class MasterMethod : uint16_t {
 #define MC_X(Name, number, Req, Resp, resend) k##Name = number,
   MC_MASTER_METHODS(MC_X)
+  MC_OFFLOAD_METHODS(MC_X)
 #undef MC_X
 };
 #define MC_X(Name, number, Req, Resp, resend) +1
@@ -142,6 +149,7 @@ inline const char* MethodName(uint16_t method) {
   case MasterMethod::k##Name:                 \
     return #Name;
     MC_MASTER_METHODS(MC_X)
+    MC_OFFLOAD_METHODS(MC_X)
 #undef MC_X
   }
   return "?";
@@ -154,6 +162,7 @@ inline bool MayResend(MasterMethod method) {
   case MasterMethod::k##Name:                 \
     return resend;
     MC_MASTER_METHODS(MC_X)
+    MC_OFFLOAD_METHODS(MC_X)
 #undef MC_X
   }
   return false;

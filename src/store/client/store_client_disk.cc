@@ -1,0 +1,416 @@
+// The disk tier in the client (src/store/disk/README.md): the local disk (DiskStore) and its
+// offload service, the worker writing what the master sends to disk, and reads of disk
+// replicas (this client's own, or through their owner's offload service).
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <unordered_map>
+
+#include "store/client/store_client_impl.h"
+
+namespace mooncake {
+namespace store {
+namespace {
+
+// The host of an engine segment name: "host:port", "[v6]:port" or "host".
+std::string HostOf(const std::string& name) {
+  if (!name.empty() && name[0] == '[') {
+    const size_t end = name.find(']');
+    return end == std::string::npos ? name : name.substr(1, end - 1);
+  }
+  const size_t colon = name.rfind(':');
+  return colon == std::string::npos ? name : name.substr(0, colon);
+}
+
+uint64_t EnvU64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v, &end, 10);
+  return end != v && *end == '\0' ? x : fallback;
+}
+
+}  // namespace
+
+int StoreClient::Impl::StartDisk(std::string* message) {
+  if (!opt.enable_offload) return 0;
+  auto cfg = DiskConfig::FromEnvironment(opt.offload_path);
+  if (!cfg.ok()) {
+    *message = "enable_ssd_offload: " + cfg.status().message();
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  auto d = DiskStore::Open(*cfg);
+  if (!d.ok()) {
+    *message = "enable_ssd_offload: " + d.status().message();
+    return ToInt(d.status().IsFailedPrecondition() ? ErrorCode::FILE_LOCK_FAIL
+                                                   : ErrorCode::FILE_OPEN_FAIL);
+  }
+  disk = std::move(d).value();
+  OffloadService::Options so;
+  so.buffer_size = cfg->local_buffer_size;
+  so.hold = std::chrono::milliseconds(EnvU64("MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_TTL_MS", 5000));
+  so.host = HostOf(seg_name);
+  so.segment_name = seg_name;
+  auto svc = OffloadService::Start(engine.get(), disk.get(), so);
+  if (!svc.ok()) {
+    *message = "enable_ssd_offload: cannot serve the disk: " + svc.status().message();
+    return ToInt(ErrorCode::INTERNAL_ERROR);
+  }
+  offload_service = std::move(svc).value();
+  const int rc = MountDisk();
+  if (rc != 0) {
+    *message = rc == ToInt(ErrorCode::UNABLE_OFFLOAD)
+                   ? "enable_ssd_offload: the master at " + master->address() +
+                         " runs without --enable_offload (UNABLE_OFFLOAD): start it with "
+                         "--enable_offload, or set up without enable_ssd_offload"
+                   : "enable_ssd_offload: mounting the disk at the master failed";
+    return rc;
+  }
+  offload_worker = std::make_unique<Worker>([this] { RunOffload(); });
+  offload_worker->Start();
+  LOG(INFO) << "disk tier: store " << disk->id() << " over " << cfg->roots.size()
+            << " directories, served at " << offload_service->endpoint();
+  return 0;
+}
+
+int StoreClient::Impl::MountDisk() {
+  rpc::MountLocalDiskRequest req;
+  req.set_client_id(client_id);
+  req.set_store_id(disk->id());
+  req.set_endpoint(offload_service->endpoint());
+  req.set_enable_offloading(true);
+  rpc::MountLocalDiskResponse resp;
+  if (int rc = Checked("MountLocalDisk", master->MountLocalDisk(req, &resp)); rc != 0) return rc;
+  if (resp.code() != 0) {
+    LOG(ERROR) << "disk tier: MountLocalDisk: " << ErrorCodeName(resp.code()) << ": "
+               << resp.message();
+    return resp.code();
+  }
+  // What the disk holds (a restart, or a master that forgot it): registered again; what the
+  // master refuses (removed or replaced meanwhile) is deleted.
+  const std::vector<DiskObject> objects = disk->Objects();
+  size_t kept = 0;
+  for (size_t at = 0; at < objects.size(); at += kMaxBatchItems) {
+    const size_t end = std::min(objects.size(), at + kMaxBatchItems);
+    rpc::OffloadDoneRequest done;
+    done.set_client_id(client_id);
+    done.set_registration(true);
+    for (size_t i = at; i < end; ++i) {
+      auto* item = done.add_items();
+      item->set_key(objects[i].key);
+      item->set_version(objects[i].put_id);
+      item->set_size(objects[i].size);
+    }
+    rpc::OffloadDoneResponse dr;
+    if (int rc = Checked("OffloadDone", master->OffloadDone(done, &dr)); rc != 0) return rc;
+    if (dr.code() != 0 || dr.codes_size() != static_cast<int>(end - at)) {
+      LOG(ERROR) << "disk tier: registering the disk's objects: " << dr.message();
+      return dr.code() != 0 ? dr.code() : ToInt(ErrorCode::RPC_FAIL);
+    }
+    std::vector<std::pair<std::string, uint64_t>> refused;
+    for (size_t i = at; i < end; ++i) {
+      if (dr.codes(static_cast<int>(i - at)) == 0) {
+        ++kept;
+      } else {
+        refused.emplace_back(objects[i].key, objects[i].put_id);
+      }
+    }
+    if (!refused.empty()) (void)disk->RemoveUpTo(refused);
+  }
+  if (!objects.empty()) {
+    LOG(INFO) << "disk tier: " << kept << " of " << objects.size()
+              << " objects on disk registered with the master";
+  }
+  disk_mounted = true;
+  return 0;
+}
+
+namespace {
+
+// Frees `bytes` of the disk (whole buckets): the master forgets their keys first.
+bool EvictFromDisk(StoreClient::Impl* impl, uint64_t bytes) {
+  DiskStore::Plan plan = impl->disk->PlanEviction(bytes);
+  if (plan.buckets.empty()) return false;
+  for (size_t at = 0; at < plan.keys.size(); at += kMaxBatchItems) {
+    rpc::EvictDiskRequest req;
+    req.set_client_id(impl->client_id);
+    const size_t end = std::min(plan.keys.size(), at + kMaxBatchItems);
+    for (size_t i = at; i < end; ++i) req.add_keys(plan.keys[i]);
+    rpc::EvictDiskResponse resp;
+    if (StoreClient::Impl::Checked("EvictDisk", impl->master->EvictDisk(req, &resp)) != 0 ||
+        resp.code() != 0) {
+      impl->disk->CancelEviction(plan);  // nothing deleted that the master may still name
+      return false;
+    }
+  }
+  Status s = impl->disk->FinishEviction(plan);
+  if (!s.ok()) LOG(WARNING) << "disk tier: " << s.message();
+  VLOG(1) << "disk tier: evicted " << plan.buckets.size() << " buckets, " << plan.keys.size()
+          << " objects";
+  return true;
+}
+
+}  // namespace
+
+void StoreClient::Impl::RunOffload() {
+  const DiskConfig& cfg = disk->config();
+  for (int round = 0; round < 10000 && !closed.load(); ++round) {
+    rpc::OffloadFetchRequest req;
+    req.set_client_id(client_id);
+    req.set_max_items(static_cast<uint32_t>(std::min<uint64_t>(cfg.bucket_keys_limit, kMaxBatchItems)));
+    req.set_max_bytes(cfg.bucket_size_limit);
+    req.set_removals_done(removals_done);
+    const auto sent = std::chrono::steady_clock::now();
+    rpc::OffloadFetchResponse resp;
+    if (Checked("OffloadFetch", master->OffloadFetch(req, &resp)) != 0 || resp.code() != 0) break;
+    if (resp.disk_unknown()) {
+      disk_mounted = false;
+      LOG(WARNING) << "disk tier: the master does not know this client's disk (restarted, or "
+                      "a new leader): mounting it again";
+      removals_done = 0;
+      if (MountDisk() != 0) break;
+      continue;
+    }
+    if (resp.removals_size() > 0) {
+      std::vector<std::pair<std::string, uint64_t>> rm;
+      rm.reserve(resp.removals_size());
+      for (const auto& r : resp.removals()) rm.emplace_back(r.key(), r.version());
+      if (!disk->RemoveUpTo(rm).ok()) break;
+      removals_done = resp.removals_end();
+    }
+    if (resp.items_size() == 0) {
+      if (resp.removals_size() > 0) continue;  // acknowledge them
+      break;
+    }
+    // The bytes come straight from this client's own lent memory (checked, with the layout
+    // held so that no run-time segment leaves meanwhile) into bucket files.
+    std::vector<DiskStore::Item> written;
+    {
+      { MutexLock wait_for_writer(&layout_mu.turnstile); }
+      ReaderLock layout(&layout_mu.rw);
+      auto own = [&](uint64_t addr, uint64_t size) {
+        auto inside = [&](const void* base, uint64_t len) {
+          const uint64_t b = reinterpret_cast<uint64_t>(base);
+          return base != nullptr && addr >= b && size <= len && addr - b <= len - size;
+        };
+        if (inside(segment, opt.global_segment_size)) return true;
+        MutexLock lock(&runtime_mu);
+        for (const auto& [id, seg] : runtime_segments) {
+          if (inside(seg.base, seg.size)) return true;
+        }
+        return false;
+      };
+      std::vector<DiskStore::Item> group;
+      uint64_t group_bytes = 0;
+      auto flush = [&]() {
+        if (group.empty()) return;
+        Status s = disk->Write(group);
+        if (s.code() == Status::Code::kResourceExhausted) {
+          uint64_t need = disk->NeedFreed(group_bytes + group_bytes / 16 + 4096);
+          if (need == 0) need = group_bytes;  // the keys limit, or a root's free space
+          if (EvictFromDisk(this, need)) s = disk->Write(group);
+        }
+        if (s.ok()) {
+          written.insert(written.end(), group.begin(), group.end());
+        } else {
+          LOG(WARNING) << "disk tier: " << group.size() << " objects stay in memory only: "
+                       << s.message();
+        }
+        group.clear();
+        group_bytes = 0;
+      };
+      for (const auto& it : resp.items()) {
+        const uint64_t addr = it.buffer().addr();
+        if (it.buffer().segment_name() != seg_name || it.buffer().size() != it.size() ||
+            it.size() == 0 || !own(addr, it.size())) {
+          LOG(WARNING) << "disk tier: the master named memory this client does not lend for "
+                       << it.key().substr(0, 256) << "; not written";
+          continue;
+        }
+        const uint64_t rec = it.size() + it.key().size() + 96;
+        if (!group.empty() && (group.size() >= cfg.bucket_keys_limit ||
+                               group_bytes + rec > cfg.bucket_size_limit)) {
+          flush();
+        }
+        group.push_back({it.key(), it.version(), reinterpret_cast<const void*>(addr), it.size()});
+        group_bytes += rec;
+      }
+      flush();
+    }
+    if (written.empty()) continue;
+    // Written after the lease ended: the bytes may not be the value any more.
+    const auto lease = std::chrono::milliseconds(resp.lease_ttl_ms() * 9 / 10);
+    if (std::chrono::steady_clock::now() - sent > lease) {
+      std::vector<std::pair<std::string, uint64_t>> rm;
+      for (const auto& w : written) rm.emplace_back(w.key, w.put_id);
+      (void)disk->RemoveUpTo(rm);
+      LOG(WARNING) << "disk tier: writing " << written.size()
+                   << " objects outlasted their lease: dropped from the disk";
+      continue;
+    }
+    rpc::OffloadDoneRequest done;
+    done.set_client_id(client_id);
+    for (const auto& w : written) {
+      auto* item = done.add_items();
+      item->set_key(w.key);
+      item->set_version(w.put_id);
+      item->set_size(w.size);
+    }
+    rpc::OffloadDoneResponse dr;
+    if (Checked("OffloadDone", master->OffloadDone(done, &dr)) != 0 || dr.code() != 0 ||
+        dr.codes_size() != static_cast<int>(written.size())) {
+      break;  // unreported copies stay on disk: the next registration offers them
+    }
+    std::vector<std::pair<std::string, uint64_t>> refused;
+    for (size_t i = 0; i < written.size(); ++i) {
+      if (dr.codes(static_cast<int>(i)) == 0) {
+        ++offloaded;
+      } else {
+        refused.emplace_back(written[i].key, written[i].put_id);
+      }
+    }
+    if (!refused.empty()) (void)disk->RemoveUpTo(refused);
+  }
+  if (!closed.load()) {
+    if (const uint64_t excess = disk->WatermarkExcess(); excess > 0) EvictFromDisk(this, excess);
+  }
+}
+
+void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
+                                      const std::vector<size_t>& which,
+                                      const rpc::GetReplicaListResponse& resp,
+                                      const std::vector<std::vector<Span>>& parts,
+                                      std::vector<int64_t>* out) {
+  // By owner: this client's own disk is read directly; others' through their service.
+  std::map<std::string, std::vector<size_t>> by_owner;
+  std::unordered_map<size_t, const rpc::DiskReplica*> replica;
+  for (size_t i : which) {
+    for (const auto& rep : resp.results(static_cast<int>(i)).replicas()) {
+      if (!rep.has_disk()) continue;
+      replica[i] = &rep.disk();
+      by_owner[rep.disk().endpoint()].push_back(i);
+      break;
+    }
+  }
+  auto scatter = [&](size_t i, const char* src, uint64_t size) {
+    uint64_t off = 0;
+    for (const auto& p : parts[i]) {
+      if (off == size) break;
+      const uint64_t n = std::min<uint64_t>(p.size, size - off);
+      std::memcpy(p.ptr, src + off, n);
+      off += n;
+    }
+  };
+  for (auto& [endpoint, idx] : by_owner) {
+    const bool mine = disk && replica[idx[0]]->store_id() == disk->id();
+    if (mine) {
+      for (size_t i : idx) {
+        const auto& r = resp.results(static_cast<int>(i));
+        std::string tmp;
+        char* dst = nullptr;
+        if (parts[i].size() == 1 && parts[i][0].size >= r.size()) {
+          dst = static_cast<char*>(parts[i][0].ptr);
+        } else {
+          tmp.resize(r.size());
+          dst = tmp.data();
+        }
+        Status s = disk->Read(keys[i], dst, r.size(), r.version());
+        if (!s.ok()) {
+          LOG(WARNING) << "get " << keys[i] << " from this client's disk: " << s.message();
+          (*out)[i] = ToInt(s.IsNotFound() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::FILE_READ_FAIL);
+          continue;
+        }
+        if (!tmp.empty()) scatter(i, tmp.data(), r.size());
+        (*out)[i] = static_cast<int64_t>(r.size());
+        ++offload_rpc_reads;
+      }
+      continue;
+    }
+    RpcClient* peer = nullptr;
+    {
+      MutexLock lock(&offload_peers_mu);
+      auto& c = offload_peers[endpoint];
+      if (!c) c = std::make_unique<RpcClient>(endpoint, 4, "the offload service");
+      peer = c.get();
+    }
+    std::vector<size_t> left = idx;
+    for (int attempt = 0; attempt < 3 && !left.empty(); ++attempt) {
+      rpc::OffloadReadRequest req;
+      req.set_client_id(client_id);
+      for (size_t i : left) {
+        const auto& r = resp.results(static_cast<int>(i));
+        req.add_keys(keys[i]);
+        req.add_versions(r.version());
+        req.add_sizes(r.size());
+      }
+      rpc::OffloadReadResponse rr;
+      Status s = peer->Call(MasterMethod::kOffloadRead, req, &rr, opt.rpc_timeout);
+      if (!s.ok() || rr.code() != 0 || rr.results_size() != static_cast<int>(left.size())) {
+        LOG(WARNING) << "get from the disk of " << endpoint << ": "
+                     << (s.ok() ? rr.message() : s.message());
+        for (size_t i : left) (*out)[i] = ToInt(ErrorCode::RPC_FAIL);
+        break;
+      }
+      std::vector<Job> jobs;
+      std::vector<size_t> again;
+      std::vector<Span> clipped;
+      for (size_t k = 0; k < left.size(); ++k) {
+        const size_t i = left[k];
+        const auto& res = rr.results(static_cast<int>(k));
+        if (res.code() == ToInt(ErrorCode::NO_AVAILABLE_HANDLE)) {
+          again.push_back(i);
+          continue;
+        }
+        if (res.code() != 0) {
+          LOG(WARNING) << "get " << keys[i] << " from the disk of " << endpoint << ": "
+                       << res.message();
+          (*out)[i] = res.code();
+          continue;
+        }
+        uint64_t size = resp.results(static_cast<int>(i)).size();
+        clipped.clear();
+        for (const auto& p : parts[i]) {
+          if (size == 0) break;
+          clipped.push_back({p.ptr, std::min<uint64_t>(size, p.size)});
+          size -= clipped.back().size;
+        }
+        AddJobs(TransferRequest::READ, clipped, &rr.segment_name(), res.addr(), i, &jobs);
+      }
+      std::vector<char> failed(keys.size(), 0);
+      if (!jobs.empty()) copier->Run(jobs, &failed);
+      for (size_t k = 0; k < left.size(); ++k) {
+        const size_t i = left[k];
+        if (rr.results(static_cast<int>(k)).code() != 0) continue;
+        if (failed[i]) {
+          (*out)[i] = ToInt(ErrorCode::TRANSFER_FAIL);
+        } else {
+          (*out)[i] = static_cast<int64_t>(resp.results(static_cast<int>(i)).size());
+          ++offload_rpc_reads;
+        }
+      }
+      rpc::OffloadReleaseRequest rel;
+      rel.set_batch_id(rr.batch_id());
+      rpc::OffloadReleaseResponse relr;
+      (void)peer->Call(MasterMethod::kOffloadRelease, rel, &relr, opt.rpc_timeout);
+      left.swap(again);
+    }
+    for (size_t i : left) (*out)[i] = ToInt(ErrorCode::NO_AVAILABLE_HANDLE);
+  }
+}
+
+void StoreClient::Impl::CloseDisk() {
+  if (offload_worker) offload_worker->Stop();
+  if (offload_service) offload_service->Stop();
+  offload_service.reset();
+  disk.reset();
+  MutexLock lock(&offload_peers_mu);
+  offload_peers.clear();
+}
+
+uint64_t StoreClient::offload_rpc_reads() const { return impl_->offload_rpc_reads.load(); }
+uint64_t StoreClient::offloaded() const { return impl_->offloaded.load(); }
+const DiskStore* StoreClient::disk_store() const { return impl_->disk.get(); }
+
+}  // namespace store
+}  // namespace mooncake

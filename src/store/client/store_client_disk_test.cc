@@ -1,0 +1,210 @@
+// The disk tier through StoreClient against an in-process master (src/store/disk/README.md):
+// setup's checks, eager offload of a holder's objects to its disk, reads from the disk by
+// another client once memory has evicted them, a restart of the holder on the same
+// directory, removals reaching the disk, and corrupted files never served.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mooncake/store/error_code.h"
+#include "mooncake/store/store_client.h"
+#include "store/disk/disk_store.h"
+#include "store/testing/client_fixture.h"
+#include "store/testing/in_process_master.h"
+
+namespace mooncake {
+namespace store {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using testing::Bytes;
+using testing::InProcessMaster;
+constexpr uint64_t MiB = 1 << 20;
+
+class TempDir {
+ public:
+  TempDir() {
+    char t[] = "/tmp/store_client_disk_test.XXXXXX";
+    path_ = ::mkdtemp(t);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+MasterConfig OffloadMaster() {
+  MasterConfig c;
+  c.offload.enable = true;
+  c.default_kv_lease_ttl_ms = 300;  // offloaded objects may be evicted soon after
+  return c;
+}
+
+class StoreClientDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "67108864", 1);
+    ::setenv("MOONCAKE_OFFLOAD_FSYNC", "none", 1);  // the test's speed; the format is the same
+  }
+  std::unique_ptr<StoreClient> Holder(const std::string& dir, uint64_t segment, int* code = nullptr,
+                                      std::string* msg = nullptr) {
+    StoreClientOptions o;
+    o.local_hostname = "127.0.0.1";
+    o.global_segment_size = segment;
+    o.master = master_;
+    o.heartbeat_interval = milliseconds(50);
+    o.enable_offload = true;
+    o.offload_path = dir;
+    int c = 0;
+    std::string m;
+    auto client = StoreClient::Create(o, code ? code : &c, msg ? msg : &m);
+    return client;
+  }
+  std::unique_ptr<StoreClient> User() { return testing::MakeClient(master_, 0); }
+  static bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
+    for (int i = 0; i < ms / 10; ++i) {
+      if (cond()) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return cond();
+  }
+
+  std::shared_ptr<InProcessMaster> master_ = std::make_shared<InProcessMaster>(OffloadMaster());
+};
+
+TEST_F(StoreClientDiskTest, SetupRefusesAMasterWithoutOffloadAndBadDirectories) {
+  TempDir d;
+  auto plain = std::make_shared<InProcessMaster>();
+  StoreClientOptions o;
+  o.local_hostname = "127.0.0.1";
+  o.global_segment_size = 16 * MiB;
+  o.master = plain;
+  o.enable_offload = true;
+  o.offload_path = d.path();
+  int code = 0;
+  std::string msg;
+  EXPECT_EQ(StoreClient::Create(o, &code, &msg), nullptr);
+  EXPECT_EQ(code, ToInt(ErrorCode::UNABLE_OFFLOAD));
+  EXPECT_NE(msg.find("--enable_offload"), std::string::npos) << msg;
+  for (const std::string& bad : {std::string("relative/dir"), d.path() + "/missing",
+                                d.path() + "/../x"}) {
+    EXPECT_EQ(Holder(bad, 16 * MiB, &code, &msg), nullptr);
+    EXPECT_EQ(code, ToInt(ErrorCode::INVALID_PARAMS)) << bad;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+  // One client per directory.
+  auto a = Holder(d.path(), 16 * MiB);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(Holder(d.path(), 16 * MiB, &code, &msg), nullptr);
+  EXPECT_EQ(code, ToInt(ErrorCode::FILE_LOCK_FAIL));
+  EXPECT_NE(msg.find("in use"), std::string::npos) << msg;
+}
+
+TEST_F(StoreClientDiskTest, EvictedObjectsAreReadFromTheHoldersDiskByteExact) {
+  TempDir d;
+  auto a = Holder(d.path(), 8 * MiB);  // room for 7 objects of 1 MiB
+  ASSERT_NE(a, nullptr);
+  auto b = User();
+  ASSERT_NE(b, nullptr);
+  std::vector<std::vector<char>> values;
+  constexpr int kN = 24;
+  for (int i = 0; i < kN; ++i) {
+    values.push_back(Bytes(MiB - 1000 + i, 100 + i));
+    ASSERT_EQ(b->Put("k" + std::to_string(i), {{values[i].data(), values[i].size()}}, ReplicateConfig{}), 0) << i;
+    // Each on disk before the next evicts it (eager offload within a heartbeat or two).
+    ASSERT_TRUE(WaitFor([&] { return a->offloaded() >= static_cast<uint64_t>(i + 1); })) << i;
+    std::this_thread::sleep_for(milliseconds(i >= 6 ? 320 : 0));  // the offload's lease lapses
+  }
+  EXPECT_EQ(a->disk_store()->stats().keys, static_cast<uint64_t>(kN));
+  for (int i = 0; i < kN; ++i) {
+    std::vector<char> out(values[i].size() + 10, 'x');
+    const int64_t rc = b->Get("k" + std::to_string(i), {{out.data(), out.size()}});
+    ASSERT_EQ(rc, static_cast<int64_t>(values[i].size())) << i;
+    out.resize(values[i].size());
+    EXPECT_EQ(out, values[i]) << i;
+  }
+  EXPECT_GT(b->offload_rpc_reads(), 10u);  // the evicted ones came from A's disk
+  // A reads its own disk directly, in pieces too.
+  std::vector<char> p1(300000), p2(MiB);
+  ASSERT_EQ(a->Get("k0", {{p1.data(), p1.size()}, {p2.data(), p2.size()}}),
+            static_cast<int64_t>(values[0].size()));
+  EXPECT_TRUE(std::equal(p1.begin(), p1.end(), values[0].begin()));
+  EXPECT_TRUE(std::equal(values[0].begin() + p1.size(), values[0].end(), p2.begin()));
+  // Exist and the descriptors see the disk replica.
+  auto reps = b->BatchQueryReplicas({"k0"});
+  ASSERT_EQ(reps[0].code, 0);
+  ASSERT_FALSE(reps[0].replicas.empty());
+  EXPECT_TRUE(reps[0].replicas.back().disk);
+  // A removal reaches the disk.
+  ASSERT_EQ(b->Remove("k0"), 0);
+  EXPECT_TRUE(WaitFor([&] { return a->disk_store()->stats().keys == kN - 1; }));
+  std::vector<char> out(MiB);
+  EXPECT_EQ(b->Get("k0", {{out.data(), out.size()}}), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+}
+
+TEST_F(StoreClientDiskTest, AHolderRestartedOnTheSameDirectoryServesItsObjectsAgain) {
+  TempDir d;
+  std::vector<std::vector<char>> values;
+  auto b = User();
+  {
+    auto a = Holder(d.path(), 16 * MiB);
+    ASSERT_NE(a, nullptr);
+    for (int i = 0; i < 5; ++i) {
+      values.push_back(Bytes(100000 + i, 7 + i));
+      ASSERT_EQ(b->Put("r" + std::to_string(i), {{values[i].data(), values[i].size()}}, ReplicateConfig{}), 0);
+    }
+    ASSERT_TRUE(WaitFor([&] { return a->offloaded() == 5; }));
+    // a stops: its segment leaves (memory replicas gone), its disk stays attached until its
+    // TTL; the restarted client takes it over at once.
+  }
+  auto a2 = Holder(d.path(), 16 * MiB);
+  ASSERT_NE(a2, nullptr);
+  for (int i = 0; i < 5; ++i) {
+    std::vector<char> out(values[i].size());
+    ASSERT_EQ(b->Get("r" + std::to_string(i), {{out.data(), out.size()}}),
+              static_cast<int64_t>(out.size()))
+        << i;
+    EXPECT_EQ(out, values[i]);
+  }
+  // A corrupted file is never served: the get fails, the key is dropped.
+  a2.reset();
+  for (const auto& e : fs::directory_iterator(d.path())) {
+    if (e.path().extension() != ".bucket") continue;
+    const auto size = fs::file_size(e.path());
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    for (uint64_t off = 200; off + 4096 < size; off += 4096) {
+      f.seekp(static_cast<std::streamoff>(off));
+      f.put('\x5a');
+    }
+  }
+  auto a3 = Holder(d.path(), 16 * MiB);
+  ASSERT_NE(a3, nullptr);
+  int failed = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<char> out(values[i].size());
+    const int64_t rc = b->Get("r" + std::to_string(i), {{out.data(), out.size()}});
+    if (rc < 0) {
+      ++failed;
+      EXPECT_TRUE(rc == ToInt(ErrorCode::FILE_READ_FAIL) ||
+                  rc == ToInt(ErrorCode::OBJECT_NOT_FOUND))
+          << rc;
+    } else {
+      EXPECT_EQ(out, values[i]) << "wrong bytes served for r" << i;
+    }
+  }
+  EXPECT_EQ(failed, 5);
+  EXPECT_GT(a3->disk_store()->stats().corrupted_reads, 0u);
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake
