@@ -132,11 +132,6 @@ std::string PyReplicateConfig::Str() const {
 }
 
 int SetupExtras::Check() const {
-  if (enable_ssd_offload) {
-    LOG(WARNING) << "setup: enable_ssd_offload=True: SSD offload is not provided by this "
-                    "build (no ssd tier); leave it False";
-    return ToInt(ErrorCode::INVALID_PARAMS);
-  }
   if (enable_client_http_server && (client_http_port <= 0 || client_http_port > 65535)) {
     LOG(WARNING) << "setup: client_http_port " << client_http_port << " is not a port (1..65535)";
     return ToInt(ErrorCode::INVALID_PARAMS);
@@ -158,6 +153,9 @@ int PyStore::Setup(const std::string& local_hostname, const std::string& metadat
   o.protocol = protocol.empty() ? "tcp" : protocol;
   o.master_server_addr = master_server_addr;
   o.tenant_id = extras.tenant_id.empty() ? "default" : extras.tenant_id;  // setup checks it
+  // The disk tier: the directories from ssd_offload_path, else MOONCAKE_OFFLOAD_FILE_STORAGE_PATH.
+  o.enable_offload = extras.enable_ssd_offload;
+  o.offload_path = extras.ssd_offload_path;
   (void)rdma_devices;  // no RDMA transport in this build; the engine picks tcp / shm
   std::shared_ptr<EngineHolder> holder;
   if (!engine.is_none()) {

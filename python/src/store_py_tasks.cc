@@ -56,13 +56,21 @@ struct PyDiskDescriptor {
 struct PyReplicaDescriptor {
   PyReplicaStatus status = PyReplicaStatus::COMPLETE;
   PyMemoryDescriptor memory;
+  bool local_disk = false;  // a copy on its owner's local disk (upstream's LOCAL_DISK)
+  PyDiskDescriptor disk;
 };
 
 std::vector<PyReplicaDescriptor> Descriptors(const StoreClient::KeyReplicas& k) {
   std::vector<PyReplicaDescriptor> out;
   for (const auto& r : k.replicas) {
     PyReplicaDescriptor d;
-    d.memory.buffer_descriptor = {r.size, r.addr, r.segment_name};
+    if (r.disk) {
+      d.local_disk = true;
+      d.disk = {"", r.size};  // its file is its owner's business: no path
+      d.memory.buffer_descriptor = {r.size, 0, r.segment_name};  // the owner's endpoint
+    } else {
+      d.memory.buffer_descriptor = {r.size, r.addr, r.segment_name};
+    }
     out.push_back(std::move(d));
   }
   return out;
@@ -153,16 +161,36 @@ void BindTasks(py::module_& m, py::class_<PyStore>& c) {
       .def_readwrite("object_size", &PyDiskDescriptor::object_size);
   py::class_<PyReplicaDescriptor>(m, "ReplicaDescriptor")
       .def_readonly("status", &PyReplicaDescriptor::status)
-      .def("is_memory_replica", [](const PyReplicaDescriptor&) { return true; })
+      .def("is_memory_replica", [](const PyReplicaDescriptor& d) { return !d.local_disk; })
+      // upstream's legacy DISK replicas (--root_fs_dir): not built; local-disk ones are.
       .def("is_disk_replica", [](const PyReplicaDescriptor&) { return false; })
-      .def("is_local_disk_replica", [](const PyReplicaDescriptor&) { return false; })
+      .def("is_local_disk_replica", [](const PyReplicaDescriptor& d) { return d.local_disk; })
       .def("get_memory_descriptor",
            [](const PyReplicaDescriptor& d) -> const PyMemoryDescriptor& { return d.memory; },
            py::return_value_policy::reference_internal)
-      .def("get_disk_descriptor", [](const PyReplicaDescriptor&) -> PyDiskDescriptor {
-        throw std::runtime_error("not a disk replica (this store has no disk tier yet)");
+      .def("get_disk_descriptor", [](const PyReplicaDescriptor& d) -> PyDiskDescriptor {
+        if (!d.local_disk) throw std::runtime_error("not a disk replica");
+        return d.disk;
       });
 
+  c.def(
+      "get_offload_rpc_read_count",
+      [](PyStore& s) -> int64_t {
+        auto cl = s.Get();
+        return cl ? static_cast<int64_t>(cl->offload_rpc_reads()) : 0;
+      },
+      "Objects this client read from a disk replica (the disk tier).");
+  c.def(
+      "unmount_local_disk_segment",
+      [](PyStore& s, uint64_t grace_period_seconds) -> int {
+        auto cl = s.Get("unmount_local_disk_segment");
+        if (!cl) return ToInt(ErrorCode::INVALID_PARAMS);
+        py::gil_scoped_release release;
+        return cl->UnmountDisk(static_cast<int64_t>(grace_period_seconds));
+      },
+      py::arg("grace_period_seconds") = 0,
+      "Stops writing to this client's disk; after grace_period_seconds readers are no longer "
+      "sent to it. 0, or a negative code.");
   c.def(
       "get_replica_desc",
       [](PyStore& s, const std::string& key) {

@@ -2,7 +2,7 @@
 the project's venv: host.run([cluster.venv_python, AGENT], pipe=True)). Prints {"ready": true},
 then answers each request with one line:
   {"op": "setup", "host": ip, "master": "ip:port", "segment": n, "buffer": n
-   [, "tenant": t]}  -> {"rc": 0}
+   [, "tenant": t] [, "offload": directory (the disk tier)]}  -> {"rc": 0}
   {"op": "put_random", "prefix": p, "count": n, "size": s}  -> {"rcs": [...], "sha": {key: hex},
       "seconds": t}   (random bytes from os.urandom, key = prefix + index)
   {"op": "get", "keys": [...], "size": s}  -> {"rc": {key: bytes read or a negative code},
@@ -14,8 +14,9 @@ then answers each request with one line:
   {"op": "move", "key": k, "source": s, "target": t}  -> {"id": [hi, lo], "rc": rc}
   {"op": "query", "id": [hi, lo]}  -> {"rc": rc, "status": n, "message": m}
   {"op": "close"}  -> {"rc": ...}   and EOF on stdin ends it.
-put_random takes an optional "replicas" (ReplicateConfig.replica_num) and "preferred" (a
-segment name: ReplicateConfig.preferred_segment).
+put_random takes an optional "replicas" (ReplicateConfig.replica_num), "preferred" (a
+segment name: ReplicateConfig.preferred_segment) and "retry_full" (retry a put answered -200,
+no space now, for up to 30 s).
 """
 import hashlib
 import json
@@ -41,7 +42,9 @@ def main():
         if op == "setup":
             store = MooncakeDistributedStore()
             rc = store.setup(req["host"], "P2PHANDSHAKE", req["segment"], req["buffer"], "tcp",
-                             "", req["master"], tenant_id=req.get("tenant", "default"))
+                             "", req["master"], tenant_id=req.get("tenant", "default"),
+                             enable_ssd_offload=bool(req.get("offload")),
+                             ssd_offload_path=req.get("offload", ""))
             reply({"rc": rc})
         elif op == "put_random":
             rcs, sha = [], {}
@@ -53,7 +56,12 @@ def main():
             for i in range(req["count"]):
                 key = f"{req['prefix']}{i}"
                 data = os.urandom(req["size"])
-                rcs.append(store.put(key, data, cfg))
+                rc = store.put(key, data, cfg)
+                deadline = time.monotonic() + 30
+                while rc == -200 and req.get("retry_full") and time.monotonic() < deadline:
+                    time.sleep(0.05)  # the pool is full of objects waiting for a disk
+                    rc = store.put(key, data, cfg)
+                rcs.append(rc)
                 sha[key] = hashlib.sha256(data).hexdigest()
             reply({"rcs": rcs, "sha": sha, "seconds": time.monotonic() - t0})
         elif op == "get":

@@ -22,6 +22,10 @@ needs_promtool = pytest.mark.skipif(promtool is None,
 # The metrics upstream's Grafana dashboard (monitoring/grafana/dashboards/mooncake.json at
 # 3b5a594) queries: a fact list taken from it (histograms by their family name).
 UPSTREAM_DASHBOARD_EXPORTED = [
+    "file_cache_hit_bytes_total",
+    "file_cache_hit_nums_",
+    "file_cache_nums_",
+    "master_evict_disk_replica_requests_total",
     "master_active_clients",
     "master_allocated_bytes",
     "master_attempted_evictions_mem",
@@ -97,14 +101,10 @@ UPSTREAM_DASHBOARD_EXPORTED = [
 ]
 # ... and those of features this master does not have (their panels show no data).
 UPSTREAM_DASHBOARD_NOT_BUILT = {
-    "file_cache_hit_bytes_total": "file storage / disk tier",
-    "file_cache_hit_nums_": "file storage / disk tier",
-    "file_cache_nums_": "file storage / disk tier",
     "master_allocated_file_size_bytes": "file storage / disk tier",
     "master_attempted_evictions_nof": "NoF SSD",
     "master_batch_query_ip_items_total": "BatchQueryIp",
     "master_batch_query_ip_requests_total": "BatchQueryIp",
-    "master_evict_disk_replica_requests_total": "disk tier",
     "master_evicted_key_count_nof": "NoF SSD",
     "master_evicted_size_bytes_nof": "NoF SSD",
     "master_get_replica_list_by_regex_failures_total": "GetReplicaListByRegex",
@@ -143,7 +143,7 @@ UPSTREAM_SPELLINGS = {
     "master_evicted_size_bytes_mem", "master_attempted_evictions_mem",
     "master_successful_evictions_mem", "master_put_start_discard_cnt",
     "master_put_start_release_cnt", "mem_cache_hit_nums_", "total_get_nums_", "valid_get_nums_",
-    "master_key_count", "master_soft_pin_key_count",
+    "master_key_count", "master_soft_pin_key_count", "file_cache_hit_nums_",
 }
 
 

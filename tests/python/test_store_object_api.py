@@ -3,6 +3,7 @@ upstream's signatures and return conventions: setup's engine / local_buffer_size
 arguments, upsert*, get_into_ranges and get sessions, batch_replica_clear, ReplicateConfig's
 newer fields, ObjectDataType. Objects lie in a holder client in another process, so every
 transfer crosses the engine."""
+import tempfile
 import time
 
 import pytest
@@ -64,7 +65,12 @@ def test_setup_local_buffer_size_zero(master, holder):
 def test_setup_keyword_arguments(master):
     s = MooncakeDistributedStore()
     args = ("127.0.0.1", "P2PHANDSHAKE", 0, 1 << 20, "tcp", "", master.addr)
-    assert s.setup(*args, enable_ssd_offload=True, ssd_offload_path="/tmp/x") == -600
+    # The disk tier (tests/python/test_disk_tier.py): a directory that is not there is
+    # INVALID_PARAMS; a master without --enable_offload refuses it (UNABLE_OFFLOAD).
+    assert s.setup(*args, enable_ssd_offload=True,
+                   ssd_offload_path="/nonexistent/mooncake-offload") == -600
+    with tempfile.TemporaryDirectory() as d:
+        assert s.setup(*args, enable_ssd_offload=True, ssd_offload_path=d) == -1300
     # A tenant id is this client's (tests/python/test_tenants.py); a bad one fails setup.
     for bad in ("_reserved", "a\nb", "x" * 129):
         assert s.setup(*args, tenant_id=bad) == -600
@@ -79,7 +85,8 @@ def test_setup_keyword_arguments(master):
     assert s.close() == 0
     base = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
             "master_server_addr": master.addr, "global_segment_size": 0}
-    assert s.setup({**base, "enable_ssd_offload": "true"}) == -600
+    assert s.setup({**base, "enable_ssd_offload": "true",
+                    "ssd_offload_path": "relative/dir"}) == -600
     assert s.setup({**base, "tenant_id": "_t1"}) == -600
     assert s.setup({**base, "enable_client_http_server": "maybe"}) == -600
     assert s.setup({**base, "tenant_id": "default", "enable_ssd_offload": "false"}) == 0

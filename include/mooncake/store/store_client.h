@@ -236,6 +236,10 @@ class StoreClient {
   // Objects this client wrote to its disk, and its disk's state (null: no disk tier).
   uint64_t offloaded() const;
   const DiskStore* disk_store() const;
+  // upstream's unmount_local_disk_segment: nothing more is written to the disk at once, and
+  // after grace_s seconds (0: now) the master stops sending readers to it. INVALID_PARAMS
+  // without a disk tier.
+  int UnmountDisk(int64_t grace_s);
   // upstream's get_replica_desc / batch_get_replica_desc: where the complete replicas of each
   // key lie (a GetReplicaList: it grants a read lease, as upstream's query does). Per key
   // code 0 with its size and replicas, or a negative code (OBJECT_NOT_FOUND, ...).

@@ -210,7 +210,8 @@ void StoreClient::Impl::Beat() {
     // (checked every MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS).
     const auto now = std::chrono::steady_clock::now();
     const auto every = std::chrono::seconds(disk->config().heartbeat_interval_seconds);
-    if (resp.offload_waiting() > 0 || !resp.client_known() || now - last_disk_check >= every) {
+    if (resp.offload_waiting() > 0 || !resp.client_known() || now - last_disk_check >= every ||
+        disk_unmount_at_ns.load() != 0) {
       last_disk_check = now;
       offload_worker->Poke();
     }
@@ -221,7 +222,12 @@ int StoreClient::Impl::Close() {
   if (closed.exchange(true)) return 0;
   if (heartbeat_) heartbeat_->Stop();
   if (task_worker) task_worker->Stop();  // a task running ends first (engine timeouts bound it)
-  if (offload_worker) offload_worker->Stop();
+  if (offload_worker) {
+    // What waits for this client's disk is written before its memory leaves (bounded by
+    // rpc_timeout): a restart on the same directory finds it.
+    offload_worker->Stop();
+    if (disk_mounted.load() && !disk_unmounted.load() && master) RunOffload(/*final=*/true);
+  }
   int rc = 0;
   if (segment != nullptr && master) {
     rpc::UnmountSegmentRequest req;

@@ -153,9 +153,54 @@ bool EvictFromDisk(StoreClient::Impl* impl, uint64_t bytes) {
 
 }  // namespace
 
-void StoreClient::Impl::RunOffload() {
+int StoreClient::Impl::SendDiskMount(bool offloading, bool unmount) {
+  rpc::MountLocalDiskRequest req;
+  req.set_client_id(client_id);
+  req.set_store_id(disk->id());
+  req.set_endpoint(offload_service->endpoint());
+  req.set_enable_offloading(offloading);
+  req.set_unmount(unmount);
+  rpc::MountLocalDiskResponse resp;
+  if (int rc = Checked("MountLocalDisk", master->MountLocalDisk(req, &resp)); rc != 0) return rc;
+  return resp.code();
+}
+
+int StoreClient::UnmountDisk(int64_t grace_s) {
+  Impl& m = *impl_;
+  if (!m.disk) {
+    LOG(WARNING) << "unmount_local_disk_segment: this client has no disk tier (set up with "
+                    "enable_ssd_offload=True)";
+    return ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  if (m.disk_unmounted.exchange(true)) return 0;
+  if (grace_s > 0) {
+    // Nothing new written from now; readers are still sent here until the grace ends.
+    const int rc = m.SendDiskMount(false, false);
+    m.disk_unmount_at_ns = (std::chrono::steady_clock::now() + std::chrono::seconds(grace_s))
+                               .time_since_epoch()
+                               .count();
+    return rc;
+  }
+  const int rc = m.SendDiskMount(false, true);
+  m.disk_mounted = false;
+  return rc;
+}
+
+void StoreClient::Impl::RunOffload(bool final) {
+  if (disk_unmounted.load()) {
+    const int64_t at = disk_unmount_at_ns.load();
+    if (at != 0 && std::chrono::steady_clock::now().time_since_epoch().count() >= at &&
+        disk_unmount_at_ns.exchange(0) != 0) {
+      (void)SendDiskMount(false, true);
+      disk_mounted = false;
+    }
+    return;
+  }
   const DiskConfig& cfg = disk->config();
-  for (int round = 0; round < 10000 && !closed.load(); ++round) {
+  const auto until = std::chrono::steady_clock::now() + opt.rpc_timeout;
+  for (int round = 0; round < 10000 && (final ? std::chrono::steady_clock::now() < until
+                                              : !closed.load());
+       ++round) {
     rpc::OffloadFetchRequest req;
     req.set_client_id(client_id);
     req.set_max_items(static_cast<uint32_t>(std::min<uint64_t>(cfg.bucket_keys_limit, kMaxBatchItems)));
@@ -183,9 +228,16 @@ void StoreClient::Impl::RunOffload() {
       if (resp.removals_size() > 0) continue;  // acknowledge them
       break;
     }
+    // Room first (the master is told before anything is deleted; no RPC under the layout).
+    uint64_t incoming = 0;
+    for (const auto& it : resp.items()) incoming += it.size() + it.key().size() + 96;
+    if (const uint64_t need = disk->NeedFreed(incoming + incoming / 16 + 4096); need > 0) {
+      EvictFromDisk(this, need);
+    }
     // The bytes come straight from this client's own lent memory (checked, with the layout
     // held so that no run-time segment leaves meanwhile) into bucket files.
     std::vector<DiskStore::Item> written;
+    bool short_of_room = false;  // the keys limit or a directory's free space: evict after
     {
       { MutexLock wait_for_writer(&layout_mu.turnstile); }
       ReaderLock layout(&layout_mu.rw);
@@ -206,16 +258,12 @@ void StoreClient::Impl::RunOffload() {
       auto flush = [&]() {
         if (group.empty()) return;
         Status s = disk->Write(group);
-        if (s.code() == Status::Code::kResourceExhausted) {
-          uint64_t need = disk->NeedFreed(group_bytes + group_bytes / 16 + 4096);
-          if (need == 0) need = group_bytes;  // the keys limit, or a root's free space
-          if (EvictFromDisk(this, need)) s = disk->Write(group);
-        }
         if (s.ok()) {
           written.insert(written.end(), group.begin(), group.end());
         } else {
           LOG(WARNING) << "disk tier: " << group.size() << " objects stay in memory only: "
                        << s.message();
+          if (s.code() == Status::Code::kResourceExhausted) short_of_room = true;
         }
         group.clear();
         group_bytes = 0;
@@ -238,6 +286,7 @@ void StoreClient::Impl::RunOffload() {
       }
       flush();
     }
+    if (short_of_room) EvictFromDisk(this, incoming);  // the next round has room
     if (written.empty()) continue;
     // Written after the lease ended: the bytes may not be the value any more.
     const auto lease = std::chrono::milliseconds(resp.lease_ttl_ms() * 9 / 10);

@@ -192,7 +192,8 @@ class StoreClient::Impl {
   // ReadFromDisks.
   int StartDisk(std::string* message);
   int MountDisk();
-  void RunOffload();
+  // final: Close's last run (ends with the queue, or after rpc_timeout).
+  void RunOffload(bool final = false);
   // Reads keys[i] (i in `which`, each with a disk replica in its result) from their owners'
   // disks into parts[i]: out[i] the size or a negative code.
   void ReadFromDisks(const std::vector<std::string>& keys, const std::vector<size_t>& which,
@@ -205,6 +206,9 @@ class StoreClient::Impl {
   std::atomic<uint64_t> offload_rpc_reads{0};
   std::atomic<uint64_t> offloaded{0};
   std::atomic<bool> disk_mounted{false};
+  std::atomic<bool> disk_unmounted{false};  // unmount_local_disk_segment: for good
+  std::atomic<int64_t> disk_unmount_at_ns{0};  // its grace's end (steady clock; 0: none)
+  int SendDiskMount(bool offloading, bool unmount);
   uint64_t removals_done = 0;  // the offload worker's
   std::chrono::steady_clock::time_point last_disk_check;  // the heartbeat's
   Mutex offload_peers_mu;  // a leaf

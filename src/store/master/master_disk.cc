@@ -54,6 +54,11 @@ rpc::MountLocalDiskResponse MasterService::MountLocalDisk(const rpc::MountLocalD
   }
   if (!p.empty()) return fail(ErrorCode::INVALID_PARAMS, p);
   const auto now = now_();
+  if (req.unmount()) {
+    DetachDiskOfLocked(req.client_id());
+    resp.set_code(Code(ErrorCode::OK));
+    return resp;
+  }
   // This client's other disk (another store id) goes first.
   auto mine = disk_of_client_.find(req.client_id());
   if (mine != disk_of_client_.end() && disks_.at(mine->second)->store_id != req.store_id()) {
@@ -186,15 +191,34 @@ bool MasterService::QueueOffloadLocked(const std::string& key, const Object& obj
   return false;
 }
 
+bool MasterService::QueuedLocked(const std::string& key, const Object& obj) const {
+  for (const auto& p : obj.replicas) {
+    auto seg = segments_.find(p.segment_id);
+    if (seg == segments_.end()) continue;
+    auto dit = disk_of_client_.find(seg->second->client_id);
+    if (dit != disk_of_client_.end() && disks_.at(dit->second)->queued.count(key) != 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool MasterService::HeldForOffloadLocked(const ObjectEntry* e, size_t* queued) {
-  if (!config_.offload.enable || !config_.offload.on_evict) return false;
+  if (!config_.offload.enable || disk_of_client_.empty()) return false;
   if (OnDiskLocked(e->first, e->second.version)) return false;  // its memory may go
-  const size_t cap = std::max<size_t>(
-      1, static_cast<size_t>(config_.offload.cap_ratio *
-                             static_cast<double>(config_.offload.queue_limit)));
-  const bool queued_now = *queued < cap && QueueOffloadLocked(e->first, e->second);
-  if (queued_now) ++*queued;
-  if (config_.offload.force_evict) return false;
+  // Only objects with a disk to go to are kept: one whose holder has none is evicted as
+  // without the tier (upstream keeps those too, and its pool stays full).
+  bool waiting = QueuedLocked(e->first, e->second);
+  if (!waiting && config_.offload.on_evict) {
+    const size_t cap = std::max<size_t>(
+        1, static_cast<size_t>(config_.offload.cap_ratio *
+                               static_cast<double>(config_.offload.queue_limit)));
+    if (*queued < cap && QueueOffloadLocked(e->first, e->second)) {
+      ++*queued;
+      waiting = true;
+    }
+  }
+  if (!waiting || config_.offload.force_evict) return false;
   ++counters_.disk.held_for_offload;
   return true;
 }
@@ -377,8 +401,10 @@ rpc::OffloadDoneResponse MasterService::OffloadDone(const rpc::OffloadDoneReques
 rpc::EvictDiskResponse MasterService::EvictDisk(const rpc::EvictDiskRequest& req) {
   rpc::EvictDiskResponse resp;
   MutexLock lock(&mu_);
+  ++counters_.disk.evict_requests;
   const std::string batch = BatchProblem("EvictDisk", req.keys_size());
   if (!batch.empty()) {
+    ++counters_.disk.evict_failures;
     resp.set_code(Code(ErrorCode::INVALID_PARAMS));
     resp.set_message(batch);
     ++counters_.refused_requests;
@@ -417,8 +443,16 @@ std::string MasterService::DiskMetricsLocked() const {
     removals += d->removals.size();
     bytes += d->bytes;
   }
+  // upstream's names (its dashboard's), then ours.
+  counter("file_cache_hit_nums_", "GetReplicaList items served from a disk", c.disk_gets);
+  counter("file_cache_hit_bytes_total", "Bytes of the GetReplicaList items served from a disk",
+          c.disk_get_bytes);
+  gauge("file_cache_nums_", "Objects with a disk replica", disk_objects_.size());
+  counter("master_evict_disk_replica_requests_total", "EvictDisk calls (a disk's eviction)",
+          c.evict_requests);
+  counter("master_evict_disk_replica_failures_total", "EvictDisk calls refused",
+          c.evict_failures);
   gauge("master_disk_mounted", "Clients' local disks mounted (the disk tier)", attached);
-  gauge("master_disk_keys", "Objects with a disk replica", disk_objects_.size());
   gauge("master_disk_bytes", "Bytes of the disk replicas", bytes);
   gauge("master_offload_queued", "Objects waiting to be written to a disk", queued);
   gauge("master_disk_removals_pending", "Disk replicas to delete not yet acknowledged", removals);
@@ -434,8 +468,6 @@ std::string MasterService::DiskMetricsLocked() const {
           c.refused);
   counter("master_offload_registered_total", "Disk replicas found at a client's start",
           c.registered);
-  counter("master_disk_get_total", "GetReplicaList items answered from a disk", c.disk_gets);
-  counter("master_disk_get_bytes_total", "Bytes of those objects", c.disk_get_bytes);
   counter("master_disk_removals_total", "Disk replicas dropped by a removal or a newer value",
           c.removals);
   counter("master_disk_evicted_total", "Disk replicas dropped by their disk's eviction",

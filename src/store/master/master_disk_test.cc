@@ -134,8 +134,9 @@ TEST_F(MasterDiskTest, EveryPutIsQueuedForTheDiskOfItsReplicasClientAndReadFromI
   EXPECT_EQ(Exist("a"), kOk);
   // The key exists: a put of it is refused; the metrics count the disk's read.
   EXPECT_EQ(PutStart("w", "a", 10).code(), ToInt(ErrorCode::OBJECT_ALREADY_EXISTS));
-  EXPECT_EQ(Metrics()["master_disk_get_total"], 1u);
-  EXPECT_EQ(Metrics()["master_disk_keys"], 1u);
+  EXPECT_EQ(Metrics()["file_cache_hit_nums_"], 1u);
+  EXPECT_EQ(Metrics()["file_cache_hit_bytes_total"], 4096u);
+  EXPECT_EQ(Metrics()["file_cache_nums_"], 1u);
 }
 
 TEST_F(MasterDiskTest, AReportOfAValueNoLongerThereIsRefused) {
@@ -268,6 +269,29 @@ TEST_F(MasterDiskTest, OffloadOnEvictKeepsVictimsUntilTheyAreOnDisk) {
   ASSERT_EQ(Put("c1", "k4", 1024), kOk);
   EXPECT_TRUE(OnDisk(Get(written[0])));
   EXPECT_GT(Metrics()["master_offload_held_total"], 0u);
+}
+
+TEST_F(MasterDiskTest, EagerOffloadKeepsWhatWaitsForItsDiskAndEvictsWhatHasNone) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);  // c1 has a disk
+  ASSERT_EQ(Mount("c2", "seg2", 0x20000000, 2 * 1024), kOk);  // c2 has none
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("w", "a1", 1024, Config(1, {"seg1"})), kOk);
+  ASSERT_EQ(Put("w", "a2", 1024, Config(1, {"seg1"})), kOk);
+  ASSERT_EQ(Put("w", "b1", 1024, Config(1, {"seg2"})), kOk);
+  ASSERT_EQ(Put("w", "b2", 1024, Config(1, {"seg2"})), kOk);
+  Advance(seconds(11));
+  // Full. a1 and a2 wait for c1's disk: kept; b1 (no disk) is evicted for the new put.
+  ASSERT_EQ(Put("w", "n", 1024), kOk);
+  EXPECT_EQ(Exist("a1"), kOk);
+  EXPECT_EQ(Exist("a2"), kOk);
+  EXPECT_EQ(Exist("b1"), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  // Once written, their memory may go, and they read from the disk.
+  OffloadAll("c1");
+  Advance(seconds(11));
+  ASSERT_EQ(Put("w", "m", 1024, Config(1, {"seg1"})), kOk);
+  EXPECT_EQ(Exist("a1"), kOk);
+  EXPECT_EQ(Exist("a2"), kOk);
 }
 
 TEST_F(MasterDiskTest, OffloadForceEvictEvictsWhatCannotWait) {

@@ -48,8 +48,8 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   auto done = [&] {
     return freed >= to_free || (victims >= kEvictChunk && freed >= needed) || held >= kEvictChunk;
   };
-  // --offload_on_evict: a victim not on a disk yet is queued for one and kept (unless
-  // --offload_force_evict); a walk keeps at most kEvictChunk of them.
+  // The disk tier: a victim waiting for its disk is kept (--offload_on_evict: queued for it
+  // first; not with --offload_force_evict); a walk keeps at most kEvictChunk of them.
   size_t offload_queued = 0;
   auto evict = [&](ObjectEntry* e) MC_REQUIRES(mu_) {
     if (HeldForOffloadLocked(e, &offload_queued)) {

@@ -164,7 +164,8 @@ std::string MasterService::MetricsText() {
 
   counter("total_get_nums_", "GetReplicaList items", counters_.total_gets);
   counter("valid_get_nums_", "GetReplicaList items answered with replicas", counters_.valid_gets);
-  counter("mem_cache_hit_nums_", "GetReplicaList items served from memory", counters_.valid_gets);
+  counter("mem_cache_hit_nums_", "GetReplicaList items served from memory",
+          counters_.valid_gets - std::min(counters_.valid_gets, counters_.disk.disk_gets));
   counter("mem_cache_hit_bytes_total", "Bytes of the objects of GetReplicaList items served from memory",
           counters_.hit_bytes);
 

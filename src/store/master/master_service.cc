@@ -548,7 +548,8 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
       return true;
     };
     if (it == objects_.end() || !it->second.complete) {
-      if (it == objects_.end() && from_disk()) continue;
+      // (an upsert in flight of a key on a disk: readers get the value there until it ends)
+      if (from_disk()) continue;
       result->set_code(Code(it == objects_.end() ? ErrorCode::OBJECT_NOT_FOUND
                                                  : ErrorCode::REPLICA_IS_NOT_READY));
       continue;
@@ -611,8 +612,9 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
       continue;
     }
     auto it = objects_.find(key, hashes_[i]);
-    auto disk = it == objects_.end() && !disk_objects_.empty() ? disk_objects_.find(key)
-                                                               : disk_objects_.end();
+    auto disk = (it == objects_.end() || !it->second.complete) && !disk_objects_.empty()
+                    ? disk_objects_.find(key)
+                    : disk_objects_.end();
     if (disk != disk_objects_.end()) {
       result->set_code(Code(ErrorCode::OK));
       result->set_size(disk->second.size);

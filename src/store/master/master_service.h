@@ -428,8 +428,10 @@ class MasterService {
   // Queues the object for the disk of the client holding one of its replicas: false when
   // no such disk takes it now (none, not offloading, or its queue full).
   bool QueueOffloadLocked(const std::string& key, const Object& obj) MC_REQUIRES(mu_);
-  // --offload_on_evict: eviction's victim is kept (and queued) until its disk replica exists.
+  // Eviction's victim is kept while it waits for its disk (eager: queued; --offload_on_evict:
+  // queued now) unless --offload_force_evict, so that the tier loses nothing it can hold.
   bool HeldForOffloadLocked(const ObjectEntry* e, size_t* queued) MC_REQUIRES(mu_);
+  bool QueuedLocked(const std::string& key, const Object& obj) const MC_REQUIRES(mu_);
   bool OnDiskLocked(const std::string& key, uint64_t version) const MC_REQUIRES(mu_);
   // GetReplicaList of a key with no memory replica readable: its disk replica, if any.
   bool FillDiskLocked(const std::string& key, bool count_read,

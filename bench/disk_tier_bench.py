@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""The disk tier beside the disk itself (src/store/disk/README.md), in one run.
+
+Starts mooncake_master --enable_offload (free ports), a holder process that lends --segment
+bytes of DRAM and offloads to --dir, and uses this process as a client lending nothing:
+
+  1. the directory's own speed with dd: sequential write of --dd-mib MiB then fdatasync
+     (what a bucket write does), and a cold sequential read (page cache dropped);
+  2. per object size: puts of --fill x the segment (a put answered -200, the pool full of
+     objects still waiting for the disk, is retried), and the offload rate: bytes the master
+     recorded on disk over the time from the first put to the last record;
+  3. gets of disk-resident objects in batches of --batch (page cache dropped first), against
+     dd's read rate; p50 / p99 of single gets of 4 KiB and 1 MiB disk-resident objects (cold);
+  4. DRAM hits with the tier on against a holder without it (same objects, same master);
+  5. a restart of the holder on the same directory: setup time against what its scan found.
+
+  build/py-venv/bin/python bench/disk_tier_bench.py --segment 134217728 --fill 4
+  MC_FORCE_TCP=1 build/py-venv/bin/python bench/disk_tier_bench.py   # the bytes over TCP
+
+Needs root for dropping the page cache (else the read figures say "warm"). The python
+running it must import our `mooncake` (MC_PY_INSTALL_ONLY=1 scripts/python_test.sh).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def dd(args):
+    """Sequential write (+fdatasync) and cold read of the directory, in GB/s."""
+    path = os.path.join(args.dir, "dd.bench")
+    n = args.dd_mib
+    t = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={n}", "conv=fdatasync"],
+                   check=True, capture_output=True)
+    w = n * MIB / (time.perf_counter() - t) / 1e9
+    cold = drop_caches()
+    t = time.perf_counter()
+    subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=1M"], check=True, capture_output=True)
+    r = n * MIB / (time.perf_counter() - t) / 1e9
+    os.unlink(path)
+    return w, r, cold
+
+
+class Holder:
+    """A store in a child process lending `segment` bytes (offloading to `path` if given)."""
+
+    def __init__(self, master, segment, path):
+        code = (
+            "import sys, time\n"
+            "from mooncake.store import MooncakeDistributedStore\n"
+            "s = MooncakeDistributedStore()\n"
+            f"t = time.perf_counter()\n"
+            f"rc = s.setup('127.0.0.1', 'P2PHANDSHAKE', {segment}, 16 << 20, 'tcp', '', "
+            f"'{master}', enable_ssd_offload={bool(path)}, ssd_offload_path='{path or ''}')\n"
+            "print(rc, time.perf_counter() - t, s.get_hostname(), flush=True)\n"
+            "sys.stdin.read()\n"
+            "s.close()\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        rc, self.setup_s, self.name = self.proc.stdout.readline().split()
+        assert rc == "0", rc
+        self.setup_s = float(self.setup_s)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+def metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        m = re.search(rf"^{re.escape(name)} (\d+)", r.read().decode(), re.M)
+    return int(m.group(1)) if m else 0
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default="/var/tmp/mc-disk-bench")
+    ap.add_argument("--segment", type=int, default=128 * MIB)
+    ap.add_argument("--fill", type=int, default=4)
+    ap.add_argument("--sizes", default="1048576,65536")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--dd-mib", type=int, default=1024)
+    ap.add_argument("--latency-gets", type=int, default=200)
+    args = ap.parse_args()
+    from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(args.dir)
+    out = {"dir": args.dir, "segment": args.segment, "fill": args.fill,
+           "transport": "tcp" if os.environ.get("MC_FORCE_TCP") == "1" else "same host",
+           "fsync": os.environ.get("MOONCAKE_OFFLOAD_FSYNC", "bucket")}
+    out["dd_write_gbps"], out["dd_read_gbps"], cold = dd(args)
+    out["cold_reads"] = cold
+
+    rpc, http = free_port(), free_port()
+    master_bin = ROOT / "build" / "src" / "store" / "mooncake_master"
+    master = subprocess.Popen([str(master_bin), f"--rpc_port={rpc}", f"--metrics_port={http}",
+                               "--rpc_address=127.0.0.1", "--enable_offload",
+                               "--default_kv_lease_ttl=500"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    addr = f"127.0.0.1:{rpc}"
+    time.sleep(0.5)
+    holder = Holder(addr, args.segment, args.dir)
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 * MIB, "tcp", "", addr) == 0
+    buf = bytearray(args.batch * max(int(x) for x in args.sizes.split(",")))
+    import ctypes
+    base = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+    assert s.register_buffer(base, len(buf)) == 0
+    try:
+        for size in (int(x) for x in args.sizes.split(",")):
+            n = args.fill * args.segment // size
+            keys = [f"b{size}-{i}" for i in range(n)]
+            value = os.urandom(size)
+            before = metric(http, "master_offload_recorded_total")
+            t0 = time.perf_counter()
+            for k in keys:
+                while True:
+                    rc = s.put(k, value)
+                    if rc == 0:
+                        break
+                    assert rc == -200, rc
+                    time.sleep(0.01)
+            put_s = time.perf_counter() - t0
+            while metric(http, "master_offload_recorded_total") - before < n:
+                if time.perf_counter() - t0 > 600:
+                    break
+                time.sleep(0.02)
+            offload_s = time.perf_counter() - t0
+            recorded = metric(http, "master_offload_recorded_total") - before
+            row = {"size": size, "objects": n, "bytes": n * size, "put_s": round(put_s, 2),
+                   "offloaded": recorded,
+                   "offload_gbps": round(recorded * size / offload_s / 1e9, 3)}
+            # Disk-resident: the first (fill - 1) / fill of them (memory holds the rest).
+            disk_keys = keys[: n * (args.fill - 1) // args.fill]
+            drop_caches()
+            t = time.perf_counter()
+            read = 0
+            for at in range(0, len(disk_keys), args.batch):
+                ks = disk_keys[at:at + args.batch]
+                rcs = s.batch_get_into(ks, [base + i * size for i in range(len(ks))],
+                                       [size] * len(ks))
+                assert all(r == size for r in rcs), rcs[:4]
+                read += size * len(ks)
+            row["disk_get_gbps"] = round(read / (time.perf_counter() - t) / 1e9, 3)
+            assert bytes(buf[:size]) == value
+            out.setdefault("sizes", []).append(row)
+
+        # Single gets, cold, of disk-resident 4 KiB and 1 MiB objects.
+        for size in (4096, MIB):
+            keys = [f"lat{size}-{i}" for i in range(args.latency_gets)]
+            v = os.urandom(size)
+            for k in keys:
+                while s.put(k, v) != 0:
+                    time.sleep(0.01)
+            filler = [f"latfill{size}-{i}" for i in range(args.fill * args.segment // MIB)]
+            fv = os.urandom(MIB)
+            for k in filler:  # pushes the latency objects out of memory
+                while s.put(k, fv) != 0:
+                    time.sleep(0.01)
+            drop_caches()
+            lat = []
+            for k in keys:
+                t = time.perf_counter()
+                assert s.get_into(k, base, size) == size
+                lat.append((time.perf_counter() - t) * 1e6)
+            from_disk = sum(1 for k in keys[:20] if s.get_replica_desc(k) and
+                            s.get_replica_desc(k)[0].is_local_disk_replica())
+            out[f"single_get_{size}_us"] = {"p50": round(pct(lat, 50)), "p99": round(pct(lat, 99)),
+                                           "from_disk_of_first_20": from_disk}
+            s.remove_all(force=True)
+
+        # DRAM hits, tier on (holder with a disk) against a holder without it.
+        plain = Holder(addr, args.segment, "")
+        rates = {}
+        for name, target in (("tier_on", holder.name), ("tier_off", plain.name)):
+            cfg = ReplicateConfig()
+            cfg.preferred_segment = target
+            keys = [f"hit-{name}-{i}" for i in range(128)]
+            v = os.urandom(4096)
+            for k in keys:
+                assert s.put(k, v, cfg) == 0
+            t = time.perf_counter()
+            n = 0
+            while time.perf_counter() - t < 2:
+                rcs = s.batch_get_into(keys, [base + i * 4096 for i in range(128)], [4096] * 128)
+                assert all(r == 4096 for r in rcs)
+                n += 128
+            rates[name] = n / (time.perf_counter() - t)
+        out["dram_hits_4k_per_s"] = {k: round(v) for k, v in rates.items()}
+        out["dram_hits_on_over_off"] = round(rates["tier_on"] / rates["tier_off"], 3)
+        plain.close()
+
+        # Restart on the same directory: setup time against what the scan registered.
+        on_disk = sum(os.path.getsize(os.path.join(args.dir, f))
+                      for f in os.listdir(args.dir) if f.endswith(".bucket"))
+        holder.close()
+        reg0 = metric(http, "master_offload_registered_total")
+        holder = Holder(addr, args.segment, args.dir)
+        out["restart"] = {"bytes_on_disk": on_disk, "setup_s": round(holder.setup_s, 3),
+                          "registered": metric(http, "master_offload_registered_total") - reg0}
+    finally:
+        s.close()
+        holder.close()
+        master.terminate()
+        master.wait(10)
+        shutil.rmtree(args.dir, ignore_errors=True)
+    out["dd_write_gbps"] = round(out["dd_write_gbps"], 3)
+    out["dd_read_gbps"] = round(out["dd_read_gbps"], 3)
+    for row in out.get("sizes", []):
+        row["offload_over_dd_write"] = round(row["offload_gbps"] / out["dd_write_gbps"], 2)
+        row["disk_get_over_dd_read"] = round(row["disk_get_gbps"] / out["dd_read_gbps"], 2)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
