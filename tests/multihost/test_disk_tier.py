@@ -4,6 +4,7 @@ directory; a writer on another host puts four times that; a reader on a third ho
 object byte-exact, most from the holder's disk through its offload service; kill -9 of the
 holder: gets fail cleanly (no hang, no bytes) and the keys are gone after its TTL; the holder
 restarted on the same directory registers its objects again and they read byte-exact."""
+import re
 import time
 
 from mhcluster import Cluster
@@ -23,6 +24,13 @@ def agent(host, master, segment, offload=""):
     return a
 
 
+def metric(host, name):
+    status, body = host.http_get(9003, "/metrics")
+    assert status == 200
+    m = re.search(rf"^{re.escape(name)} (\d+)", body, re.M)
+    return int(m.group(1)) if m else 0
+
+
 def test_disk_tier_across_hosts(tmp_path):
     disk = tmp_path / "holder-disk"
     disk.mkdir()
@@ -38,6 +46,13 @@ def test_disk_tier_across_hosts(tmp_path):
         keys = sorted(w["sha"])
         r = reader.request({"op": "get", "keys": keys, "size": SIZE}, timeout=300)
         assert r["sha"] == w["sha"], r["rc"]
+
+        # Every object on the disk (eager offload writes within a heartbeat or two of the put;
+        # what is only in memory when the holder is killed is lost, as without the tier).
+        deadline = time.time() + 30
+        while metric(c.hosts[0], "file_cache_nums_") < COUNT and time.time() < deadline:
+            time.sleep(0.2)
+        assert metric(c.hosts[0], "file_cache_nums_") == COUNT
 
         # kill -9 of the holder's host: gets fail, promptly; after its TTL the keys are gone.
         holder.kill()
