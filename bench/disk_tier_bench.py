@@ -12,7 +12,8 @@ bytes of DRAM and offloads to --dir, and uses this process as a client lending n
   3. gets of disk-resident objects in batches of --batch (page cache dropped first), against
      dd's read rate; p50 / p99 of single gets of 4 KiB and 1 MiB disk-resident objects (cold);
   4. DRAM hits with the tier on against a holder without it (same objects, same master);
-  5. a restart of the holder on the same directory: setup time against what its scan found.
+  5. a restart of the holder on the same directory (after step 2's objects): setup time
+     against what its scan found.
 
   build/py-venv/bin/python bench/disk_tier_bench.py --segment 134217728 --fill 4
   MC_FORCE_TCP=1 build/py-venv/bin/python bench/disk_tier_bench.py   # the bytes over TCP
@@ -179,6 +180,16 @@ def main():
             assert bytes(buf[:size]) == value
             out.setdefault("sizes", []).append(row)
 
+        # Restart on the same directory: setup time against what the scan registered.
+        on_disk = sum(os.path.getsize(os.path.join(args.dir, f))
+                      for f in os.listdir(args.dir) if f.endswith(".bucket"))
+        holder.close()
+        reg0 = metric(http, "master_offload_registered_total")
+        holder = Holder(addr, args.segment, args.dir)
+        s.remove_all(force=True)
+        out["restart"] = {"bytes_on_disk": on_disk, "setup_s": round(holder.setup_s, 3),
+                          "registered": metric(http, "master_offload_registered_total") - reg0}
+
         # Single gets, cold, of disk-resident 4 KiB and 1 MiB objects.
         for size in (4096, MIB):
             keys = [f"lat{size}-{i}" for i in range(args.latency_gets)]
@@ -203,35 +214,34 @@ def main():
                                            "from_disk_of_first_20": from_disk}
             s.remove_all(force=True)
 
-        # DRAM hits, tier on (holder with a disk) against a holder without it.
+        # DRAM hits, tier on (holder with a disk) against a holder without it: after the
+        # offload of the objects above has ended (it would compete for the CPUs), alternated,
+        # the best of two runs each.
+        while metric(http, "master_offload_queued") > 0:
+            time.sleep(0.1)
+        time.sleep(2)
         plain = Holder(addr, args.segment, "")
-        rates = {}
+        rates = {"tier_on": 0.0, "tier_off": 0.0}
         for name, target in (("tier_on", holder.name), ("tier_off", plain.name)):
             cfg = ReplicateConfig()
             cfg.preferred_segment = target
-            keys = [f"hit-{name}-{i}" for i in range(128)]
-            v = os.urandom(4096)
-            for k in keys:
-                assert s.put(k, v, cfg) == 0
-            t = time.perf_counter()
-            n = 0
-            while time.perf_counter() - t < 2:
-                rcs = s.batch_get_into(keys, [base + i * 4096 for i in range(128)], [4096] * 128)
-                assert all(r == 4096 for r in rcs)
-                n += 128
-            rates[name] = n / (time.perf_counter() - t)
+            for i in range(128):
+                assert s.put(f"hit-{name}-{i}", os.urandom(4096), cfg) == 0
+        for _ in range(2):
+            for name in ("tier_on", "tier_off"):
+                keys = [f"hit-{name}-{i}" for i in range(128)]
+                t = time.perf_counter()
+                n = 0
+                while time.perf_counter() - t < 2:
+                    rcs = s.batch_get_into(keys, [base + i * 4096 for i in range(128)],
+                                           [4096] * 128)
+                    assert all(r == 4096 for r in rcs)
+                    n += 128
+                rates[name] = max(rates[name], n / (time.perf_counter() - t))
         out["dram_hits_4k_per_s"] = {k: round(v) for k, v in rates.items()}
         out["dram_hits_on_over_off"] = round(rates["tier_on"] / rates["tier_off"], 3)
         plain.close()
 
-        # Restart on the same directory: setup time against what the scan registered.
-        on_disk = sum(os.path.getsize(os.path.join(args.dir, f))
-                      for f in os.listdir(args.dir) if f.endswith(".bucket"))
-        holder.close()
-        reg0 = metric(http, "master_offload_registered_total")
-        holder = Holder(addr, args.segment, args.dir)
-        out["restart"] = {"bytes_on_disk": on_disk, "setup_s": round(holder.setup_s, 3),
-                          "registered": metric(http, "master_offload_registered_total") - reg0}
     finally:
         s.close()
         holder.close()

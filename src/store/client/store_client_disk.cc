@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 #include <unordered_map>
 
 #include "store/client/store_client_impl.h"
@@ -198,6 +199,8 @@ void StoreClient::Impl::RunOffload(bool final) {
   }
   const DiskConfig& cfg = disk->config();
   const auto until = std::chrono::steady_clock::now() + opt.rpc_timeout;
+  bool worked = false;
+  int idle_polls = 0;
   for (int round = 0; round < 10000 && (final ? std::chrono::steady_clock::now() < until
                                               : !closed.load());
        ++round) {
@@ -224,10 +227,19 @@ void StoreClient::Impl::RunOffload(bool final) {
       if (!disk->RemoveUpTo(rm).ok()) break;
       removals_done = resp.removals_end();
     }
+    for (const auto& p : resp.promotions()) Promote(p.key(), p.version(), p.size());
     if (resp.items_size() == 0) {
-      if (resp.removals_size() > 0) continue;  // acknowledge them
+      if (resp.removals_size() > 0 || resp.promotions_size() > 0) continue;
+      // After work, stay a little: puts arriving while the pool is full of objects waiting
+      // for this disk would otherwise wait for the next heartbeat.
+      if (worked && idle_polls++ < 25 && !final) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
       break;
     }
+    worked = true;
+    idle_polls = 0;
     // Room first (the master is told before anything is deleted; no RPC under the layout).
     uint64_t incoming = 0;
     for (const auto& it : resp.items()) incoming += it.size() + it.key().size() + 96;
@@ -326,6 +338,57 @@ void StoreClient::Impl::RunOffload(bool final) {
   }
 }
 
+void StoreClient::Impl::Promote(const std::string& key, uint64_t version, uint64_t size) {
+  rpc::PutStartRequest req;
+  req.set_client_id(client_id);
+  req.set_promote_version(version);
+  req.mutable_config()->set_replica_num(1);
+  if (segment != nullptr) req.mutable_config()->add_preferred_segments(seg_name);
+  auto* item = req.add_items();
+  item->set_key(key);
+  item->set_size(size);
+  rpc::PutStartResponse resp;
+  if (Checked("PutStart (promotion)", master->PutStart(req, &resp)) != 0 || resp.code() != 0 ||
+      resp.results_size() != 1 || resp.results(0).code() != 0) {
+    VLOG(1) << "disk tier: promotion of " << key << " not started";
+    return;
+  }
+  // The value from the disk (checked) into the new replica: read straight into it when it
+  // lies in this client's own segment, else staged and written with the engine.
+  bool ok = true;
+  std::string tmp;
+  std::vector<Job> jobs;
+  const auto& reps = resp.results(0).replicas();
+  for (const auto& rep : reps) {
+    const uint64_t addr = rep.buffer().addr();
+    const uint64_t base = reinterpret_cast<uint64_t>(segment);
+    const bool mine = rep.buffer().segment_name() == seg_name && segment != nullptr &&
+                      addr >= base && size <= opt.global_segment_size &&
+                      addr - base <= opt.global_segment_size - size;
+    if (mine) {
+      ok = ok && disk->Read(key, reinterpret_cast<void*>(addr), size, version).ok();
+      continue;
+    }
+    if (tmp.empty()) {
+      tmp.resize(size);
+      ok = ok && disk->Read(key, tmp.data(), size, version).ok();
+    }
+    AddJobs(TransferRequest::WRITE, {{tmp.data(), size}}, &rep.buffer().segment_name(), addr, 0,
+            &jobs);
+  }
+  if (ok && !jobs.empty()) {
+    std::vector<char> failed(1, 0);
+    copier->Run(jobs, &failed);
+    ok = !failed[0];
+  }
+  rpc::KeysRequest end;
+  end.set_client_id(client_id);
+  end.add_keys(key);
+  rpc::CodesResponse done;
+  (void)Checked("PutEnd (promotion)",
+                ok ? master->PutEnd(end, &done) : master->PutRevoke(end, &done));
+}
+
 void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
                                       const std::vector<size_t>& which,
                                       const rpc::GetReplicaListResponse& resp,
@@ -364,7 +427,8 @@ void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
           tmp.resize(r.size());
           dst = tmp.data();
         }
-        Status s = disk->Read(keys[i], dst, r.size(), r.version());
+        const std::string& stored = replica[i]->key().empty() ? keys[i] : replica[i]->key();
+        Status s = disk->Read(stored, dst, r.size(), r.version());
         if (!s.ok()) {
           LOG(WARNING) << "get " << keys[i] << " from this client's disk: " << s.message();
           (*out)[i] = ToInt(s.IsNotFound() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::FILE_READ_FAIL);
@@ -389,7 +453,7 @@ void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
       req.set_client_id(client_id);
       for (size_t i : left) {
         const auto& r = resp.results(static_cast<int>(i));
-        req.add_keys(keys[i]);
+        req.add_keys(replica[i]->key().empty() ? keys[i] : replica[i]->key());
         req.add_versions(r.version());
         req.add_sizes(r.size());
       }

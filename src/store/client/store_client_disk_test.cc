@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,14 @@ MasterConfig OffloadMaster() {
   c.offload.enable = true;
   c.default_kv_lease_ttl_ms = 300;  // offloaded objects may be evicted soon after
   return c;
+}
+
+bool StoreClientDiskTest_WaitFor(const std::function<bool()>& cond, int ms = 10000) {
+  for (int i = 0; i < ms / 10; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return cond();
 }
 
 class StoreClientDiskTest : public ::testing::Test {
@@ -203,6 +212,52 @@ TEST_F(StoreClientDiskTest, AHolderRestartedOnTheSameDirectoryServesItsObjectsAg
   }
   EXPECT_EQ(failed, 5);
   EXPECT_GT(a3->disk_store()->stats().corrupted_reads, 0u);
+}
+
+TEST(StoreClientDiskPromotion, AnObjectReadOftenFromDiskComesBackToMemoryByteExact) {
+  ::setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "67108864", 1);
+  ::setenv("MOONCAKE_OFFLOAD_FSYNC", "none", 1);
+  MasterConfig c = OffloadMaster();
+  c.offload.promotion_on_hit = true;
+  c.offload.promotion_threshold = 1;
+  auto master = std::make_shared<InProcessMaster>(c);
+  TempDir d;
+  StoreClientOptions o;
+  o.local_hostname = "127.0.0.1";
+  o.global_segment_size = 4 * MiB;
+  o.master = master;
+  o.heartbeat_interval = milliseconds(50);
+  o.enable_offload = true;
+  o.offload_path = d.path();
+  int code = 0;
+  std::string msg;
+  auto a = StoreClient::Create(o, &code, &msg);
+  ASSERT_NE(a, nullptr) << msg;
+  auto b = testing::MakeClient(master, 0);
+  std::vector<std::vector<char>> values;
+  for (int i = 0; i < 10; ++i) {
+    values.push_back(Bytes(MiB, 50 + i));
+    while (b->Put("p" + std::to_string(i), {{values[i].data(), MiB}}, ReplicateConfig{}) != 0) {
+      std::this_thread::sleep_for(milliseconds(20));  // the pool waits for the disk
+    }
+  }
+  auto where = [&](const std::string& k) {
+    auto r = b->BatchQueryReplicas({k});
+    bool mem = false, disk = false;
+    for (const auto& x : r[0].replicas) (x.disk ? disk : mem) = true;
+    return std::make_pair(mem, disk);
+  };
+  ASSERT_TRUE(StoreClientDiskTest_WaitFor([&] { return where("p0") == std::make_pair(false, true); }));
+  std::vector<char> out(MiB);
+  ASSERT_EQ(b->Get("p0", {{out.data(), MiB}}), static_cast<int64_t>(MiB));  // from the disk
+  EXPECT_EQ(out, values[0]);
+  // The owner's worker brings it back; then reads come from memory, same bytes.
+  ASSERT_TRUE(StoreClientDiskTest_WaitFor([&] { return where("p0").first; }));
+  const uint64_t before = b->offload_rpc_reads();
+  std::fill(out.begin(), out.end(), 0);
+  ASSERT_EQ(b->Get("p0", {{out.data(), MiB}}), static_cast<int64_t>(MiB));
+  EXPECT_EQ(out, values[0]);
+  EXPECT_EQ(b->offload_rpc_reads(), before);
 }
 
 }  // namespace

@@ -194,6 +194,8 @@ class StoreClient::Impl {
   int MountDisk();
   // final: Close's last run (ends with the queue, or after rpc_timeout).
   void RunOffload(bool final = false);
+  // --promotion_on_hit: the disk's value of `key` back into memory (a put of that version).
+  void Promote(const std::string& key, uint64_t version, uint64_t size);
   // Reads keys[i] (i in `which`, each with a disk replica in its result) from their owners'
   // disks into parts[i]: out[i] the size or a negative code.
   void ReadFromDisks(const std::vector<std::string>& keys, const std::vector<size_t>& which,

@@ -79,6 +79,7 @@ struct DiskCounters {
   uint64_t removals = 0, evicted = 0;    // disk replicas dropped: told to the disk / by it
   uint64_t held_for_offload = 0;         // --offload_on_evict: victims kept until offloaded
   uint64_t evict_requests = 0, evict_failures = 0;  // EvictDisk calls (refused: failures)
+  uint64_t promotions_queued = 0, promotions_started = 0, promotions_done = 0;
 };
 
 struct MasterCounters {

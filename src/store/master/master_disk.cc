@@ -164,6 +164,10 @@ void MasterService::DiskOnCompleteLocked(const std::string& key, const Object& o
   if (!disk_objects_.empty()) {
     auto it = disk_objects_.find(key);
     if (it != disk_objects_.end() && it->second.version != obj.version) DiskForgetLocked(key);
+    if (it != disk_objects_.end() && it->second.version == obj.version) {
+      ++counters_.disk.promotions_done;  // a promotion: its disk replica stays
+      return;
+    }
   }
   if (config_.offload.enable && !config_.offload.on_evict && !disk_of_client_.empty()) {
     QueueOffloadLocked(key, obj);
@@ -236,12 +240,23 @@ bool MasterService::FillDiskLocked(const std::string& key, bool count_read,
   r->mutable_disk()->set_endpoint(d.endpoint);
   r->mutable_disk()->set_store_id(d.store_id);
   r->mutable_disk()->set_owner(d.client_id);
+  r->mutable_disk()->set_key(key);
   *size = it->second.size;
   *version = it->second.version;
   if (count_read) {
     ++it->second.reads;
     ++counters_.disk.disk_gets;
     counters_.disk.disk_get_bytes += it->second.size;
+    // Read often: back to memory, by its disk's owner (not in strict tenant mode, whose
+    // puts are scoped by the writer's tenant).
+    Disk& owner = *disks_.at(it->second.disk);
+    if (config_.offload.promotion_on_hit && !config_.enable_multi_tenants &&
+        it->second.reads >= config_.offload.promotion_threshold &&
+        owner.promotions.size() < config_.offload.promotion_queue_limit &&
+        objects_.find(key) == objects_.end() && owner.promoting.insert(key).second) {
+      owner.promotions.emplace_back(key, it->second.version);
+      ++counters_.disk.promotions_queued;
+    }
   }
   return true;
 }
@@ -251,7 +266,8 @@ uint32_t MasterService::OffloadWaitingLocked(const std::string& client) const {
   auto it = disk_of_client_.find(client);
   if (it == disk_of_client_.end()) return 0;
   const Disk& d = *disks_.at(it->second);
-  return static_cast<uint32_t>(std::min<size_t>(d.queue.size() + d.removals.size(), UINT32_MAX));
+  return static_cast<uint32_t>(
+      std::min<size_t>(d.queue.size() + d.removals.size() + d.promotions.size(), UINT32_MAX));
 }
 
 rpc::OffloadFetchResponse MasterService::OffloadFetch(const rpc::OffloadFetchRequest& req) {
@@ -282,6 +298,24 @@ rpc::OffloadFetchResponse MasterService::OffloadFetch(const rpc::OffloadFetchReq
   resp.set_removals_end(d.removals_base + static_cast<uint64_t>(resp.removals_size()));
   const auto ttl = std::chrono::milliseconds(config_.default_kv_lease_ttl_ms);
   resp.set_lease_ttl_ms(config_.default_kv_lease_ttl_ms);
+  // Promotions: still on this disk at that version, still without a memory replica.
+  for (uint32_t n = 0; n < config_.offload.promotion_per_fetch && !d.promotions.empty();) {
+    auto [key, version] = std::move(d.promotions.front());
+    d.promotions.pop_front();
+    d.promoting.erase(key);
+    auto e = disk_objects_.find(key);
+    if (e == disk_objects_.end() || e->second.disk != dit->second ||
+        e->second.version != version || objects_.find(key) != objects_.end()) {
+      continue;
+    }
+    e->second.reads = 0;
+    rpc::OffloadItem* p = resp.add_promotions();
+    p->set_key(key);
+    p->set_version(version);
+    p->set_size(e->second.size);
+    ++counters_.disk.promotions_started;
+    ++n;
+  }
   uint64_t bytes = 0;
   while (!d.queue.empty() && static_cast<uint32_t>(resp.items_size()) < max_items) {
     auto [key, version] = std::move(d.queue.front());
@@ -388,6 +422,9 @@ rpc::OffloadDoneResponse MasterService::OffloadDone(const rpc::OffloadDoneReques
       }
       // A value from before a master restart keeps its version: no new one may equal it.
       next_version_ = std::max(next_version_, item.version() + 1);
+      // The writer has read the memory: its lease from OffloadFetch ends (unless a reader's
+      // came after), so that eviction may take the memory replica now.
+      if (in_memory) EndOwnLeaseLocked(&it->second, req.client_id(), now_());
       ++counters_.disk.recorded;
       if (req.registration()) ++counters_.disk.registered;
     } else {
@@ -472,6 +509,12 @@ std::string MasterService::DiskMetricsLocked() const {
           c.removals);
   counter("master_disk_evicted_total", "Disk replicas dropped by their disk's eviction",
           c.evicted);
+  counter("master_promotion_queued_total", "Disk replicas read often, queued for memory",
+          c.promotions_queued);
+  counter("master_promotion_started_total", "Promotions handed to their disk's owner",
+          c.promotions_started);
+  counter("master_promotion_done_total", "Promotions completed (a memory replica again)",
+          c.promotions_done);
   counter("master_offload_held_total",
           "Eviction victims kept in memory until offloaded (--offload_on_evict)",
           c.held_for_offload);

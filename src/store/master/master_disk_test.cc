@@ -294,6 +294,62 @@ TEST_F(MasterDiskTest, EagerOffloadKeepsWhatWaitsForItsDiskAndEvictsWhatHasNone)
   EXPECT_EQ(Exist("a2"), kOk);
 }
 
+TEST_F(MasterDiskTest, AReportEndsTheWritersLeaseSoTheMemoryMayGoAtOnce) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("w", "a", 1024), kOk);
+  ASSERT_EQ(Put("w", "b", 1024), kOk);
+  OffloadAll("c1");  // fetched (leased for 10 s) and reported at once
+  ASSERT_EQ(Put("w", "c", 1024), kOk);  // evicts a's memory without waiting for the lease
+  EXPECT_TRUE(OnDisk(Get("a")));
+}
+
+TEST_F(MasterDiskTest, ObjectsReadOftenFromADiskArePromotedBackToMemory) {
+  MasterConfig c;
+  c.offload.enable = true;
+  c.offload.promotion_on_hit = true;
+  c.offload.promotion_threshold = 2;
+  Make(c);
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 1 << 20), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("c1", "k", 100), kOk);
+  OffloadAll("c1");
+  const uint64_t v = Get("k").version();
+  ASSERT_EQ(Unmount("c1", "seg1", 0x10000000), kOk);
+  master_->Tick();
+  ASSERT_EQ(Mount("c1", "seg1b", 0x20000000, 1 << 20), kOk);
+  EXPECT_TRUE(OnDisk(Get("k")));
+  EXPECT_EQ(Fetch("c1").promotions_size(), 0);  // one read: below the threshold
+  EXPECT_TRUE(OnDisk(Get("k")));
+  EXPECT_GT(Ping("c1").offload_waiting(), 0u);
+  auto f = Fetch("c1");
+  ASSERT_EQ(f.promotions_size(), 1);
+  EXPECT_EQ(f.promotions(0).key(), "k");
+  EXPECT_EQ(f.promotions(0).version(), v);
+  // A plain put of the key is refused; the promotion's put of that version is not.
+  EXPECT_EQ(PutStart("c1", "k", 100).code(), ToInt(ErrorCode::OBJECT_ALREADY_EXISTS));
+  rpc::PutStartRequest req;
+  req.set_client_id("c1");
+  req.set_promote_version(v + 1);
+  auto* item = req.add_items();
+  item->set_key("k");
+  item->set_size(100);
+  EXPECT_EQ(master_->PutStart(req).results(0).code(), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  req.set_promote_version(v);
+  ASSERT_EQ(master_->PutStart(req).results(0).code(), kOk);
+  ASSERT_EQ(PutEnd("c1", "k"), kOk);
+  auto g = Get("k");
+  ASSERT_EQ(g.replicas_size(), 1);
+  EXPECT_TRUE(g.replicas(0).has_buffer());  // memory again, same value
+  EXPECT_EQ(g.version(), v);
+  auto with = Keys("reader", {"k"});
+  with.set_with_disk(true);
+  EXPECT_EQ(master_->GetReplicaList(with).results(0).replicas_size(), 2);  // the disk's stays
+  EXPECT_EQ(Ping("c1").offload_waiting(), 0u);  // not queued to be written again
+  EXPECT_EQ(Metrics()["master_promotion_done_total"], 1u);
+}
+
 TEST_F(MasterDiskTest, OffloadForceEvictEvictsWhatCannotWait) {
   MakeOffload(/*on_evict=*/true, /*force_evict=*/true);
   ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 4 * 1024), kOk);

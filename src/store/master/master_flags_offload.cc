@@ -1,6 +1,8 @@
 // mooncake_master's disk-tier flags (upstream's names and defaults; src/store/disk/README.md).
 #include <glog/logging.h>
 
+#include <cstdint>
+
 #include "store/master/master_flags.h"
 
 DEFINE_bool(enable_offload, false,
@@ -16,11 +18,20 @@ DEFINE_uint64(offloading_queue_limit, 50000, "Objects waiting for one disk at mo
 DEFINE_double(offload_cap_ratio, 0.5,
               "Share of --offloading_queue_limit one eviction pass may queue, in [0, 1]");
 DEFINE_bool(promotion_on_hit, false,
-            "Bring objects read from disk often back to memory (not built yet: reads are served "
-            "from the disk)");
-DEFINE_uint64(promotion_admission_threshold, 2, "Disk reads before a promotion (not built yet)");
-DEFINE_uint64(promotion_queue_limit, 50000, "Promotions waiting at most (not built yet)");
-DEFINE_uint64(promotion_max_per_heartbeat, 1, "Promotions per heartbeat (not built yet)");
+            "Bring objects read from a disk often back to memory (by the disk's owner)");
+DEFINE_uint64(promotion_admission_threshold, 2, "Reads from disk before a promotion (>= 1)");
+DEFINE_uint64(promotion_queue_limit, 50000, "Promotions waiting per disk at most");
+DEFINE_uint64(promotion_max_per_heartbeat, 1,
+              "Promotions handed to a disk's owner per fetch (1..4096)");
+// Upstream's legacy DISK replicas (a shared file system whose paths the master hands out):
+// accepted so that upstream's command lines start, not built (the disk tier is the clients'
+// local disks: --enable_offload).
+DEFINE_string(root_fs_dir, "",
+              "Upstream's legacy shared-file-system DISK replicas: not built here (accepted and "
+              "ignored, with a warning); the disk tier is --enable_offload");
+DEFINE_int64(global_file_segment_size, 0, "With --root_fs_dir (not built here)");
+DEFINE_bool(enable_disk_eviction, true, "With --root_fs_dir (not built here)");
+DEFINE_uint64(quota_bytes, 0, "With --root_fs_dir (not built here)");
 
 namespace mooncake {
 namespace store {
@@ -36,10 +47,24 @@ Status OffloadSettingsFromFlags(MasterConfig* config) {
     LOG(WARNING) << "--offload_on_evict / --offload_force_evict do nothing without "
                     "--enable_offload";
   }
-  if (FLAGS_promotion_on_hit) {
-    LOG(WARNING) << "--promotion_on_hit: promotion to memory is not built yet; objects read "
-                    "from disk are served from the disk";
+  if (FLAGS_promotion_admission_threshold == 0 || FLAGS_promotion_admission_threshold > UINT32_MAX ||
+      FLAGS_promotion_max_per_heartbeat == 0 || FLAGS_promotion_max_per_heartbeat > 4096) {
+    return Status::InvalidArgument(
+        "--promotion_admission_threshold must be >= 1 and --promotion_max_per_heartbeat in "
+        "1..4096");
   }
+  if (!FLAGS_root_fs_dir.empty()) {
+    LOG(WARNING) << "--root_fs_dir=" << FLAGS_root_fs_dir
+                 << ": upstream's legacy shared-file-system DISK replicas are not built here; "
+                    "the flag is ignored (the disk tier is the clients' local disks, "
+                    "--enable_offload)";
+  }
+  config->offload.promotion_on_hit = FLAGS_promotion_on_hit;
+  config->offload.promotion_threshold =
+      static_cast<uint32_t>(FLAGS_promotion_admission_threshold);
+  config->offload.promotion_queue_limit = FLAGS_promotion_queue_limit;
+  config->offload.promotion_per_fetch =
+      static_cast<uint32_t>(FLAGS_promotion_max_per_heartbeat);
   config->offload.enable = FLAGS_enable_offload;
   config->offload.on_evict = FLAGS_offload_on_evict;
   config->offload.force_evict = FLAGS_offload_force_evict;

@@ -311,7 +311,20 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       }
       continue;
     }
-    if (existing == objects_.end() && !disk_objects_.empty() && disk_objects_.count(item.key())) {
+    if (req.promote_version() != 0) {
+      // A promotion: the value on a disk, of that version, back into memory.
+      auto on_disk = disk_objects_.find(item.key());
+      if (existing != objects_.end() || on_disk == disk_objects_.end() ||
+          on_disk->second.version != req.promote_version() ||
+          on_disk->second.size != item.size()) {
+        result->set_code(Code(existing != objects_.end() ? ErrorCode::OBJECT_ALREADY_EXISTS
+                                                         : ErrorCode::OBJECT_NOT_FOUND));
+        result->set_message("key " + item.key() + ": not a disk-only value of version " +
+                            std::to_string(req.promote_version()));
+        continue;
+      }
+    } else if (existing == objects_.end() && !disk_objects_.empty() &&
+               disk_objects_.count(item.key())) {
       result->set_code(Code(ErrorCode::OBJECT_ALREADY_EXISTS));
       result->set_message("key " + item.key() + " already exists (on a disk)");
       continue;
@@ -332,6 +345,7 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
       continue;
     }
     Object obj = NewObjectLocked(req, item.size(), owner, now);
+    if (req.promote_version() != 0) obj.version = req.promote_version();
     if (!PlaceOrFailLocked(item.key(), item.size(), req.config(), &obj, result, now)) {
       continue;
     }

@@ -105,6 +105,10 @@ struct MasterConfig {
     bool force_evict = false;   // --offload_force_evict: evict what cannot be offloaded now
     uint64_t queue_limit = 50000;  // --offloading_queue_limit: objects waiting per disk
     double cap_ratio = 0.5;     // --offload_cap_ratio: of queue_limit, queued per eviction pass
+    bool promotion_on_hit = false;          // --promotion_on_hit
+    uint32_t promotion_threshold = 2;       // --promotion_admission_threshold: disk reads
+    uint64_t promotion_queue_limit = 50000;  // --promotion_queue_limit: per disk
+    uint32_t promotion_per_fetch = 1;       // --promotion_max_per_heartbeat
   } offload;
 };
 

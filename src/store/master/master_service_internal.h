@@ -78,6 +78,9 @@ struct MasterService::Disk {
   // them by number (OffloadFetchRequest.removals_done).
   std::deque<std::pair<std::string, uint64_t>> removals;
   uint64_t removals_base = 0;
+  // --promotion_on_hit: keys (and the version on this disk) to bring back to memory.
+  std::deque<std::pair<std::string, uint64_t>> promotions;
+  std::unordered_set<std::string> promoting;
   uint64_t keys = 0, bytes = 0;  // its disk replicas
   MasterService::Clock::time_point detached_at{};
 };
