@@ -60,7 +60,8 @@ Result<std::unique_ptr<OffloadService>> OffloadService::Start(TransferEngine* en
 OffloadService::OffloadService(TransferEngine* engine, DiskStore* disk, Options options)
     : engine_(engine), disk_(disk), opt_(std::move(options)), alloc_(opt_.buffer_size, 64) {
   std::random_device rd;
-  next_batch_ = (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
+  MutexLock l(&mu_);
+  batch_ids_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
 }
 
 OffloadService::~OffloadService() { Stop(); }
@@ -123,7 +124,7 @@ rpc::OffloadReadResponse OffloadService::Read(const rpc::OffloadReadRequest& req
     const uint64_t reader_cap = std::max<uint64_t>(opt_.buffer_size / 4, 1);
     Batch b;
     b.reader = req.client_id();
-    b.expires = now + opt_.hold;
+    b.expires = std::chrono::steady_clock::time_point::max();  // set once the reads are done
     for (int i = 0; i < req.keys_size(); ++i) {
       const uint64_t size = req.sizes(i);
       if (size == 0 || held + size > reader_cap) continue;
@@ -135,7 +136,9 @@ rpc::OffloadReadResponse OffloadService::Read(const rpc::OffloadReadRequest& req
       b.offsets.push_back(*off);
     }
     if (held == 0) held_by_reader_.erase(req.client_id());
-    batch_id = next_batch_++;
+    do {
+      batch_id = batch_ids_() | 1;
+    } while (batches_.count(batch_id) != 0);
     if (!b.offsets.empty()) batches_.emplace(batch_id, std::move(b));
   }
   resp.set_batch_id(batch_id);
@@ -150,7 +153,8 @@ rpc::OffloadReadResponse OffloadService::Read(const rpc::OffloadReadRequest& req
       continue;
     }
     char* dst = buffer_ + offsets[i];
-    Status s = disk_->Read(req.keys(i), dst, req.sizes(i), req.versions(i));
+    uint32_t crc = 0;
+    Status s = disk_->Read(req.keys(i), dst, req.sizes(i), req.versions(i), &crc);
     if (!s.ok()) {
       r->set_code(ToInt(s.code() == Status::Code::kDataLoss ? ErrorCode::FILE_READ_FAIL
                         : s.IsNotFound() || s.IsInvalidArgument() ? ErrorCode::OBJECT_NOT_FOUND
@@ -162,24 +166,30 @@ rpc::OffloadReadResponse OffloadService::Read(const rpc::OffloadReadRequest& req
     reads_served_.fetch_add(1, std::memory_order_relaxed);
     r->set_code(ToInt(ErrorCode::OK));
     r->set_addr(reinterpret_cast<uint64_t>(dst));
+    r->set_crc(crc);
   }
-  if (!bad.empty()) {  // their space goes back now
+  {
+    // The hold starts now that the bytes are there; the space of the failed reads goes back.
     MutexLock l(&mu_);
     auto it = batches_.find(batch_id);
-    for (uint64_t off : bad) {
-      alloc_.Free(off);
-      if (it == batches_.end()) continue;
+    if (it != batches_.end()) {
+      it->second.expires = std::chrono::steady_clock::now() + opt_.hold;
       auto& offs = it->second.offsets;
-      offs.erase(std::find(offs.begin(), offs.end(), off));
+      for (uint64_t off : bad) {
+        auto at = std::find(offs.begin(), offs.end(), off);
+        if (at == offs.end()) continue;
+        offs.erase(at);
+        alloc_.Free(off);
+      }
     }
   }
   return resp;
 }
 
-void OffloadService::Release(uint64_t batch_id) {
+void OffloadService::Release(uint64_t batch_id, const std::string& reader) {
   MutexLock l(&mu_);
   auto it = batches_.find(batch_id);
-  if (it == batches_.end()) return;
+  if (it == batches_.end() || it->second.reader != reader) return;
   it->second.expires = std::chrono::steady_clock::time_point::min();
   ExpireLocked(std::chrono::steady_clock::now());
 }
@@ -206,7 +216,7 @@ RpcStatus OffloadService::Handle(uint16_t method, const char* data, size_t n, st
         out->append("the payload is not an OffloadRelease request");
         return RpcStatus::kBadRequest;
       }
-      Release(req.batch_id());
+      Release(req.batch_id(), req.client_id());
       rpc::OffloadReleaseResponse resp;
       resp.set_code(0);
       resp.AppendToString(out);

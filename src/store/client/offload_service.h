@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <random>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -54,7 +55,8 @@ class OffloadService {
 
   // Handles one OffloadRead locally (a reader in this very process): the same rules.
   rpc::OffloadReadResponse Read(const rpc::OffloadReadRequest& req) MC_EXCLUDES(mu_);
-  void Release(uint64_t batch_id) MC_EXCLUDES(mu_);
+  // Only the reader the batch was read for releases it.
+  void Release(uint64_t batch_id, const std::string& reader) MC_EXCLUDES(mu_);
 
   // Batches held now (tests); reads served.
   size_t batches() const MC_EXCLUDES(mu_);
@@ -81,7 +83,7 @@ class OffloadService {
   AddressedAllocator alloc_ MC_GUARDED_BY(mu_);
   std::map<uint64_t, Batch> batches_ MC_GUARDED_BY(mu_);
   std::unordered_map<std::string, uint64_t> held_by_reader_ MC_GUARDED_BY(mu_);
-  uint64_t next_batch_ MC_GUARDED_BY(mu_) = 1;
+  std::mt19937_64 batch_ids_ MC_GUARDED_BY(mu_);  // unguessable batch ids
   std::atomic<uint64_t> reads_served_{0};
 };
 

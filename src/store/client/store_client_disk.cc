@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/crc32c.h"
 #include "store/client/store_client_impl.h"
 
 namespace mooncake {
@@ -141,8 +142,14 @@ bool EvictFromDisk(StoreClient::Impl* impl, uint64_t bytes) {
     rpc::EvictDiskResponse resp;
     if (StoreClient::Impl::Checked("EvictDisk", impl->master->EvictDisk(req, &resp)) != 0 ||
         resp.code() != 0) {
-      impl->disk->CancelEviction(plan);  // nothing deleted that the master may still name
-      return false;
+      if (at == 0) {
+        impl->disk->CancelEviction(plan);  // nothing deleted that the master may still name
+        return false;
+      }
+      // Part told: the files go all the same (the master forgot some of their keys, which
+      // must not come back), and the rest is told later.
+      impl->disk->ReportLater({plan.keys.begin() + static_cast<ptrdiff_t>(at), plan.keys.end()});
+      break;
     }
   }
   Status s = impl->disk->FinishEviction(plan);
@@ -198,6 +205,21 @@ void StoreClient::Impl::RunOffload(bool final) {
     return;
   }
   const DiskConfig& cfg = disk->config();
+  // Keys the disk dropped (a record failing its checks) or still owes the master: told, so
+  // that no reader is sent to them and the key may be put again.
+  if (std::vector<std::string> gone = disk->TakeDropped(); !gone.empty() && disk_mounted.load()) {
+    for (size_t at = 0; at < gone.size(); at += kMaxBatchItems) {
+      rpc::EvictDiskRequest req;
+      req.set_client_id(client_id);
+      const size_t end = std::min(gone.size(), at + kMaxBatchItems);
+      for (size_t i = at; i < end; ++i) req.add_keys(gone[i]);
+      rpc::EvictDiskResponse resp;
+      if (Checked("EvictDisk", master->EvictDisk(req, &resp)) != 0 || resp.code() != 0) {
+        disk->ReportLater({gone.begin() + static_cast<ptrdiff_t>(at), gone.end()});
+        break;
+      }
+    }
+  }
   const auto until = std::chrono::steady_clock::now() + opt.rpc_timeout;
   bool worked = false;
   int idle_polls = 0;
@@ -212,6 +234,7 @@ void StoreClient::Impl::RunOffload(bool final) {
     const auto sent = std::chrono::steady_clock::now();
     rpc::OffloadFetchResponse resp;
     if (Checked("OffloadFetch", master->OffloadFetch(req, &resp)) != 0 || resp.code() != 0) break;
+    if (disk_unmounted.load()) break;  // unmount_local_disk_segment meanwhile: not again
     if (resp.disk_unknown()) {
       disk_mounted = false;
       LOG(WARNING) << "disk tier: the master does not know this client's disk (restarted, or "
@@ -224,7 +247,7 @@ void StoreClient::Impl::RunOffload(bool final) {
       std::vector<std::pair<std::string, uint64_t>> rm;
       rm.reserve(resp.removals_size());
       for (const auto& r : resp.removals()) rm.emplace_back(r.key(), r.version());
-      if (!disk->RemoveUpTo(rm).ok()) break;
+      if (!disk->RemoveUpTo(rm).ok()) break;  // not durable: not acknowledged, sent again
       removals_done = resp.removals_end();
     }
     for (const auto& p : resp.promotions()) Promote(p.key(), p.version(), p.size());
@@ -321,7 +344,12 @@ void StoreClient::Impl::RunOffload(bool final) {
     rpc::OffloadDoneResponse dr;
     if (Checked("OffloadDone", master->OffloadDone(done, &dr)) != 0 || dr.code() != 0 ||
         dr.codes_size() != static_cast<int>(written.size())) {
-      break;  // unreported copies stay on disk: the next registration offers them
+      // Unreported copies go: the master may have forgotten these values meanwhile, and a
+      // later registration must not bring them back.
+      std::vector<std::pair<std::string, uint64_t>> rm;
+      for (const auto& w : written) rm.emplace_back(w.key, w.put_id);
+      (void)disk->RemoveUpTo(rm);
+      break;
     }
     std::vector<std::pair<std::string, uint64_t>> refused;
     for (size_t i = 0; i < written.size(); ++i) {
@@ -339,6 +367,8 @@ void StoreClient::Impl::RunOffload(bool final) {
 }
 
 void StoreClient::Impl::Promote(const std::string& key, uint64_t version, uint64_t size) {
+  auto on_disk = disk->Size(key);
+  if (!on_disk.ok() || *on_disk != size) return;  // not this value (a master's mistake)
   rpc::PutStartRequest req;
   req.set_client_id(client_id);
   req.set_promote_version(version);
@@ -431,6 +461,7 @@ void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
         Status s = disk->Read(stored, dst, r.size(), r.version());
         if (!s.ok()) {
           LOG(WARNING) << "get " << keys[i] << " from this client's disk: " << s.message();
+          if (!s.IsNotFound() && offload_worker) offload_worker->Poke();
           (*out)[i] = ToInt(s.IsNotFound() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::FILE_READ_FAIL);
           continue;
         }
@@ -494,8 +525,28 @@ void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
       if (!jobs.empty()) copier->Run(jobs, &failed);
       for (size_t k = 0; k < left.size(); ++k) {
         const size_t i = left[k];
-        if (rr.results(static_cast<int>(k)).code() != 0) continue;
-        if (failed[i]) {
+        const auto& res = rr.results(static_cast<int>(k));
+        if (res.code() != 0) continue;
+        // The copy is checked end to end against the record's CRC32C: bytes the owner's
+        // buffer no longer held (or that changed on the way) are never returned.
+        bool intact = !failed[i];
+        if (intact) {
+          const std::string& stored = replica[i]->key().empty() ? keys[i] : replica[i]->key();
+          uint32_t crc = Crc32c(0, stored.data(), stored.size());
+          uint64_t left_bytes = resp.results(static_cast<int>(i)).size();
+          for (const auto& p : parts[i]) {
+            if (left_bytes == 0) break;
+            const uint64_t n = std::min<uint64_t>(p.size, left_bytes);
+            crc = Crc32c(crc, p.ptr, n);
+            left_bytes -= n;
+          }
+          intact = crc == res.crc();
+          if (!intact) {
+            LOG(WARNING) << "get " << keys[i] << " from the disk of " << endpoint
+                         << ": the copy fails its CRC32C; not returned";
+          }
+        }
+        if (!intact) {
           (*out)[i] = ToInt(ErrorCode::TRANSFER_FAIL);
         } else {
           (*out)[i] = static_cast<int64_t>(resp.results(static_cast<int>(i)).size());
@@ -504,6 +555,7 @@ void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
       }
       rpc::OffloadReleaseRequest rel;
       rel.set_batch_id(rr.batch_id());
+      rel.set_client_id(client_id);
       rpc::OffloadReleaseResponse relr;
       (void)peer->Call(MasterMethod::kOffloadRelease, rel, &relr, opt.rpc_timeout);
       left.swap(again);

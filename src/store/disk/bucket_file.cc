@@ -154,7 +154,7 @@ bool ParseIndex(const std::string& idx, uint32_t count, uint64_t index_off,
     r.data_crc = Get<uint32_t>(idx.data() + p + 28);
     p += kIndexEntryFixed;
     if (key_len == 0 || key_len > kMaxKeyLen || p + key_len > idx.size()) return false;
-    if (r.offset < kFileHeaderSize || r.value_len > index_off ||
+    if (r.offset < kFileHeaderSize || r.offset > index_off || r.value_len > index_off ||
         r.offset + kRecordHeaderSize + key_len + r.value_len > index_off) {
       return false;
     }

@@ -305,6 +305,7 @@ void DiskStore::KillLocked(const Where& w, std::vector<std::string>* to_delete,
     EncodeLogEntry(e, w.bucket, w.slot);
     if (::write(root.removal_log_fd, e, kLogEntry) != static_cast<ssize_t>(kLogEntry)) {
       LOG(ERROR) << Errno("disk tier: cannot append to " + root.dir + "/" + kLogName);
+      log_failed_ = true;
     }
     if (std::find(logs->begin(), logs->end(), b.root) == logs->end()) logs->push_back(b.root);
   }
@@ -320,13 +321,35 @@ void DiskStore::DropUsedLocked(const Bucket& b) {
   root_used_[b.root] -= std::min(root_used_[b.root], b.file_size);
 }
 
-void DiskStore::SyncLogs(const std::vector<uint32_t>& roots) {
-  if (config_.fsync != DiskFsyncPolicy::kBucket) return;
+bool DiskStore::SyncLogs(const std::vector<uint32_t>& roots) {
+  bool ok = true;
+  {
+    MutexLock l(&mu_);
+    ok = !log_failed_;
+    log_failed_ = false;
+  }
+  if (config_.fsync != DiskFsyncPolicy::kBucket) return ok;
   for (uint32_t r : roots) {
     if (roots_[r].removal_log_fd >= 0 && ::fdatasync(roots_[r].removal_log_fd) != 0) {
       LOG(ERROR) << Errno("disk tier: cannot sync " + roots_[r].dir + "/" + kLogName);
+      ok = false;
     }
   }
+  return ok;
+}
+
+std::vector<std::string> DiskStore::TakeDropped() {
+  MutexLock l(&mu_);
+  std::vector<std::string> out;
+  out.swap(dropped_);
+  return out;
+}
+
+void DiskStore::ReportLater(std::vector<std::string> keys) {
+  MutexLock l(&mu_);
+  if (dropped_.size() > (1u << 20)) return;  // bounded; the master learns at a read anyway
+  dropped_.insert(dropped_.end(), std::make_move_iterator(keys.begin()),
+                  std::make_move_iterator(keys.end()));
 }
 
 std::vector<DiskObject> DiskStore::Objects() const {
@@ -438,7 +461,7 @@ Status DiskStore::Write(const std::vector<Item>& items) {
     }
   }
   for (const auto& p : to_delete) ::unlink(p.c_str());
-  SyncLogs(logs);
+  (void)SyncLogs(logs);
   return Status::OK();
 }
 
@@ -449,7 +472,8 @@ Result<uint64_t> DiskStore::Size(const std::string& key) const {
   return buckets_.at(it->second.bucket).records[it->second.slot].value_len;
 }
 
-Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id) {
+Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id,
+                       uint32_t* crc) {
   disk::RecordRef ref;
   Where w;
   std::string path;
@@ -479,6 +503,7 @@ Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t
   }
   Status s = disk::ReadRecord(fd, ref, dst);
   ::close(fd);
+  if (s.ok() && crc != nullptr) *crc = ref.data_crc;
   if (s.code() == Status::Code::kDataLoss) {
     corrupted_reads_.fetch_add(1, std::memory_order_relaxed);
     LOG(ERROR) << "disk tier: " << path << ": " << s.message() << "; the key is dropped";
@@ -490,10 +515,11 @@ Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t
       if (it != index_.end() && it->second.bucket == w.bucket && it->second.slot == w.slot) {
         index_.erase(it);
         KillLocked(w, &to_delete, &logs);
+        if (dropped_.size() < (1u << 20)) dropped_.push_back(key);
       }
     }
     for (const auto& p : to_delete) ::unlink(p.c_str());
-    SyncLogs(logs);
+    (void)SyncLogs(logs);
   }
   return s;
 }
@@ -514,7 +540,10 @@ Result<size_t> DiskStore::Remove(const std::vector<std::string>& keys) {
     }
   }
   for (const auto& p : to_delete) ::unlink(p.c_str());
-  SyncLogs(logs);
+  if (!SyncLogs(logs)) {
+    return Status::Internal("the removal log could not be written or synced: the removals "
+                            "are not durable");
+  }
   return n;
 }
 
@@ -535,7 +564,10 @@ Result<size_t> DiskStore::RemoveUpTo(const std::vector<std::pair<std::string, ui
     }
   }
   for (const auto& p : to_delete) ::unlink(p.c_str());
-  SyncLogs(logs);
+  if (!SyncLogs(logs)) {
+    return Status::Internal("the removal log could not be written or synced: the removals "
+                            "are not durable");
+  }
   return n;
 }
 
@@ -564,6 +596,7 @@ DiskStore::Plan DiskStore::PlanEviction(uint64_t bytes) {
 
 Status DiskStore::FinishEviction(const Plan& plan) {
   std::vector<std::string> paths;
+  std::vector<uint32_t> logs;
   {
     MutexLock l(&mu_);
     for (uint64_t id : plan.buckets) {
@@ -572,6 +605,16 @@ Status DiskStore::FinishEviction(const Plan& plan) {
       Bucket& b = bit->second;
       for (uint32_t i = 0; i < b.records.size(); ++i) {
         if (!b.live[i]) continue;
+        // Logged first: a crash before the unlink must not bring these keys back.
+        Root& root = roots_[b.root];
+        if (root.removal_log_fd >= 0) {
+          char e[kLogEntry];
+          EncodeLogEntry(e, id, i);
+          if (::write(root.removal_log_fd, e, kLogEntry) != static_cast<ssize_t>(kLogEntry)) {
+            log_failed_ = true;
+          }
+          if (std::find(logs.begin(), logs.end(), b.root) == logs.end()) logs.push_back(b.root);
+        }
         auto it = index_.find(b.records[i].key);
         if (it != index_.end() && it->second.bucket == id && it->second.slot == i) {
           index_.erase(it);
@@ -584,6 +627,7 @@ Status DiskStore::FinishEviction(const Plan& plan) {
     }
   }
   Status s;
+  if (!SyncLogs(logs)) LOG(ERROR) << "disk tier: the evicted keys' removals are not durable";
   for (const auto& p : paths) {
     if (::unlink(p.c_str()) != 0 && errno != ENOENT && s.ok()) {
       s = Status::Internal(Errno("cannot delete " + p));

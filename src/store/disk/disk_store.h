@@ -79,11 +79,18 @@ class DiskStore {
   // Reads the whole value of `key` into dst[0, len): len must be its size. DataLoss when the
   // record fails a check (the key is then dropped, and counted); NotFound when absent (or
   // evicted meanwhile), or when `put_id` is not 0 and the copy stored has another.
-  Status Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id = 0)
-      MC_EXCLUDES(mu_);
+  // *crc (optional): the record's CRC32C of key and value, for a copy checked end to end.
+  Status Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id = 0,
+              uint32_t* crc = nullptr) MC_EXCLUDES(mu_);
+  // Keys dropped since the last call because their record failed a check (the caller tells
+  // the master), and keys the caller asked to report later (ReportLater).
+  std::vector<std::string> TakeDropped() MC_EXCLUDES(mu_);
+  void ReportLater(std::vector<std::string> keys) MC_EXCLUDES(mu_);
 
   // Forgets `keys` (absent ones are skipped), durably under the fsync policy, and deletes
-  // buckets left with no live object. Returns how many were removed.
+  // buckets left with no live object. Returns how many were removed; Internal when the
+  // removal log could not be written or synced (the removal is then not durable: do not
+  // acknowledge it).
   Result<size_t> Remove(const std::vector<std::string>& keys) MC_EXCLUDES(mu_);
   // The same for the keys whose stored copy has a put_id of at most the one given (a
   // removal of an older value leaves a newer copy).
@@ -142,7 +149,8 @@ class DiskStore {
   std::string PathOf(uint64_t bucket, uint32_t root) const;
   void DropUsedLocked(const Bucket& b) MC_REQUIRES(mu_);
   uint64_t CapacityLocked() const MC_REQUIRES(mu_);
-  void SyncLogs(const std::vector<uint32_t>& roots);
+  // False when a log append since the last call, or the sync, failed.
+  bool SyncLogs(const std::vector<uint32_t>& roots);
 
   const DiskConfig config_;
   std::vector<Root> roots_;
@@ -160,6 +168,8 @@ class DiskStore {
   std::vector<uint64_t> root_used_ MC_GUARDED_BY(mu_);
   std::vector<uint64_t> root_reserved_ MC_GUARDED_BY(mu_);
   std::atomic<uint64_t> corrupted_reads_{0};
+  std::vector<std::string> dropped_ MC_GUARDED_BY(mu_);
+  bool log_failed_ MC_GUARDED_BY(mu_) = false;  // a removal-log append failed
 };
 
 }  // namespace store

@@ -92,6 +92,10 @@ rpc::MountLocalDiskResponse MasterService::MountLocalDisk(const rpc::MountLocalD
                     std::to_string(kMaxDisks) + " disks are mounted: unmount one first");
       }
       disk_of_store_.erase(oldest->second->store_id);
+      const uint32_t gone = oldest->first;
+      for (auto e = disk_objects_.begin(); e != disk_objects_.end();) {
+        e = e->second.disk == gone ? disk_objects_.erase(e) : std::next(e);
+      }
       disks_.erase(oldest);
     }
     id = next_disk_id_++;
@@ -126,13 +130,16 @@ void MasterService::DetachDiskOfLocked(const std::string& client) {
   d.detached_at = now_();
   d.queue.clear();
   d.queued.clear();
-  if (d.keys > 0) {
-    for (auto e = disk_objects_.begin(); e != disk_objects_.end();) {
-      e = e->second.disk == id ? disk_objects_.erase(e) : std::next(e);
-    }
-  }
-  d.keys = 0;
-  d.bytes = 0;
+  d.fetched.clear();
+  // Its disk replicas are kept, not served (FillDiskLocked, DiskServedLocked): a removal or a
+  // newer value of such a key still reaches the disk when a client mounts it again, so its
+  // registration never brings back a removed or replaced value.
+}
+
+bool MasterService::DiskServedLocked(const std::string& key) const {
+  if (disk_objects_.empty()) return false;
+  auto it = disk_objects_.find(key);
+  return it != disk_objects_.end() && !disks_.at(it->second.disk)->client_id.empty();
 }
 
 void MasterService::DiskForgetLocked(const std::string& key) {
@@ -160,12 +167,16 @@ bool MasterService::OnDiskLocked(const std::string& key, uint64_t version) const
   return it != disk_objects_.end() && it->second.version == version;
 }
 
-void MasterService::DiskOnCompleteLocked(const std::string& key, const Object& obj) {
+void MasterService::DiskOnCompleteLocked(const std::string& key, Object* o) {
+  const Object& obj = *o;
   if (!disk_objects_.empty()) {
     auto it = disk_objects_.find(key);
-    if (it != disk_objects_.end() && it->second.version != obj.version) DiskForgetLocked(key);
-    if (it != disk_objects_.end() && it->second.version == obj.version) {
+    if (it != disk_objects_.end() && it->second.version != obj.version) {
+      DiskForgetLocked(key);  // an older value: its disk is told (it is erased here)
+    } else if (it != disk_objects_.end()) {
       ++counters_.disk.promotions_done;  // a promotion: its disk replica stays
+      o->lease_until = std::max(o->lease_until, now_() + std::chrono::milliseconds(
+                                                            config_.default_kv_lease_ttl_ms));
       return;
     }
   }
@@ -182,13 +193,14 @@ bool MasterService::QueueOffloadLocked(const std::string& key, const Object& obj
     if (dit == disk_of_client_.end()) continue;
     Disk& d = *disks_.at(dit->second);
     if (!d.offloading) continue;
-    if (d.queued.count(key) != 0) return true;
+    auto q = d.queued.find(key);
+    if (q != d.queued.end() && q->second == obj.version) return true;
     if (d.queue.size() >= config_.offload.queue_limit) {
       ++counters_.disk.queue_full;
       return false;
     }
     d.queue.emplace_back(key, obj.version);
-    d.queued.insert(key);
+    d.queued[key] = obj.version;  // an older version's entry, if any, is now stale
     ++counters_.disk.queued;
     return true;
   }
@@ -200,9 +212,9 @@ bool MasterService::QueuedLocked(const std::string& key, const Object& obj) cons
     auto seg = segments_.find(p.segment_id);
     if (seg == segments_.end()) continue;
     auto dit = disk_of_client_.find(seg->second->client_id);
-    if (dit != disk_of_client_.end() && disks_.at(dit->second)->queued.count(key) != 0) {
-      return true;
-    }
+    if (dit == disk_of_client_.end()) continue;
+    auto q = disks_.at(dit->second)->queued.find(key);
+    if (q != disks_.at(dit->second)->queued.end() && q->second == obj.version) return true;
   }
   return false;
 }
@@ -320,7 +332,9 @@ rpc::OffloadFetchResponse MasterService::OffloadFetch(const rpc::OffloadFetchReq
   while (!d.queue.empty() && static_cast<uint32_t>(resp.items_size()) < max_items) {
     auto [key, version] = std::move(d.queue.front());
     d.queue.pop_front();
-    d.queued.erase(key);
+    auto q = d.queued.find(key);
+    if (q == d.queued.end() || q->second != version) continue;  // stale: a newer one is queued
+    d.queued.erase(q);
     auto it = objects_.find(key);
     if (it == objects_.end() || !it->second.complete || it->second.version != version ||
         OnDiskLocked(key, version)) {
@@ -339,11 +353,13 @@ rpc::OffloadFetchResponse MasterService::OffloadFetch(const rpc::OffloadFetchReq
     if (local == nullptr) continue;  // its replica here went meanwhile
     const Segment& seg = *segments_.at(local->segment_id);
     // Leased as a read: its space is not reused while the client copies it.
+    const Clock::time_point before = obj.lease_until;
     if (obj.lease_client != req.client_id()) {
       obj.foreign_until = std::max(obj.foreign_until, obj.lease_until);
       obj.lease_client = client_names_.Get(req.client_id());
     }
     obj.lease_until = std::max(obj.lease_until, now + ttl);
+    if (d.fetched.size() < 4 * kMaxFetchItems) d.fetched[key] = {before, obj.lease_until};
     rpc::OffloadItem* item = resp.add_items();
     item->set_key(key);
     item->set_version(version);
@@ -422,9 +438,14 @@ rpc::OffloadDoneResponse MasterService::OffloadDone(const rpc::OffloadDoneReques
       }
       // A value from before a master restart keeps its version: no new one may equal it.
       next_version_ = std::max(next_version_, item.version() + 1);
-      // The writer has read the memory: its lease from OffloadFetch ends (unless a reader's
-      // came after), so that eviction may take the memory replica now.
-      if (in_memory) EndOwnLeaseLocked(&it->second, req.client_id(), now_());
+      // The writer has read the memory: the lease OffloadFetch gave it ends (what the object
+      // had before is restored, unless a read since extended it), so that eviction may take
+      // the memory replica now.
+      auto f = d.fetched.find(key);
+      if (in_memory && f != d.fetched.end() && it->second.lease_until == f->second.granted) {
+        it->second.lease_until = f->second.before;
+      }
+      if (f != d.fetched.end()) d.fetched.erase(f);
       ++counters_.disk.recorded;
       if (req.registration()) ++counters_.disk.registered;
     } else {

@@ -350,6 +350,72 @@ TEST_F(MasterDiskTest, ObjectsReadOftenFromADiskArePromotedBackToMemory) {
   EXPECT_EQ(Metrics()["master_promotion_done_total"], 1u);
 }
 
+TEST_F(MasterDiskTest, AValueReplacedOrRemovedWhileItsDiskWasAwayIsNotBroughtBack) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 1 << 20), kOk);
+  ASSERT_EQ(Mount("c2", "seg2", 0x20000000, 1 << 20), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("w", "k", 100, Config(1, {"seg1"})), kOk);
+  ASSERT_EQ(Put("w", "j", 100, Config(1, {"seg1"})), kOk);
+  OffloadAll("c1");
+  const uint64_t vk = Get("k").version(), vj = Get("j").version();
+  // c1 is cut off past its TTL: not served; the key may be put again elsewhere, and removed.
+  for (int i = 0; i < 12; ++i) {
+    Advance(seconds(1));
+    Ping("c2");
+    Ping("w");
+  }
+  master_->Tick();
+  EXPECT_EQ(Exist("k"), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  ASSERT_EQ(Put("w", "k", 50, Config(1, {"seg2"})), kOk);  // a newer value, no disk
+  ASSERT_EQ(Remove("k", true), kOk);
+  EXPECT_EQ(Remove("j"), ToInt(ErrorCode::OBJECT_NOT_FOUND));  // not visible, told all the same
+  // c1 comes back: neither old copy is registered; both removals reach its disk.
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  auto d = Done("c1", {{"k", vk, 100}, {"j", vj, 100}}, true);
+  EXPECT_EQ(d.codes(0), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(d.codes(1), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(Exist("k"), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(Exist("j"), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_EQ(Fetch("c1").removals_size(), 2);
+}
+
+TEST_F(MasterDiskTest, AnUpsertWhileQueuedQueuesTheNewValue) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 1 << 20), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("c1", "k", 100), kOk);
+  ASSERT_EQ(PutStart("c1", "k", 200, Config(), 0, /*upsert=*/true).code(), kOk);
+  ASSERT_EQ(PutEnd("c1", "k"), kOk);
+  auto f = Fetch("c1");
+  ASSERT_EQ(f.items_size(), 1);
+  EXPECT_EQ(f.items(0).size(), 200u);
+  EXPECT_EQ(f.items(0).version(), Get("k").version());
+}
+
+TEST_F(MasterDiskTest, AReportKeepsAReadersLeaseGrantedAfterTheFetch) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("w", "a", 1024), kOk);
+  ASSERT_EQ(Put("w", "b", 1024), kOk);
+  auto f = Fetch("c1");
+  ASSERT_EQ(f.items_size(), 2);
+  Advance(seconds(1));
+  // c1 itself reads a (its get's lease ends later than the fetch's).
+  ASSERT_EQ(master_->GetReplicaList(Keys("c1", {"a"})).results(0).code(), kOk);
+  std::vector<std::tuple<std::string, uint64_t, uint64_t>> items;
+  for (const auto& i : f.items()) items.emplace_back(i.key(), i.version(), i.size());
+  const auto done = Done("c1", items);
+  for (int c : done.codes()) ASSERT_EQ(c, kOk);
+  // A put needing room evicts b (its fetch lease ended with the report), not a (read).
+  ASSERT_EQ(Put("w", "c", 1024), kOk);
+  auto g = Get("a");
+  ASSERT_EQ(g.replicas_size(), 1);
+  EXPECT_TRUE(g.replicas(0).has_buffer());
+  EXPECT_TRUE(OnDisk(Get("b")));
+}
+
 TEST_F(MasterDiskTest, OffloadForceEvictEvictsWhatCannotWait) {
   MakeOffload(/*on_evict=*/true, /*force_evict=*/true);
   ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 4 * 1024), kOk);

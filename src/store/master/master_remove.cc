@@ -79,9 +79,10 @@ rpc::CodesResponse MasterService::Remove(const rpc::KeysRequest& req) {
     }
     auto it = objects_.find(key, hashes_[i]);
     if (it == objects_.end()) {
-      const bool on_disk = !disk_objects_.empty() && disk_objects_.count(key) > 0;
-      if (on_disk) DiskForgetLocked(key);
-      resp.add_codes(Code(on_disk ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND));
+      // Only on a disk (served, or its client away: the removal waits for it all the same).
+      const bool served = DiskServedLocked(key);
+      DiskForgetLocked(key);
+      resp.add_codes(Code(served ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND));
     } else if (!it->second.complete) {
       resp.add_codes(Code(ErrorCode::REPLICA_IS_NOT_READY));
     } else if (!req.force() && Leased(it->second, now)) {
@@ -226,8 +227,8 @@ rpc::CountResponse MasterService::RemoveWhere(bool force, const std::string& don
     MutexLock lock(&mu_);
     for (const std::string& key : victims) {
       if (objects_.find(key) != objects_.end() || disk_objects_.count(key) == 0) continue;
+      count += DiskServedLocked(key);  // one whose disk's client is away: not counted, told
       DiskForgetLocked(key);
-      ++count;
     }
   }
   resp.set_code(Code(ErrorCode::OK));

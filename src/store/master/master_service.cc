@@ -323,8 +323,7 @@ void MasterService::PutStartInto(const rpc::PutStartRequest& req, rpc::PutStartR
                             std::to_string(req.promote_version()));
         continue;
       }
-    } else if (existing == objects_.end() && !disk_objects_.empty() &&
-               disk_objects_.count(item.key())) {
+    } else if (existing == objects_.end() && DiskServedLocked(item.key())) {
       result->set_code(Code(ErrorCode::OBJECT_ALREADY_EXISTS));
       result->set_message("key " + item.key() + " already exists (on a disk)");
       continue;
@@ -483,7 +482,7 @@ rpc::CodesResponse MasterService::PutEnd(const rpc::KeysRequest& req) {
       ListLocked(&*it);
       LogObjectLocked(oplog::Entry::OBJECT, it->first, it->second);
       if (events_ != nullptr) events_->ObjectStored(it->first);
-      DiskOnCompleteLocked(it->first, it->second);
+      DiskOnCompleteLocked(it->first, &it->second);
     }
     resp.add_codes(Code(code));
   }
@@ -553,7 +552,10 @@ void MasterService::GetReplicaListInto(const rpc::KeysRequest& req,
     // No memory replica readable: the disk replica, if any (the disk tier, master_disk.cc).
     auto from_disk = [&]() MC_REQUIRES(mu_) {
       uint64_t size = 0, version = 0;
-      if (!FillDiskLocked(key, true, result->mutable_replicas(), &size, &version)) return false;
+      // A query of where replicas lie (with_disk: get_replica_desc) is not a read of the data.
+      if (!FillDiskLocked(key, !req.with_disk(), result->mutable_replicas(), &size, &version)) {
+        return false;
+      }
       result->set_code(Code(ErrorCode::OK));
       result->set_size(size);
       result->set_version(version);
@@ -626,7 +628,7 @@ rpc::ExistResponse MasterService::ExistKey(const rpc::KeysRequest& req) {
       continue;
     }
     auto it = objects_.find(key, hashes_[i]);
-    auto disk = (it == objects_.end() || !it->second.complete) && !disk_objects_.empty()
+    auto disk = (it == objects_.end() || !it->second.complete) && DiskServedLocked(key)
                     ? disk_objects_.find(key)
                     : disk_objects_.end();
     if (disk != disk_objects_.end()) {

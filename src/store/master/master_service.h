@@ -428,7 +428,9 @@ class MasterService {
   // The key's disk replica goes (a removal of the key, a newer value): its disk is told.
   void DiskForgetLocked(const std::string& key) MC_REQUIRES(mu_);
   // A value became complete: an older disk replica goes; eager offload queues this one.
-  void DiskOnCompleteLocked(const std::string& key, const Object& obj) MC_REQUIRES(mu_);
+  // A promotion's value (its disk's version) is leased for one TTL, as if its writer had read
+  // it, so that eviction does not take it back at once.
+  void DiskOnCompleteLocked(const std::string& key, Object* obj) MC_REQUIRES(mu_);
   // Queues the object for the disk of the client holding one of its replicas: false when
   // no such disk takes it now (none, not offloading, or its queue full).
   bool QueueOffloadLocked(const std::string& key, const Object& obj) MC_REQUIRES(mu_);
@@ -437,6 +439,8 @@ class MasterService {
   bool HeldForOffloadLocked(const ObjectEntry* e, size_t* queued) MC_REQUIRES(mu_);
   bool QueuedLocked(const std::string& key, const Object& obj) const MC_REQUIRES(mu_);
   bool OnDiskLocked(const std::string& key, uint64_t version) const MC_REQUIRES(mu_);
+  // The key has a disk replica readers are sent to (its disk's client is alive).
+  bool DiskServedLocked(const std::string& key) const MC_REQUIRES(mu_);
   // GetReplicaList of a key with no memory replica readable: its disk replica, if any.
   bool FillDiskLocked(const std::string& key, bool count_read,
                       google::protobuf::RepeatedPtrField<rpc::Replica>* out, uint64_t* size,

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <unordered_map>
 #include <unordered_set>
 #include <set>
 #include <string>
@@ -71,9 +72,17 @@ struct MasterService::Disk {
   std::string store_id;
   std::string endpoint;
   bool offloading = false;
-  // Objects to write, oldest first (key, version), and the keys among them.
+  // Objects to write, oldest first (key, version), and the version queued last per key (an
+  // entry whose version is not that one is stale, skipped when fetched).
   std::deque<std::pair<std::string, uint64_t>> queue;
-  std::unordered_set<std::string> queued;
+  std::unordered_map<std::string, uint64_t> queued;
+  // Objects handed out by OffloadFetch, not yet reported: the lease each had before the
+  // fetch, and the one the fetch gave it (a report restores the former unless a read since
+  // extended it).
+  struct Fetched {
+    MasterService::Clock::time_point before, granted;
+  };
+  std::unordered_map<std::string, Fetched> fetched;
   // Removals to apply (key, version), numbered from removals_base; the client acknowledges
   // them by number (OffloadFetchRequest.removals_done).
   std::deque<std::pair<std::string, uint64_t>> removals;

@@ -90,7 +90,7 @@ bool MasterService::UpsertEndLocked(const std::string& key, const std::string& c
   ListLocked(done);
   LogObjectLocked(oplog::Entry::UPSERT_COMMIT, key, done->second);
   if (events_ != nullptr) events_->ObjectStored(key);
-  DiskOnCompleteLocked(key, done->second);
+  DiskOnCompleteLocked(key, &done->second);
   return true;
 }
 
