@@ -218,6 +218,7 @@ Status DiskStore::ScanRoot(uint32_t r, std::map<uint64_t, Bucket>* found) {
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
       if (disk::ParseBucketName(name.substr(0, name.size() - 4), &id)) {
         ::unlink((dir + "/" + name).c_str());  // never reported: a write cut short
+        MutexLock l(&mu_);
         next_bucket_ = std::max(next_bucket_, id + 1);
       }
       continue;
@@ -274,6 +275,7 @@ Status DiskStore::ScanRoot(uint32_t r, std::map<uint64_t, Bucket>* found) {
     ::close(fd);
   }
   // Ids named in the log are never reused, so its stale entries cannot hit a new bucket.
+  MutexLock l(&mu_);
   next_bucket_ = std::max(next_bucket_, max_logged + 1);
   return Status::OK();
 }
