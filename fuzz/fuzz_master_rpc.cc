@@ -99,6 +99,18 @@ void CheckShape(uint16_t method, const char* data, size_t n) {
       items = q.keys_size();
       break;
     }
+    case MasterMethod::kOffloadDone: {  // the disk tier's batches
+      rpc::OffloadDoneRequest q;
+      parsed = q.ParseFromArray(data, static_cast<int>(n));
+      items = q.items_size();
+      break;
+    }
+    case MasterMethod::kEvictDisk: {
+      rpc::EvictDiskRequest q;
+      parsed = q.ParseFromArray(data, static_cast<int>(n));
+      items = q.keys_size();
+      break;
+    }
     case MasterMethod::kPutEnd:
     case MasterMethod::kPutRevoke:
     case MasterMethod::kGetReplicaList:
