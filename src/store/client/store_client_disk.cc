@@ -231,7 +231,6 @@ void StoreClient::Impl::RunOffload(bool final) {
     req.set_max_items(static_cast<uint32_t>(std::min<uint64_t>(cfg.bucket_keys_limit, kMaxBatchItems)));
     req.set_max_bytes(cfg.bucket_size_limit);
     req.set_removals_done(removals_done);
-    const auto sent = std::chrono::steady_clock::now();
     rpc::OffloadFetchResponse resp;
     if (Checked("OffloadFetch", master->OffloadFetch(req, &resp)) != 0 || resp.code() != 0) break;
     if (disk_unmounted.load()) break;  // unmount_local_disk_segment meanwhile: not again
@@ -323,16 +322,8 @@ void StoreClient::Impl::RunOffload(bool final) {
     }
     if (short_of_room) EvictFromDisk(this, incoming);  // the next round has room
     if (written.empty()) continue;
-    // Written after the lease ended: the bytes may not be the value any more.
-    const auto lease = std::chrono::milliseconds(resp.lease_ttl_ms() * 9 / 10);
-    if (std::chrono::steady_clock::now() - sent > lease) {
-      std::vector<std::pair<std::string, uint64_t>> rm;
-      for (const auto& w : written) rm.emplace_back(w.key, w.put_id);
-      (void)disk->RemoveUpTo(rm);
-      LOG(WARNING) << "disk tier: writing " << written.size()
-                   << " objects outlasted their lease: dropped from the disk";
-      continue;
-    }
+    // Each reported with where it was read: the master records it only while the object
+    // still holds that replica (so the bytes were the value, however long the write took).
     rpc::OffloadDoneRequest done;
     done.set_client_id(client_id);
     for (const auto& w : written) {
@@ -340,6 +331,9 @@ void StoreClient::Impl::RunOffload(bool final) {
       item->set_key(w.key);
       item->set_version(w.put_id);
       item->set_size(w.size);
+      item->mutable_buffer()->set_segment_name(seg_name);
+      item->mutable_buffer()->set_addr(reinterpret_cast<uint64_t>(w.data));
+      item->mutable_buffer()->set_size(w.size);
     }
     rpc::OffloadDoneResponse dr;
     if (Checked("OffloadDone", master->OffloadDone(done, &dr)) != 0 || dr.code() != 0 ||

@@ -409,9 +409,19 @@ rpc::OffloadDoneResponse MasterService::OffloadDone(const rpc::OffloadDoneReques
     if (!KeyProblem(key).empty()) {
       code = ErrorCode::INVALID_KEY;
     } else if (in_memory) {
-      // The copy must be of the value the object holds now.
+      // The copy must be of the value the object holds now, read from a replica it still
+      // holds (a placement held by an object is never given to another, so its bytes were
+      // that value throughout the write).
+      bool still_there = req.registration() || !item.has_buffer();
+      for (const auto& p : it->second.replicas) {
+        if (still_there) break;
+        auto seg = segments_.find(p.segment_id);
+        still_there = seg != segments_.end() &&
+                      seg->second->name == item.buffer().segment_name() &&
+                      seg->second->base + p.offset == item.buffer().addr();
+      }
       if (!it->second.complete || it->second.version != item.version() ||
-          it->second.size != item.size()) {
+          it->second.size != item.size() || !still_there) {
         code = ErrorCode::OBJECT_NOT_FOUND;
       }
     } else if (!req.registration()) {

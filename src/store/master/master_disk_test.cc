@@ -69,7 +69,16 @@ class MasterDiskTest : public MasterServiceTest {
       keys.push_back(i.key());
     }
     if (!items.empty()) {
-      auto d = Done(client, items);
+      rpc::OffloadDoneRequest req;
+      req.set_client_id(client);
+      for (const auto& i : f.items()) {
+        auto* d = req.add_items();
+        d->set_key(i.key());
+        d->set_version(i.version());
+        d->set_size(i.size());
+        *d->mutable_buffer() = i.buffer();
+      }
+      auto d = master_->OffloadDone(req);
       for (int c : d.codes()) EXPECT_EQ(c, kOk);
     }
     return keys;
@@ -414,6 +423,26 @@ TEST_F(MasterDiskTest, AReportKeepsAReadersLeaseGrantedAfterTheFetch) {
   ASSERT_EQ(g.replicas_size(), 1);
   EXPECT_TRUE(g.replicas(0).has_buffer());
   EXPECT_TRUE(OnDisk(Get("b")));
+}
+
+TEST_F(MasterDiskTest, AReportOfBytesReadFromAReplicaTheObjectNoLongerHoldsIsRefused) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 1 << 20), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("c1", "k", 100), kOk);
+  auto f = Fetch("c1");
+  ASSERT_EQ(f.items_size(), 1);
+  rpc::OffloadDoneRequest req;
+  req.set_client_id("c1");
+  auto* d = req.add_items();
+  d->set_key("k");
+  d->set_version(f.items(0).version());
+  d->set_size(100);
+  *d->mutable_buffer() = f.items(0).buffer();
+  d->mutable_buffer()->set_addr(f.items(0).buffer().addr() + 4096);  // not its replica
+  EXPECT_EQ(master_->OffloadDone(req).codes(0), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  *d->mutable_buffer() = f.items(0).buffer();
+  EXPECT_EQ(master_->OffloadDone(req).codes(0), kOk);
 }
 
 TEST_F(MasterDiskTest, OffloadForceEvictEvictsWhatCannotWait) {
