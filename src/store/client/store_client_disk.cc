@@ -275,18 +275,7 @@ void StoreClient::Impl::RunOffload(bool final) {
     {
       { MutexLock wait_for_writer(&layout_mu.turnstile); }
       ReaderLock layout(&layout_mu.rw);
-      auto own = [&](uint64_t addr, uint64_t size) {
-        auto inside = [&](const void* base, uint64_t len) {
-          const uint64_t b = reinterpret_cast<uint64_t>(base);
-          return base != nullptr && addr >= b && size <= len && addr - b <= len - size;
-        };
-        if (inside(segment, opt.global_segment_size)) return true;
-        MutexLock lock(&runtime_mu);
-        for (const auto& [id, seg] : runtime_segments) {
-          if (inside(seg.base, seg.size)) return true;
-        }
-        return false;
-      };
+      auto own = [&](uint64_t addr, uint64_t size) { return InLentMemory(addr, size); };
       std::vector<DiskStore::Item> group;
       uint64_t group_bytes = 0;
       auto flush = [&]() {

@@ -176,6 +176,10 @@ class StoreClient::Impl {
   void UnmountDueRuntime();
   void CloseRuntime();
 
+  // [addr, addr + size) lies in memory this client lends (its global segment or a run-time
+  // segment). Callers hold the layout (so that it stays lent while they use it).
+  bool InLentMemory(uint64_t addr, uint64_t size) MC_EXCLUDES(runtime_mu);
+
   // Replica tasks given to this client (store_client_tasks.cc): the heartbeat pokes the
   // worker when the master says some wait; it fetches and runs them until none is left.
   void RunTasks();

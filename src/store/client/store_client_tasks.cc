@@ -62,6 +62,19 @@ void StoreClient::Impl::RunTasks() {
   }
 }
 
+bool StoreClient::Impl::InLentMemory(uint64_t addr, uint64_t size) {
+  auto inside = [&](const void* base, uint64_t len) {
+    const uint64_t b = reinterpret_cast<uint64_t>(base);
+    return base != nullptr && addr >= b && size <= len && addr - b <= len - size;
+  };
+  if (inside(segment, opt.global_segment_size)) return true;
+  MutexLock lock(&runtime_mu);
+  for (const auto& [id, seg] : runtime_segments) {
+    if (inside(seg.base, seg.size)) return true;
+  }
+  return false;
+}
+
 std::string StoreClient::Impl::RunTask(const rpc::TaskAssignment& task) {
   const uint64_t size = task.size();
   const uint64_t src = task.source().addr();
@@ -81,18 +94,7 @@ std::string StoreClient::Impl::RunTask(const rpc::TaskAssignment& task) {
   }
   // The source must lie in memory this client lends (not any memory it registered): checked
   // with the layout held, so that no run-time segment leaves before the copy has ended.
-  auto own = [&]() {
-    auto inside = [&](const void* base, uint64_t len) {
-      const uint64_t b = reinterpret_cast<uint64_t>(base);
-      return base != nullptr && src >= b && size <= len && src - b <= len - size;
-    };
-    if (inside(segment, opt.global_segment_size)) return true;
-    MutexLock lock(&runtime_mu);
-    for (const auto& [id, seg] : runtime_segments) {
-      if (inside(seg.base, seg.size)) return true;
-    }
-    return false;
-  };
+  auto own = [&]() { return InLentMemory(src, size); };
   std::vector<Job> jobs;
   const std::vector<Span> parts{{reinterpret_cast<void*>(src), size}};
   for (int i = 0; i < task.targets_size(); ++i) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -527,26 +528,10 @@ Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t
 }
 
 Result<size_t> DiskStore::Remove(const std::vector<std::string>& keys) {
-  std::vector<std::string> to_delete;
-  std::vector<uint32_t> logs;
-  size_t n = 0;
-  {
-    MutexLock l(&mu_);
-    for (const auto& k : keys) {
-      auto it = index_.find(k);
-      if (it == index_.end()) continue;
-      const Where w = it->second;
-      index_.erase(it);
-      KillLocked(w, &to_delete, &logs);
-      ++n;
-    }
-  }
-  for (const auto& p : to_delete) ::unlink(p.c_str());
-  if (!SyncLogs(logs)) {
-    return Status::Internal("the removal log could not be written or synced: the removals "
-                            "are not durable");
-  }
-  return n;
+  std::vector<std::pair<std::string, uint64_t>> any;
+  any.reserve(keys.size());
+  for (const auto& k : keys) any.emplace_back(k, UINT64_MAX);
+  return RemoveUpTo(any);
 }
 
 Result<size_t> DiskStore::RemoveUpTo(const std::vector<std::pair<std::string, uint64_t>>& keys) {
