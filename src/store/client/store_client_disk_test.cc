@@ -50,7 +50,7 @@ MasterConfig OffloadMaster() {
   return c;
 }
 
-bool StoreClientDiskTest_WaitFor(const std::function<bool()>& cond, int ms = 10000) {
+bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
   for (int i = 0; i < ms / 10; ++i) {
     if (cond()) return true;
     std::this_thread::sleep_for(milliseconds(10));
@@ -79,13 +79,6 @@ class StoreClientDiskTest : public ::testing::Test {
     return client;
   }
   std::unique_ptr<StoreClient> User() { return testing::MakeClient(master_, 0); }
-  static bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
-    for (int i = 0; i < ms / 10; ++i) {
-      if (cond()) return true;
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    return cond();
-  }
 
   std::shared_ptr<InProcessMaster> master_ = std::make_shared<InProcessMaster>(OffloadMaster());
 };
@@ -247,12 +240,12 @@ TEST(StoreClientDiskPromotion, AnObjectReadOftenFromDiskComesBackToMemoryByteExa
     for (const auto& x : r[0].replicas) (x.disk ? disk : mem) = true;
     return std::make_pair(mem, disk);
   };
-  ASSERT_TRUE(StoreClientDiskTest_WaitFor([&] { return where("p0") == std::make_pair(false, true); }));
+  ASSERT_TRUE(WaitFor([&] { return where("p0") == std::make_pair(false, true); }));
   std::vector<char> out(MiB);
   ASSERT_EQ(b->Get("p0", {{out.data(), MiB}}), static_cast<int64_t>(MiB));  // from the disk
   EXPECT_EQ(out, values[0]);
   // The owner's worker brings it back; then reads come from memory, same bytes.
-  ASSERT_TRUE(StoreClientDiskTest_WaitFor([&] { return where("p0").first; }));
+  ASSERT_TRUE(WaitFor([&] { return where("p0").first; }));
   const uint64_t before = b->offload_rpc_reads();
   std::fill(out.begin(), out.end(), 0);
   ASSERT_EQ(b->Get("p0", {{out.data(), MiB}}), static_cast<int64_t>(MiB));
