@@ -8,8 +8,11 @@ kind=${1:-address}
 cd "$(dirname "$0")/.."
 dir=build-${kind}san
 # No -Werror here: gcc warns falsely inside libstdc++ (regex, vector) under sanitizers.
+# -O1 (the sanitizers' advice) and line tables only (-g1: stacks name files and lines):
+# about a third less compile time than -O2 -g, which CI pays in full.
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMC_SANITIZE="$kind" \
-      -DMC_WERROR=OFF >/dev/null
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+      -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DMC_WERROR=OFF >/dev/null
 cmake --build "$dir" -j "$(nproc)"
 # intercept_tls_get_addr=0: LeakSanitizer (gcc 12's) then does not scan the dynamic TLS
 # blocks of dlopen'd libraries, whose bounds it got wrong here: with UCX loaded its tracer
