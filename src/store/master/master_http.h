@@ -124,7 +124,9 @@ class MasterHttp {
   const HaViewFn ha_view_;
   const NowFn now_;
   Mutex mu_;
-  Clock::time_point heavy_after_ MC_GUARDED_BY(mu_){};  // table walks wait until then
+  // Table walks may run while the time they owe ends at most kWalkBurst from now.
+  static constexpr std::chrono::milliseconds kWalkBurst{100};
+  Clock::time_point heavy_after_ MC_GUARDED_BY(mu_){};  // walks' debt is paid off then
   std::function<std::string()> kv_events_status_ MC_GUARDED_BY(mu_);
   TenantPolicySource* policies_ = nullptr;
   Mutex admin_mu_;  // one tenant policy change at a time
