@@ -327,8 +327,21 @@ TEST_P(SilentPeer, NewRequestToAStoppedPeerEndsByTheSliceTimeout) {
               "after %.0f ms\n", GetParam().c_str(), second.ToString().c_str(), took * 1000);
   EXPECT_EQ(second.code(), Status::Code::kDeadlineExceeded) << second.ToString();
   EXPECT_LE(took, 2 * 1.0 + kSlackS) << "the new request waited for the connect timeout";
+  if (GetParam() == "ucx_tcp") {
+    // The new endpoint is probed first and the request waits unposted (ucx_worker.h): the
+    // endpoint, still setting up, is never force-closed under UCX, whose tcp transport
+    // corrupted its heap when such an endpoint got the resumed peer's answer (SIGSEGV in
+    // one CI run, 2 of 50 runs of this suite under load).
+    EXPECT_NE(second.message().find("nothing was sent"), std::string::npos) << second.ToString();
+  }
   t_.proc->Continue();
   ASSERT_TRUE(t_.Ping());
+  if (GetParam() == "ucx_tcp") {
+    // The endpoint that waited is used once the peer answers: the next request moves.
+    ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, local_->data(), *seg, t_.addr, kMiB}},
+                               milliseconds(20000))
+                    .ok());
+  }
 }
 
 // The slice timeout bounds silence, not work: "a connection with requests outstanding that

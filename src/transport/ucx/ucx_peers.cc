@@ -85,7 +85,9 @@ void UcxWorker::DropPeer(const SegmentDesc& desc) {
   MutexLock lock(&mu_);
   const std::string key = desc.lookup_name.empty() ? desc.name : desc.lookup_name;
   auto it = peers_.find(key);
-  if (it == peers_.end() || it->second->head != nullptr) return;  // busy ones stay until done
+  if (it == peers_.end() || it->second->head != nullptr || !it->second->deferred.empty()) {
+    return;  // busy ones stay until done
+  }
   ClosePeerLocked(it->second, "peer " + key + " changed its descriptor", false);
 }
 
@@ -140,6 +142,8 @@ void UcxWorker::ClosePeerLocked(std::shared_ptr<PeerState> st, const std::string
     st->why = why;
   }
   for (Pending* p = st->head; p != nullptr; p = p->next) p->timed_out = p->timed_out || timeout;
+  EndDeferredLocked(st.get(), timeout ? TIMEOUT : FAILED,
+                    "UCX transfer to segment '" + st->key + "' failed: " + st->why);
   void* req = nullptr;
   if (st->ep != nullptr) {
     ucp_request_param_t param{};

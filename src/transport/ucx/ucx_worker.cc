@@ -109,6 +109,7 @@ void UcxWorker::Stop() {
     std::vector<std::shared_ptr<PeerState>> all;
     for (auto& [key, st] : peers_) all.push_back(st);
     for (auto& st : all) ClosePeerLocked(st, "UCX transport stopped", false);
+    ready_.clear();
     for (auto deadline = Clock::now() + std::chrono::seconds(2);
          !closing_.empty() && Clock::now() < deadline;) {
       api_->worker_progress(worker_);
@@ -151,6 +152,19 @@ void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
   if (p->next) p->next->prev = p->prev; else st->tail = p->prev;
   p->prev = p->next = nullptr;
   --outstanding_;
+  if (p->probe) {
+    p->probe = false;
+    if (st->probe == p) st->probe = nullptr;
+    if (status == UCS_OK) {
+      st->confirmed = true;
+      if (!st->deferred.empty()) ready_.push_back(p->peer);
+    } else {
+      EndDeferredLocked(st, FAILED,
+                        "UCX transfer to segment '" + st->key + "' failed: the peer did not " +
+                            "answer on a new endpoint (" +
+                            (st->why.empty() ? api_->status_string(status) : st->why) + ")");
+    }
+  }
   if (status == UCS_OK) {
     st->last_progress = Clock::now();
     for (const Slice& s : p->slices) s.Done(COMPLETED, s.length);
@@ -199,8 +213,16 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
   {
     MutexLock lock(&mu_);
     MC_ASSIGN_OR_RETURN(st, PeerLocked(*desc));
-    if (st->head == nullptr) st->last_progress = Clock::now();  // an idle peer's clock starts now
-    next = PostLocked(st, desc, slices, count, 0);
+    if (!st->confirmed) StartProbeLocked(st, desc);
+    if (!st->confirmed || !st->deferred.empty()) {
+      // Waits for the probe (behind the requests already waiting, to keep their order).
+      const auto now = Clock::now();
+      for (size_t i = 0; i < count; ++i) st->deferred.push_back({desc, slices[i], now});
+      next = count;
+    } else {
+      if (st->head == nullptr) st->last_progress = Clock::now();  // an idle peer's clock starts now
+      next = PostLocked(st, desc, slices, count, 0);
+    }
   }
   while (next < count) {
     // Let the progress thread in between groups: a long Submit must not hold back the
@@ -216,6 +238,69 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
   }
   WakeProgress();
   return Status::OK();
+}
+
+void UcxWorker::StartProbeLocked(const std::shared_ptr<PeerState>& st,
+                                 const std::shared_ptr<const SegmentDesc>& desc) {
+  if (st->probe != nullptr || st->confirmed) return;
+  auto rkey = desc->buffers.empty() || desc->buffers[0].length == 0
+                  ? Result<ucp_rkey_h>(Status::NotFound("no buffer"))
+                  : RkeyLocked(st.get(), desc, 0);
+  if (!rkey.ok()) {
+    st->confirmed = true;  // nothing to probe with: the requests fail with their own message
+    return;
+  }
+  Pending* p = NewPendingLocked();
+  p->peer = st;
+  p->probe = true;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxWorker::OnOpDone;
+  param.user_data = p;
+  ucs_status_ptr_t r =
+      api_->get_nbx(st->ep, &p->probe_byte, 1, desc->buffers[0].addr, *rkey, &param);
+  if (!UCS_PTR_IS_PTR(r)) {
+    // Done at once, or refused: either way the requests go out and report for themselves.
+    p->probe = false;
+    p->peer.reset();
+    pool_.emplace_back(p);
+    st->confirmed = true;
+    return;
+  }
+  ++p->ops;
+  st->probe = p;
+  FlushLocked(st, p);  // links it (no puts: no flush); it ends in OnOpDone
+}
+
+void UcxWorker::PostDeferredLocked(const std::shared_ptr<PeerState>& st) {
+  std::vector<Deferred> waiting;
+  waiting.swap(st->deferred);
+  if (st->head == nullptr) st->last_progress = Clock::now();
+  std::vector<Slice> run;
+  for (size_t i = 0; i < waiting.size();) {
+    // A run of requests against one descriptor (the peer's may have been refreshed).
+    const std::shared_ptr<const SegmentDesc>& desc = waiting[i].desc;
+    run.clear();
+    for (; i < waiting.size() && waiting[i].desc == desc; ++i) run.push_back(waiting[i].slice);
+    for (size_t next = 0; next < run.size();) {
+      next = PostLocked(st, desc, run.data(), run.size(), next);
+    }
+  }
+}
+
+void UcxWorker::EndDeferredLocked(PeerState* st, TransferStatusEnum result,
+                                  const std::string& msg, Clock::time_point before) {
+  size_t kept = 0;
+  for (size_t i = 0; i < st->deferred.size(); ++i) {
+    Deferred& d = st->deferred[i];
+    if (d.since < before) {
+      d.slice.Done(result, 0, msg.c_str());
+    } else {
+      if (kept != i) st->deferred[kept] = std::move(d);
+      ++kept;
+    }
+  }
+  st->deferred.resize(kept);
 }
 
 size_t UcxWorker::PostLocked(const std::shared_ptr<PeerState>& st,
@@ -324,8 +409,24 @@ void UcxWorker::FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p) {
 void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
   std::vector<std::shared_ptr<PeerState>> expired;
   std::vector<std::shared_ptr<PeerState>> dead;
+  const auto timeout = std::chrono::milliseconds(config_.slice_timeout_ms);
   for (auto& [key, st] : peers_) {
+    if (!st->confirmed && !st->deferred.empty()) {
+      // Never posted, so nothing can land later; the endpoint stays (file comment).
+      EndDeferredLocked(st.get(), TIMEOUT,
+                        "UCX transfer to segment '" + st->key + "' timed out after " +
+                            std::to_string(config_.slice_timeout_ms) +
+                            " ms (MC_SLICE_TIMEOUT): the peer has not answered on its new "
+                            "endpoint (stopped or unreachable); nothing was sent",
+                        now - timeout + std::chrono::nanoseconds(1));
+    }
     if (st->head == nullptr) continue;
+    if (!st->confirmed) {
+      if (st->watch_pid != 0 && ::kill(st->watch_pid, 0) != 0 && errno == ESRCH) {
+        dead.push_back(st);
+      }
+      continue;
+    }
     if (now - st->last_progress >= std::chrono::milliseconds(config_.slice_timeout_ms)) {
       expired.push_back(st);
     } else if (st->watch_pid != 0 && ::kill(st->watch_pid, 0) != 0 && errno == ESRCH) {
@@ -377,6 +478,13 @@ void UcxWorker::Run() {
         }
       }
       failed_.clear();
+      if (!ready_.empty()) {
+        std::vector<std::shared_ptr<PeerState>> ready;
+        ready.swap(ready_);
+        for (auto& st : ready) {
+          if (!st->failed) PostDeferredLocked(st);
+        }
+      }
       if (!closing_.empty()) ReapClosingLocked();
       const auto now = Clock::now();
       if (now >= next_scan) {

@@ -8,6 +8,13 @@
 // ucp_worker_progress: it spins while requests are outstanding and sleeps on the worker's
 // event fd otherwise; completions are reported from it.
 //
+// A new endpoint is probed first: one 1-byte get, and the peer's requests wait (unposted)
+// until it completes. A peer that never answers is never sent requests, so its endpoint,
+// still setting up its connection, is never force-closed: UCX 1.13's tcp transport corrupts
+// its heap when an endpoint closed that way gets the peer's late answer (seen as SIGSEGV or
+// "unaligned tcache chunk" after SIGCONT of a stopped peer). The waiting requests end
+// TIMEOUT by slice_timeout_ms; the endpoint stays, and is used once the probe completes.
+//
 // Failure: an endpoint error (peer died: connection reset, keepalive) fails the peer's
 // outstanding batches FAILED, closes the endpoint and calls on_peer_failure; when none of a
 // peer's outstanding batches completes for slice_timeout_ms (a stopped peer does not progress
@@ -83,10 +90,18 @@ class UcxWorker {
     // Reported by us after UCX failed to call back in time; OnOpDone then only frees it.
     bool abandoned = false;
     bool has_puts = false;  // the group ends with an ep flush (puts complete locally first)
+    bool probe = false;     // the endpoint's probe (no slices): see the file comment
+    uint64_t probe_byte = 0;  // where the probe's get lands (lives as long as the request)
     int ops = 0;            // UCX requests (gets, the flush) that will still call back
     ucs_status_t status = UCS_OK;  // the first error among them
     Pending* prev = nullptr;
     Pending* next = nullptr;
+  };
+  // A request waiting for its peer's probe: never posted before it completes.
+  struct Deferred {
+    std::shared_ptr<const SegmentDesc> desc;  // keeps slice.remote_buffer valid
+    Slice slice;
+    std::chrono::steady_clock::time_point since;
   };
   struct PeerState {
     UcxWorker* worker = nullptr;
@@ -104,6 +119,10 @@ class UcxWorker {
     std::chrono::steady_clock::time_point last_progress;
     Pending* head = nullptr;  // oldest first
     Pending* tail = nullptr;
+    // The peer answered on this endpoint (its probe completed): requests are posted at once.
+    bool confirmed = false;
+    Pending* probe = nullptr;  // outstanding, also linked in head..tail
+    std::vector<Deferred> deferred;  // oldest first; posted when the probe completes
     bool failed = false;
     std::string why;  // the failure, for the slices' messages
     // The endpoint has no peer-failure handling (UCX's shared-memory lanes offer none in
@@ -148,6 +167,16 @@ class UcxWorker {
   // posts the ep flush that reports them; ends it at once when nothing is owed.
   void FlushLocked(const std::shared_ptr<PeerState>& st, Pending* p) MC_REQUIRES(mu_);
   void FinishLocked(Pending* p, ucs_status_t status, bool abandon = false) MC_REQUIRES(mu_);
+  // Posts the endpoint's probe once; confirms the peer at once when there is nothing to
+  // probe with (no usable key: the requests then fail with their own message).
+  void StartProbeLocked(const std::shared_ptr<PeerState>& st,
+                        const std::shared_ptr<const SegmentDesc>& desc) MC_REQUIRES(mu_);
+  // Posts the requests that waited for the probe, in their order.
+  void PostDeferredLocked(const std::shared_ptr<PeerState>& st) MC_REQUIRES(mu_);
+  // Ends the waiting requests (all, or those waiting since before `before`).
+  void EndDeferredLocked(PeerState* st, TransferStatusEnum result, const std::string& msg,
+                         std::chrono::steady_clock::time_point before =
+                             std::chrono::steady_clock::time_point::max()) MC_REQUIRES(mu_);
   // Marks the peer failed with `why`, takes it out of peers_ and force-closes its endpoint;
   // its outstanding batches end TIMEOUT when `timeout`, else FAILED.
   void ClosePeerLocked(std::shared_ptr<PeerState> st, const std::string& why, bool timeout)
@@ -176,6 +205,8 @@ class UcxWorker {
   // Peers whose endpoint failed (from OnEpError, inside progress): closed after it returns.
   std::vector<std::pair<PeerState*, ucs_status_t>> failed_ MC_GUARDED_BY(mu_);
   std::vector<std::string> failed_names_ MC_GUARDED_BY(mu_);
+  // Peers whose probe completed (inside progress): their waiting requests are posted after.
+  std::vector<std::shared_ptr<PeerState>> ready_ MC_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Pending>> pool_ MC_GUARDED_BY(mu_);
   // Reported by us, still owed callbacks by UCX (shared-memory endpoints closed under
   // requests); freed by OnOpDone or, at the latest, when the worker is destroyed.
