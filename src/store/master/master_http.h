@@ -119,13 +119,15 @@ class MasterHttp {
     kv_events_status_ = std::move(status);
   }
 
+  // Table walks may run while the time they owe ends at most kWalkBurst from now (each walk
+  // owes 5x its length: see Serve).
+  static constexpr std::chrono::milliseconds kWalkBurst{100};
+
  private:
   const MasterFn master_;
   const HaViewFn ha_view_;
   const NowFn now_;
   Mutex mu_;
-  // Table walks may run while the time they owe ends at most kWalkBurst from now.
-  static constexpr std::chrono::milliseconds kWalkBurst{100};
   Clock::time_point heavy_after_ MC_GUARDED_BY(mu_){};  // walks' debt is paid off then
   std::function<std::string()> kv_events_status_ MC_GUARDED_BY(mu_);
   TenantPolicySource* policies_ = nullptr;
