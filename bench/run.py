@@ -71,12 +71,14 @@ def commit():
 class Target:
     """A transfer_engine_bench target process; `segment` is its name."""
 
-    def __init__(self, binary, env=None, ours=True):
+    def __init__(self, binary, env=None, ours=True, lend=False):
         self.log = open(f"/tmp/bench-target-{os.getpid()}-{id(self)}.log", "w+")
         args = [binary, "--mode=target", "--metadata_server=P2PHANDSHAKE",
                 "--local_server_name=127.0.0.1", f"--buffer_size={TARGET_BUFFER}"]
         if not ours:
             args.append("--protocol=tcp")
+        if lend:
+            args.append("--shared_buffer")  # a memfd the initiator maps and copies into
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=env)
         ready = "Target segment name" if ours else "numa node num"
@@ -368,8 +370,8 @@ def plot(results, path):
     except ImportError:
         log("matplotlib missing: no plot (pip install matplotlib)")
         return False
-    fig, axes = plt.subplots(3, 2, figsize=(12, 11), sharey="row")
-    for row, transport in enumerate(("tcp", "shm", "shm+shared")):
+    fig, axes = plt.subplots(4, 2, figsize=(12, 14), sharey="row")
+    for row, transport in enumerate(("tcp", "shm", "shm+shared", "shm+lent")):
         for col, threads in enumerate((1, 2)):
             ax = axes[row][col]
             sel = [r for r in results if r["transport"] == transport and r["threads"] == threads]
@@ -391,7 +393,7 @@ def plot(results, path):
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
         axes[row][0].set_ylabel("GB/s")
-    for ax in axes[2]:
+    for ax in axes[3]:
         ax.set_xlabel("block size")
     fig.suptitle("Engine vs raw baselines (and upstream over TCP), one machine, one run")
     fig.tight_layout()
@@ -426,10 +428,12 @@ def main():
         env = dict(os.environ, MC_TCP_LANES_PER_PEER=str(threads),
                    MC_SHM_STREAMS_PER_PEER=str(threads))
         ours_t = Target(str(ours_bin), env)
+        lent_t = Target(str(ours_bin), env, lend=True)
         up_t = Target(up_bin, env, ours=False) if up_bin else None
         try:
             for block in BLOCKS:
-                for transport, kind in (("tcp", "tcp"), ("shm", "pvm"), ("shm+shared", "memcpy")):
+                for transport, kind in (("tcp", "tcp"), ("shm", "pvm"), ("shm+shared", "memcpy"),
+                                        ("shm+lent", "memcpy")):
                     if (kind, block, threads) not in baselines:
                         baselines[(kind, block, threads)] = summarize(
                             [run_baseline(str(raw_bin), kind, block, threads, duration / 2)
@@ -438,8 +442,9 @@ def main():
                         row = {"transport": transport, "op": op, "block": block,
                                "threads": threads, "baseline_kind": kind,
                                "baseline": baselines[(kind, block, threads)]}
+                        target = lent_t if transport == "shm+lent" else ours_t
                         row["engine"] = summarize([
-                            run_engine(str(ours_bin), ours_t.segment, op, block, threads,
+                            run_engine(str(ours_bin), target.segment, op, block, threads,
                                        duration, True, env, transport.split("+")[0],
                                        shared=transport.endswith("+shared"))
                             for _ in range(runs)])
@@ -456,6 +461,7 @@ def main():
                             f"{fmt(row['engine'])} GB/s, raw {kind} {fmt(row['baseline'])}")
         finally:
             ours_t.stop()
+            lent_t.stop()
             if up_t:
                 up_t.stop()
     store_rows = run_store(build, runs, max(duration, 0.5))
@@ -475,7 +481,9 @@ def main():
               f" runs; took {elapsed:.0f} s). 127.0.0.1, P2PHANDSHAKE; T threads use T streams; tcp rows "
               f"compare with a raw TCP loopback stream of T connections, shm rows with raw "
               f"process_vm_writev on T threads, shm+shared rows (initiator memory from "
-              f"AllocateSharedMemory, mapped by the target) with memcpy on T threads; baselines "
+              f"AllocateSharedMemory, mapped by the target, which copies) and shm+lent rows (the "
+              f"target's memory from AllocateSharedMemory, mapped by the initiator, whose "
+              f"submitting threads copy) with memcpy on T threads; baselines "
               f"cycle through the same working set as the engine (one batch of blocks per "
               f"thread); "
               f"batch sizes {', '.join(f'{human(b)}: {n}' for b, n in BATCH.items())}.\n")

@@ -64,8 +64,9 @@ DEFINE_int32(target_register_delay_ms, -1,
              ">= 0 registers it this long after Init, as upstream's perf tool does (for tests "
              "of the initiator's wait)");
 DEFINE_bool(shared_buffer, false,
-            "initiator: allocate the local buffer with AllocateSharedMemory (memfd): a same-host "
-            "target then copies with memcpy instead of process_vm_readv/writev");
+            "allocate the buffers with AllocateSharedMemory (memfd). Initiator: a same-host "
+            "target then copies with memcpy instead of process_vm_readv/writev. Target: it lends "
+            "them, and a same-host initiator copies itself, with memcpy on its own threads");
 
 namespace {
 
@@ -249,10 +250,18 @@ TargetBuffers RegisterTargetBuffers(TransferEngine& engine) {
   } else {
     sizes.push_back(FLAGS_buffer_size);
   }
+  if (FLAGS_shared_buffer && DeviceId() >= 0) Die("--shared_buffer is host memory; drop --gpu_id");
   TargetBuffers out;
   for (size_t n : sizes) {
-    uint8_t* p = AllocBuffer(n);
-    Check(engine.RegisterLocalMemory(p, n, Location()), "register " + Location() + " memory");
+    uint8_t* p = nullptr;
+    if (FLAGS_shared_buffer) {
+      auto shared = engine.AllocateSharedMemory(n);
+      Check(shared.status(), "allocate shared memory");
+      p = static_cast<uint8_t*>(*shared);
+    } else {
+      p = AllocBuffer(n);
+      Check(engine.RegisterLocalMemory(p, n, Location()), "register " + Location() + " memory");
+    }
     out.list.emplace_back(p, n);
   }
   return out;
@@ -267,6 +276,10 @@ int RunTarget(TransferEngine& engine, TargetBuffers buffers) {
   while (!g_stop.load()) ::usleep(100000);
   LOG(INFO) << "target stopping";
   for (auto& [p, n] : buffers.list) {
+    if (FLAGS_shared_buffer) {
+      Check(engine.FreeSharedMemory(p), "free shared memory");
+      continue;
+    }
     Check(engine.UnregisterLocalMemory(p), "unregister");
     FreeBuffer(p, n);
   }

@@ -18,10 +18,12 @@ const char* TransferStatusName(TransferStatusEnum s) {
 }
 
 
-void TransferTask::Start(uint32_t slices, uint64_t length, MemoryRegion* local) {
+void TransferTask::Start(uint32_t slices, uint64_t length, MemoryRegion* local,
+                         PinShare* share) {
   started_ = true;
   length_ = length;
   local_ = local;
+  share_ = share;
   pending_.store(slices, std::memory_order_release);
 }
 
@@ -38,7 +40,13 @@ void TransferTask::OnSliceDone(TransferStatusEnum result, uint64_t bytes, const 
     }
   }
   if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    if (local_ != nullptr) MemoryRegistry::Unpin(local_);
+    if (share_ != nullptr) {
+      if (share_->left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        MemoryRegistry::Unpin(share_->region);
+      }
+    } else if (local_ != nullptr) {
+      MemoryRegistry::Unpin(local_);
+    }
     owner_->TaskFinished();  // last touch: the batch may go away after this
   }
 }
@@ -70,6 +78,14 @@ TransferTask* Batch::Reserve(size_t n, size_t* first_index) {
   unfinished_ += n;
   size_.store(cur + n, std::memory_order_release);
   return &tasks_[cur];
+}
+
+PinShare* Batch::SharePin(MemoryRegion* region, uint32_t tasks) {
+  MutexLock lock(&mu_);
+  PinShare& share = shares_.emplace_back();
+  share.region = region;
+  share.left.store(tasks, std::memory_order_relaxed);
+  return &share;
 }
 
 void Batch::TaskFinished() {

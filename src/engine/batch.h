@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,11 +23,22 @@ namespace mooncake {
 
 class Batch;
 
+// One pin of a local region shared by several tasks of a submit (consecutive requests in the
+// same registered range): the region is pinned once and unpinned when the last of them ends,
+// so a batch of small requests costs one pin and one unpin of the region's shared counter
+// instead of one per request (two threads submitting from one range made that counter's
+// cache line the hot spot). It lives in the batch (Batch::SharePin).
+struct PinShare {
+  MemoryRegion* region = nullptr;
+  std::atomic<uint32_t> left{0};  // tasks of the share not yet finished
+};
+
 class TransferTask {
  public:
   // REQUIRES: reserved in `owner`, not yet started, `slices` > 0. `local` (pinned by the
-  // caller, may be null) is unpinned when the last slice reports.
-  void Start(uint32_t slices, uint64_t length, MemoryRegion* local);
+  // caller, may be null) is unpinned when the last slice reports; or, with `share`, `local`
+  // is share->region and the share's pin is dropped when its last task reports.
+  void Start(uint32_t slices, uint64_t length, MemoryRegion* local, PinShare* share = nullptr);
 
   // Called once per slice. `result` is COMPLETED, FAILED or TIMEOUT; `bytes` counts towards
   // transferred_bytes only when COMPLETED. `message` is kept for the first failure.
@@ -48,6 +60,7 @@ class TransferTask {
   bool started_ = false;
   uint64_t length_ = 0;
   MemoryRegion* local_ = nullptr;
+  PinShare* share_ = nullptr;
   std::atomic<uint32_t> pending_{0};
   std::atomic<uint64_t> transferred_{0};
   std::atomic<int> result_{COMPLETED};  // worst result seen
@@ -65,6 +78,9 @@ class Batch {
   TransferTask* Reserve(size_t n, size_t* first_index) MC_EXCLUDES(mu_);
   size_t size() const { return size_.load(std::memory_order_acquire); }
   TransferTask& task(size_t i) { return tasks_[i]; }
+  // A share of `region`'s pin (held by the caller) among `tasks` tasks of this batch, which
+  // drops it when the last of them finishes. Stable until the batch is destroyed.
+  PinShare* SharePin(MemoryRegion* region, uint32_t tasks) MC_EXCLUDES(mu_);
   // True when every reserved task has finished.
   bool AllFinished() MC_EXCLUDES(mu_);
   TransferStatus Aggregate() const;
@@ -88,6 +104,7 @@ class Batch {
   CondVar cv_;
   size_t unfinished_ MC_GUARDED_BY(mu_) = 0;
   std::atomic<size_t> size_{0};  // written under mu_
+  std::deque<PinShare> shares_ MC_GUARDED_BY(mu_);  // elements never move
 };
 
 // Maps checked ids to batches. An id is (generation << 32) | (slot + 1): a freed or

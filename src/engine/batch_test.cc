@@ -250,6 +250,28 @@ TEST(TransferTaskTest, LastSliceUnpinsLocalRegion) {
   EXPECT_TRUE(reg.Remove(0x10000, 0).ok());
 }
 
+TEST(TransferTaskTest, ASharedPinIsDroppedByTheLastTaskOfTheShare) {
+  MemoryRegistry reg;
+  ASSERT_TRUE(reg.Add(0x10000, 0x1000, "cpu:0", true).ok());
+  MemoryRegion* local = reg.Pin(0x10000, 0x100, false);  // one pin for the three tasks
+  ASSERT_NE(local, nullptr);
+  Batch b(3);
+  size_t first;
+  TransferTask* t = b.Reserve(3, &first);
+  PinShare* share = b.SharePin(local, 3);
+  for (int i = 0; i < 3; ++i) t[i].Start(i == 1 ? 2 : 1, 0x10, local, share);
+  EXPECT_EQ(t[1].local_region(), local);
+  t[2].OnSliceDone(COMPLETED, 0x10);
+  t[1].OnSliceDone(COMPLETED, 0x8);
+  t[0].OnSliceDone(FAILED, 0, "x");
+  EXPECT_EQ(local->users.load(), 1) << "task 1 still has a slice out";
+  EXPECT_FALSE(reg.Remove(0x10000, 0).ok()) << "still in use";
+  t[1].OnSliceDone(COMPLETED, 0x8);
+  EXPECT_EQ(local->users.load(), 0) << "unpinned once, by the last task";
+  EXPECT_TRUE(b.AllFinished());
+  EXPECT_TRUE(reg.Remove(0x10000, 0).ok());
+}
+
 // --- WaitAll / Aggregate -----------------------------------------------------------------------
 
 TEST(BatchTest, WaitAllReturnsWhenSlicesCompleteElsewhere) {

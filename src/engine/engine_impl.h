@@ -72,8 +72,11 @@ class TransferEngine::Impl {
   void ReapOrphans();
   // Submit's steps. PrepareRequest checks request i, pins its memory into *p (the caller
   // unpins it on error) and finds its route (a peer and a transport), adding routes as needed.
+  // A local range inside `run` (the previous request's region, pinned) takes no pin of its
+  // own: it joins that region's run (Prepared::in_run).
   Status PrepareRequest(size_t i, const TransferRequest& r,
-                        std::vector<submit::PeerRoute>& routes, submit::Prepared* p);
+                        std::vector<submit::PeerRoute>& routes, MemoryRegion* run,
+                        submit::Prepared* p);
   // The buffer of the route's descriptor holding r's remote range; refetches the descriptor
   // once per submit when none does (*first_route then names the new route). nullptr: none.
   const BufferDesc* FindRemoteBuffer(const TransferRequest& r,

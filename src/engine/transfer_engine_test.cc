@@ -232,6 +232,36 @@ TEST_F(EnginePair, NotifyQueueIsBoundedByBytes) {
   EXPECT_EQ(target_.GetNotifies().size(), 1u);
 }
 
+TEST_F(EnginePair, RequestsInOneRegionShareItsPinAndAllReleaseIt) {
+  // Consecutive requests in one registered region take one pin of it between them; a batch
+  // refused part way and a batch that ends must both leave every region unpinned.
+  std::vector<uint8_t> a(1 << 16, 0xA1), b(1 << 16, 0xB2), unregistered(64);
+  ASSERT_TRUE(initiator_.RegisterLocalMemory(a.data(), a.size()).ok());
+  ASSERT_TRUE(initiator_.RegisterLocalMemory(b.data(), b.size()).ok());
+  auto req = [&](std::vector<uint8_t>& from, size_t i) {
+    return TransferRequest{TransferRequest::WRITE, from.data() + 4096 * i, seg_,
+                           Remote(4096 * i), 4096};
+  };
+  auto id = initiator_.AllocateBatchID(8);
+  ASSERT_TRUE(id.ok());
+  Status refused = initiator_.SubmitTransfer(
+      *id, {req(a, 0), req(a, 1), req(b, 2),
+            {TransferRequest::WRITE, unregistered.data(), seg_, Remote(), 64}});
+  EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.ToString();
+  ASSERT_TRUE(initiator_.SubmitTransfer(*id, {req(a, 0), req(a, 1), req(b, 2), req(a, 3),
+                                              req(a, 4), req(a, 5)})
+                  .ok());
+  auto st = initiator_.WaitBatch(*id, milliseconds(5000));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->s, COMPLETED);
+  ASSERT_TRUE(initiator_.FreeBatchID(*id).ok());
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(remote_[4096 * i + 7], i == 2 ? 0xB2 : 0xA1) << i;
+  Status ua = initiator_.UnregisterLocalMemory(a.data());
+  Status ub = initiator_.UnregisterLocalMemory(b.data());
+  EXPECT_TRUE(ua.ok()) << "a pin of region a was left: " << ua.ToString();
+  EXPECT_TRUE(ub.ok()) << "a pin of region b was left: " << ub.ToString();
+}
+
 TEST_F(EnginePair, LocalSegmentIsAMemcpy) {
   std::vector<uint8_t> other(4096, 0);
   ASSERT_TRUE(initiator_.RegisterLocalMemory(other.data(), other.size()).ok());

@@ -27,7 +27,11 @@ namespace submit {
 
 // A checked request, ready to be cut into slices.
 struct Prepared {
-  MemoryRegion* local = nullptr;           // pinned
+  MemoryRegion* local = nullptr;           // pinned (by this request, or by its run's first)
+  // `local` is the previous request's region, pinned once for the run of consecutive
+  // requests in it (by the run's first request); the run's tasks share that pin (`share`).
+  bool in_run = false;
+  PinShare* share = nullptr;
   MemoryRegion* local_target = nullptr;    // pinned; LOCAL_SEGMENT_ID requests only
   size_t route = SIZE_MAX;                  // index into the routes of this submit
   const BufferDesc* remote_buffer = nullptr;  // in routes[route].desc
@@ -52,7 +56,7 @@ using submit::PeerRoute;
 using submit::Prepared;
 
 void Unpin(const Prepared& p) {
-  if (p.local) MemoryRegistry::Unpin(p.local);
+  if (p.local && !p.in_run) MemoryRegistry::Unpin(p.local);
   if (p.local_target) MemoryRegistry::Unpin(p.local_target);
 }
 
@@ -101,7 +105,7 @@ inline size_t RouteFor(std::vector<PeerRoute>& routes, size_t first_route, Segme
 inline void CutIntoSlices(const TransferRequest& r, const Prepared& p, TransferTask* task,
                           uint64_t slice_size, std::vector<Slice>* slices) {
   uint64_t n = (r.length + slice_size - 1) / slice_size;
-  task->Start(static_cast<uint32_t>(n), r.length, p.local);
+  task->Start(static_cast<uint32_t>(n), r.length, p.local, p.share);
   for (uint64_t off = 0; off < r.length; off += slice_size) {
     Slice s;
     s.task = task;
@@ -127,7 +131,7 @@ void CopyLocally(const TransferRequest& r, const Prepared& p, TransferTask* task
     copied = platform::Devices().Copy(dst, src, r.length);
   }
   MemoryRegistry::Unpin(p.local_target);
-  task->Start(1, r.length, p.local);
+  task->Start(1, r.length, p.local, p.share);
   if (copied.ok()) {
     task->OnSliceDone(COMPLETED, r.length);
   } else {
@@ -155,7 +159,8 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
   routes.clear();
   for (size_t i = 0; i < requests.size(); ++i) {
     Prepared p;
-    Status s = PrepareRequest(i, requests[i], routes, &p);
+    Status s = PrepareRequest(i, requests[i], routes,
+                              prepared.empty() ? nullptr : prepared.back().local, &p);
     if (!s.ok()) {
       Unpin(p);
       UnpinAll(prepared);
@@ -171,6 +176,17 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
     UnpinAll(prepared);
     return Status::ResourceExhausted("batch " + std::to_string(id) +
                                      " is full (another thread submitted meanwhile)");
+  }
+
+  // Runs of requests in one local region share its pin.
+  for (size_t i = 0; i < prepared.size();) {
+    size_t j = i + 1;
+    while (j < prepared.size() && prepared[j].in_run) ++j;
+    if (j - i > 1) {
+      PinShare* share = batch->SharePin(prepared[i].local, static_cast<uint32_t>(j - i));
+      for (size_t k = i; k < j; ++k) prepared[k].share = share;
+    }
+    i = j;
   }
 
   // 3. Cut into slices and hand them out per route.
@@ -189,12 +205,18 @@ Status TransferEngine::Impl::Submit(BatchID id, const std::vector<TransferReques
 }
 
 Status TransferEngine::Impl::PrepareRequest(size_t i, const TransferRequest& r,
-                                            std::vector<PeerRoute>& routes, Prepared* p) {
+                                            std::vector<PeerRoute>& routes, MemoryRegion* run,
+                                            Prepared* p) {
   // Named only in an error (built then: a batch of small requests is hot).
   auto which = [i] { return "request " + std::to_string(i) + ": "; };
   if (const char* bad = ShapeError(r)) return Status::InvalidArgument(which() + bad);
   auto src = reinterpret_cast<uint64_t>(r.source);
-  p->local = registry.Pin(src, r.length, /*remote_only=*/false);
+  if (run != nullptr && src >= run->begin && r.length <= run->end() - src) {
+    p->local = run;  // pinned by the run's first request, held until the run's tasks end
+    p->in_run = true;
+  } else {
+    p->local = registry.Pin(src, r.length, /*remote_only=*/false);
+  }
   if (p->local == nullptr) {
     return Status::InvalidArgument(which() + "local range " + RangeText(src, r.length) +
                                    " is not inside registered memory; register it first");

@@ -351,6 +351,41 @@ TEST_F(HostileLender, AWellFormedLoanIsMappedAndCounted) {
   held_.reset();
 }
 
+TEST_F(HostileLender, ARunOfSlicesIsCopiedPerRangeWhileItsLoanHolds) {
+  SharedMem page(MemoryRegistry::kExportSlots * sizeof(ExportSlot)), a(1 << 16), b(1 << 16);
+  Status s = Fetch({{0x100000, 1 << 16, 5, 3, 0}, {0x200000, 1 << 16, 7, 4, 0}},
+                   {page.fd, a.fd, b.fd});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto* slots = reinterpret_cast<ExportSlot*>(page.data);
+  slots[3].gen.store(5);
+  slots[4].gen.store(6);  // range b was unregistered since: its loan is over
+  std::vector<uint8_t> local(4 * 4096);
+  for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<uint8_t>(i / 4096 + 1);
+  // a, a, b, a, beyond both: two runs of range a around one of range b, and a stray.
+  const uint64_t remotes[] = {0x100000, 0x100000 + 4096, 0x200000, 0x100000 + 8192, 0x300000};
+  std::vector<Slice> slices(5);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    slices[i].opcode = TransferRequest::WRITE;
+    slices[i].local = reinterpret_cast<uint64_t>(local.data()) + 4096 * (i % 4);
+    slices[i].remote = remotes[i];
+    slices[i].length = 4096;
+  }
+  uint8_t copied[5];
+  held_->Copy(slices.data(), slices.size(), copied);
+  EXPECT_EQ(copied[0], 1);
+  EXPECT_EQ(copied[1], 1);
+  EXPECT_EQ(copied[2], 0) << "range b's slot holds another gen";
+  EXPECT_EQ(copied[3], 1);
+  EXPECT_EQ(copied[4], 0) << "in no lent range";
+  EXPECT_EQ(a.data[0], 1);
+  EXPECT_EQ(a.data[4096], 2);
+  EXPECT_EQ(a.data[8192 + 4095], 4);
+  EXPECT_EQ(b.data[0], 0) << "nothing written into the range whose loan ended";
+  EXPECT_EQ(slots[3].users.load(), 0u) << "counted only while copying";
+  EXPECT_EQ(slots[4].users.load(), 0u);
+  held_.reset();
+}
+
 TEST_F(HostileLender, AnUnsealedMemfdIsRefused) {
   SharedMem page(4096), mem(1 << 16, /*seal=*/false);
   Status s = Fetch({{0x100000, 1 << 16, 5, 0, 0}}, {page.fd, mem.fd}, 4096);

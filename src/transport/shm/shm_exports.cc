@@ -81,26 +81,39 @@ const PeerExports::Range* PeerExports::Find(const Slice& s) const {
   return &r;
 }
 
-bool PeerExports::Copy(const Slice& s) const {
-  const Range* found = Find(s);
-  if (found == nullptr) return false;
-  const Range& r = *found;
+void PeerExports::Copy(const Slice* s, size_t n, uint8_t* copied) const {
   // Counted first, then the gen checked (both seq_cst): an unregistration that changed the
-  // gen before our check sees our count when it waits (MemoryRegistry::Remove).
-  r.slot->users.fetch_add(1, std::memory_order_seq_cst);
-  if (r.slot->gen.load(std::memory_order_seq_cst) != r.gen) {
-    r.slot->users.fetch_sub(1, std::memory_order_seq_cst);
-    return false;
+  // gen before our check sees our count when it waits (MemoryRegistry::Remove). The count
+  // is held across a run of slices in the same range (at most kInlineBytes of copies).
+  const Range* held = nullptr;
+  auto release = [&] {
+    if (held) held->slot->users.fetch_sub(1, std::memory_order_seq_cst);
+    held = nullptr;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Range* r = Find(s[i]);
+    if (r != held) {
+      release();
+      if (r != nullptr) {
+        r->slot->users.fetch_add(1, std::memory_order_seq_cst);
+        held = r;
+        if (r->slot->gen.load(std::memory_order_seq_cst) != r->gen) release();
+      }
+    }
+    if (held == nullptr) {
+      copied[i] = 0;
+      continue;
+    }
+    uint8_t* theirs = held->ptr + (s[i].remote - held->addr);
+    auto* mine = reinterpret_cast<uint8_t*>(s[i].local);
+    if (s[i].opcode == TransferRequest::WRITE) {
+      std::memcpy(theirs, mine, s[i].length);
+    } else {
+      std::memcpy(mine, theirs, s[i].length);
+    }
+    copied[i] = 1;
   }
-  uint8_t* theirs = r.ptr + (s.remote - r.addr);
-  auto* mine = reinterpret_cast<uint8_t*>(s.local);
-  if (s.opcode == TransferRequest::WRITE) {
-    std::memcpy(theirs, mine, s.length);
-  } else {
-    std::memcpy(mine, theirs, s.length);
-  }
-  r.slot->users.fetch_sub(1, std::memory_order_seq_cst);
-  return true;
+  release();
 }
 
 Result<std::shared_ptr<const PeerExports>> FetchExports(UniqueFd conn, int timeout_ms,

@@ -32,9 +32,15 @@ class PeerExports {
   PeerExports& operator=(const PeerExports&) = delete;
   ~PeerExports();
 
-  // Copies `s` (host memory here) with memcpy if its remote range lies in a lent range that
-  // is still lent; false when it does not (the caller sends it to the target instead).
-  bool Copy(const Slice& s) const;
+  // Copies each of the `n` slices (host memory here) with memcpy if its remote range lies in
+  // a lent range that is still lent: copied[i] = 1; else 0 (the caller sends it to the
+  // target instead). A run of slices in one range counts itself in the range's slot once.
+  void Copy(const Slice* s, size_t n, uint8_t* copied) const;
+  bool Copy(const Slice& s) const {
+    uint8_t copied = 0;
+    Copy(&s, 1, &copied);
+    return copied != 0;
+  }
   // Whether `s`'s remote range lies in a lent range (not whether the loan still holds).
   bool Covers(const Slice& s) const { return Find(s) != nullptr; }
   // False once the target's end of the export connection closed (it exited: what we would

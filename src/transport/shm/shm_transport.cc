@@ -274,13 +274,26 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
     lent.reset();
   }
   // Slices in memory the target lends us are copied here (memcpy, no message), up to
-  // kInlineBytes of them per call; the rest go to the streams first, so that the target
-  // copies those meanwhile (a large batch keeps both processes copying).
+  // kInlineBytes of them per call (kInlineBusyBytes while other threads copy too); the rest
+  // go to the streams first, so that the target copies those meanwhile (a large batch keeps
+  // both processes copying).
   thread_local std::vector<Slice> mine, rest;
   mine.clear();
+  struct Copier {  // counted in inline_copiers_ while this call has lent memory to copy
+    std::atomic<int>* n = nullptr;
+    ~Copier() {
+      if (n) n->fetch_sub(1, std::memory_order_relaxed);
+    }
+  } copier;
   if (lent) {
     rest.clear();
-    uint64_t budget = kInlineBytes;
+    copier.n = &inline_copiers_;
+    // Alone: no other thread copying into lent memory, and the target idle on our streams.
+    bool alone = inline_copiers_.fetch_add(1, std::memory_order_relaxed) == 0;
+    for (size_t i = 0; alone && peer && i < peer->streams.size(); ++i) {
+      alone = peer->streams[i]->queued_bytes() == 0;
+    }
+    uint64_t budget = alone ? kInlineBytes : kInlineBusyBytes;
     for (size_t i = 0; i < count; ++i) {
       const Slice& s = slices[i];
       if (s.local_device < 0 && s.length <= budget && lent->Covers(s)) {
@@ -301,12 +314,14 @@ Status ShmTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
   todo.swap(mine);
   std::vector<Slice> again;
   uint64_t copied = 0;
-  for (const Slice& s : todo) {
-    if (lent->Copy(s)) {
+  std::vector<uint8_t> ok(todo.size());
+  lent->Copy(todo.data(), todo.size(), ok.data());
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (ok[i]) {
       ++copied;
-      s.Done(COMPLETED, s.length);
+      todo[i].Done(COMPLETED, todo[i].length);
     } else {
-      again.push_back(s);  // the loan ended meanwhile: the target decides
+      again.push_back(todo[i]);  // the loan ended meanwhile: the target decides
     }
   }
   if (copied) mapped_copies_.fetch_add(copied, std::memory_order_relaxed);
