@@ -32,7 +32,9 @@ DEFINE_string(master, "127.0.0.1:50051", "mooncake_master address");
 DEFINE_string(local_hostname, "127.0.0.1", "this client's host");
 DEFINE_string(metadata_server, "P2PHANDSHAKE", "as the engine's");
 DEFINE_uint64(segment_size, 1ull << 30, "holder: bytes contributed to the pool");
-DEFINE_string(op, "put", "bench: put | get");
+DEFINE_string(op, "put",
+              "bench: put | get | exist (batch_is_exist of the working set's keys: the master's "
+              "round trip for a batch, no data moved)");
 DEFINE_uint64(block_size, 1 << 20, "bench: bytes per object");
 DEFINE_int32(batch_size, 16, "bench: objects per batch call");
 DEFINE_double(duration, 3, "bench: seconds of the timed loop");
@@ -136,6 +138,8 @@ int Bench() {
       bool ok = true;
       if (put) {
         for (int code : c->BatchPut(keys, parts, ReplicateConfig{})) ok = ok && code == 0;
+      } else if (FLAGS_op == "exist") {
+        for (int e : c->BatchIsExist(keys)) ok = ok && e == 1;
       } else {
         for (int64_t n : c->BatchGet(keys, parts)) ok = ok && n == static_cast<int64_t>(block);
       }
@@ -197,8 +201,8 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   if (FLAGS_role == "holder") return Holder();
   if (FLAGS_role == "bench") {
-    if (FLAGS_op != "put" && FLAGS_op != "get") {
-      std::fprintf(stderr, "store_bench: --op must be put or get\n");
+    if (FLAGS_op != "put" && FLAGS_op != "get" && FLAGS_op != "exist") {
+      std::fprintf(stderr, "store_bench: --op must be put, get or exist\n");
       return 1;
     }
     return Bench();
