@@ -93,7 +93,12 @@ class TransferEngine {
   // Allocates `length` bytes of shareable memory (memfd-backed, page aligned, zeroed) and
   // registers it. Same-host peers map it and copy with memcpy instead of
   // process_vm_readv/writev. Free it with FreeSharedMemory (which unregisters it first).
-  Result<void*> AllocateSharedMemory(size_t length, const std::string& location = "cpu:0");
+  // `huge_page_size` 2 MiB or 1 GiB: HugeTLB pages from the host's reserved pool
+  // (/proc/sys/vm/nr_hugepages, or .../hugepages-<size>kB/nr_hugepages), one fault per huge
+  // page instead of per 4 KiB; `length` is rounded up to a multiple of it and registered so.
+  // ResourceExhausted when the pool has too few free pages (nothing falls back to small pages).
+  Result<void*> AllocateSharedMemory(size_t length, const std::string& location = "cpu:0",
+                                     size_t huge_page_size = 0);
   Status FreeSharedMemory(void* addr);
 
   // Resolves a segment by name (leading '/' stripped): a cached id, or a fresh handshake.

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <glog/logging.h>
 #include <ifaddrs.h>
+#include <linux/memfd.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -459,9 +460,22 @@ Status TransferEngine::Impl::Unregister(void* addr) {
   return Status::OK();
 }
 
-Result<void*> TransferEngine::Impl::AllocateShared(size_t length, const std::string& location) {
+Result<void*> TransferEngine::Impl::AllocateShared(size_t length, const std::string& location,
+                                                   size_t huge_page_size) {
   if (length == 0) return Status::InvalidArgument("length is 0");
-  int fd = ::memfd_create("mooncake-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+  if (huge_page_size != 0) {
+    if (huge_page_size != (size_t{2} << 20) && huge_page_size != (size_t{1} << 30)) {
+      return Status::InvalidArgument("huge page size " + std::to_string(huge_page_size) +
+                                     " is neither 2 MiB nor 1 GiB");
+    }
+    // Whole huge pages: a peer maps and unmaps the registered length, which hugetlbfs
+    // accepts only in whole pages.
+    if (length > SIZE_MAX - huge_page_size) return Status::InvalidArgument("length too large");
+    length = (length + huge_page_size - 1) / huge_page_size * huge_page_size;
+    flags |= MFD_HUGETLB | (huge_page_size == (size_t{2} << 20) ? MFD_HUGE_2MB : MFD_HUGE_1GB);
+  }
+  int fd = ::memfd_create("mooncake-shared", flags);
   if (fd < 0) return ErrnoStatus("memfd_create", errno);
   // Sealed against shrinking: a peer that maps it can never fault past its end.
   if (::ftruncate(fd, static_cast<off_t>(length)) != 0 ||
@@ -472,9 +486,17 @@ Result<void*> TransferEngine::Impl::AllocateShared(size_t length, const std::str
   }
   void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    Status s = ErrnoStatus("mmap shared memory of " + std::to_string(length), errno);
+    const int err = errno;
     ::close(fd);
-    return s;
+    if (huge_page_size != 0 && err == ENOMEM) {
+      const std::string kb = std::to_string(huge_page_size >> 10);
+      return Status::ResourceExhausted(
+          "the host has fewer than " + std::to_string(length / huge_page_size) + " free " +
+          kb + " kB huge pages for " + std::to_string(length) + " bytes: reserve them (" +
+          "/sys/kernel/mm/hugepages/hugepages-" + kb + "kB/nr_hugepages, see HugePages_Free "
+          "in /proc/meminfo) or turn huge pages off (MC_STORE_USE_HUGEPAGE)");
+    }
+    return ErrnoStatus("mmap shared memory of " + std::to_string(length), err);
   }
   Status s = Register({RegionInfo{reinterpret_cast<uint64_t>(p), length, location, true, fd}});
   if (!s.ok()) {

@@ -45,7 +45,7 @@ class TransferEngine::Impl {
   // reads it), as opposed to a handshake reply (only to authenticated peers).
   std::string EncodeLocalDesc(bool for_store = false);
   Status PublishLocalDesc();
-  Result<void*> AllocateShared(size_t length, const std::string& location);
+  Result<void*> AllocateShared(size_t length, const std::string& location, size_t huge_page_size);
   Status FreeShared(void* addr);
 
   // Segments. ResolveRpc: the handshake address of a segment (P2P: its name; store mode: its

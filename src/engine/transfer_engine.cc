@@ -82,8 +82,9 @@ Status TransferEngine::UnregisterLocalMemoryBatch(const std::vector<void*>& addr
   return first;
 }
 
-Result<void*> TransferEngine::AllocateSharedMemory(size_t length, const std::string& location) {
-  return impl_->AllocateShared(length, location);
+Result<void*> TransferEngine::AllocateSharedMemory(size_t length, const std::string& location,
+                                                   size_t huge_page_size) {
+  return impl_->AllocateShared(length, location, huge_page_size);
 }
 
 Status TransferEngine::FreeSharedMemory(void* addr) { return impl_->FreeShared(addr); }

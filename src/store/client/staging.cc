@@ -1,6 +1,7 @@
 #include "store/client/staging.h"
 
 #include <glog/logging.h>
+#include <linux/mman.h>
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -11,16 +12,28 @@
 namespace mooncake {
 namespace store {
 
-Result<std::unique_ptr<Staging>> Staging::Create(TransferEngine* engine, size_t size) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    return Status::ResourceExhausted("cannot allocate the local buffer of " +
-                                     std::to_string(size) + " bytes: " + std::strerror(errno));
+Result<std::unique_ptr<Staging>> Staging::Create(TransferEngine* engine, size_t size,
+                                                 size_t huge_page_size) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  if (huge_page_size != 0) {
+    flags |= MAP_HUGETLB | (huge_page_size == (size_t{1} << 30) ? MAP_HUGE_1GB : MAP_HUGE_2MB);
   }
-  // Huge pages where the kernel gives them on request: a first touch faults in 2 MiB, not
-  // 4 KiB. Not populated ahead (unlike the segment): Python's default buffer is 1 GiB per
-  // client, which would then be resident whether used or not.
-  (void)::madvise(p, size, MADV_HUGEPAGE);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    std::string why = std::strerror(err);
+    if (huge_page_size != 0) {
+      why += " (the host's pool of " + std::to_string(huge_page_size >> 10) +
+             " kB huge pages has too few free: see HugePages_Free in /proc/meminfo; "
+             "MC_STORE_USE_HUGEPAGE asked for them)";
+    }
+    return Status::ResourceExhausted("cannot allocate the local buffer of " +
+                                     std::to_string(size) + " bytes: " + why);
+  }
+  // Otherwise huge pages where the kernel gives them on request: a first touch faults in
+  // 2 MiB, not 4 KiB. Not populated ahead (unlike the segment): Python's default buffer is
+  // 1 GiB per client, which would then be resident whether used or not.
+  if (huge_page_size == 0) (void)::madvise(p, size, MADV_HUGEPAGE);
   Status reg = engine->RegisterLocalMemory(p, size, "cpu:0", /*remote_accessible=*/false);
   if (!reg.ok()) {
     ::munmap(p, size);

@@ -22,8 +22,11 @@ namespace store {
 
 class Staging {
  public:
-  // Maps `size` bytes and registers them with `engine` (which must outlive it).
-  static Result<std::unique_ptr<Staging>> Create(TransferEngine* engine, size_t size);
+  // Maps `size` bytes and registers them with `engine` (which must outlive it). With
+  // `huge_page_size` (2 MiB or 1 GiB; huge_pages.h) on HugeTLB pages of that size, `size`
+  // a multiple of it; ResourceExhausted when the host's pool has too few free.
+  static Result<std::unique_ptr<Staging>> Create(TransferEngine* engine, size_t size,
+                                                 size_t huge_page_size = 0);
   ~Staging();  // Release()
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;

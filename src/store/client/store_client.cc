@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <random>
 
+#include "store/client/huge_pages.h"
 #include "store/client/store_client_impl.h"
 #include "store/tenants/tenant_id.h"
 
@@ -25,7 +26,20 @@ std::string RandomClientId() {
 
 }  // namespace
 
-StoreClient::Impl::Impl(StoreClientOptions o) : opt(std::move(o)), client_id(RandomClientId()) {}
+namespace {
+
+StoreClientOptions OnPages(StoreClientOptions o, size_t page) {
+  o.global_segment_size = RoundUpToPage(o.global_segment_size, page);
+  o.local_buffer_size = RoundUpToPage(o.local_buffer_size, page);
+  return o;
+}
+
+}  // namespace
+
+StoreClient::Impl::Impl(StoreClientOptions o)
+    : huge_page_size(HugePageSizeFromEnv()),
+      opt(OnPages(std::move(o), huge_page_size)),
+      client_id(RandomClientId()) {}
 
 int StoreClient::Impl::Start(std::string* message) {
   auto fail = [&](ErrorCode c, const std::string& m) {
@@ -98,7 +112,10 @@ int StoreClient::Impl::Start(std::string* message) {
   heartbeat_->Start();
   LOG(INFO) << "store client " << client_id << " ready: segment " << seg_name << " ("
             << opt.global_segment_size << " bytes), local buffer " << opt.local_buffer_size
-            << " bytes, master " << master->address();
+            << (huge_page_size ? " bytes, on " + std::to_string(huge_page_size >> 10) +
+                                     " kB huge pages (MC_STORE_USE_HUGEPAGE)"
+                               : std::string(" bytes"))
+            << ", master " << master->address();
   return 0;
 }
 
@@ -140,7 +157,7 @@ int StoreClient::Impl::StartMemory(std::string* message) {
               << (*hot)->block_size;
   }
   if (opt.local_buffer_size != 0) {
-    auto st = Staging::Create(engine.get(), opt.local_buffer_size);
+    auto st = Staging::Create(engine.get(), opt.local_buffer_size, huge_page_size);
     if (!st.ok()) {
       *message = st.status().message();
       return ToInt(ErrorCode::INTERNAL_ERROR);
@@ -149,7 +166,7 @@ int StoreClient::Impl::StartMemory(std::string* message) {
     registrations.Add(staging->base(), staging->size());
   }
   if (opt.global_segment_size > 0) {
-    auto seg = engine->AllocateSharedMemory(opt.global_segment_size);
+    auto seg = engine->AllocateSharedMemory(opt.global_segment_size, "cpu:0", huge_page_size);
     if (!seg.ok()) {
       *message = "cannot allocate the global segment of " +
                  std::to_string(opt.global_segment_size) + " bytes: " + seg.status().ToString();

@@ -131,6 +131,9 @@ class StoreClient::Impl {
 
   // Every member below is set by Start and constant until Close, but for those that lock
   // themselves.
+  // Huge pages for the segment and the local buffer (huge_pages.h; 0: off), read at
+  // construction, before `opt`, whose sizes it rounds up to whole pages.
+  const size_t huge_page_size;
   const StoreClientOptions opt;
   const std::string client_id;
   // Null when MC_STORE_CLIENT_METRIC turns them off. Before `master`, which counts into it

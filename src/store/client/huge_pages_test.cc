@@ -1,0 +1,165 @@
+// MC_STORE_USE_HUGEPAGE: the environment's reading, and a Store client's segment and local
+// buffer on HugeTLB pages against an in-process master. The tests that need a pool of huge
+// pages reserve one (root: /proc/sys/vm/nr_hugepages) and give it back; without root they
+// skip.
+#include "store/client/huge_pages.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mooncake/store/store_client.h"
+#include "store/testing/client_fixture.h"
+#include "store/testing/in_process_master.h"
+
+namespace mooncake {
+namespace store {
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+
+struct Env {
+  Env(const char* use, const char* size) {
+    Set("MC_STORE_USE_HUGEPAGE", use);
+    Set("MC_STORE_HUGEPAGE_SIZE", size);
+  }
+  ~Env() {
+    unsetenv("MC_STORE_USE_HUGEPAGE");
+    unsetenv("MC_STORE_HUGEPAGE_SIZE");
+  }
+  static void Set(const char* name, const char* v) {
+    if (v) {
+      setenv(name, v, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+};
+
+TEST(HugePagesEnv, OffUnlessAskedThenTwoMegabytesOrAGigabyte) {
+  EXPECT_EQ((Env(nullptr, "1GB"), HugePageSizeFromEnv()), 0u);
+  for (const char* off : {"", "0", "false", "No", "OFF"}) {
+    Env e(off, nullptr);
+    EXPECT_EQ(HugePageSizeFromEnv(), 0u) << off;
+  }
+  for (const char* on : {"1", "true", "yes"}) {
+    Env e(on, nullptr);
+    EXPECT_EQ(HugePageSizeFromEnv(), 2 * MiB) << on;
+  }
+  for (const char* two : {"2MB", "2mb", "2M", "2MiB", "2097152"}) {
+    Env e("1", two);
+    EXPECT_EQ(HugePageSizeFromEnv(), 2 * MiB) << two;
+  }
+  for (const char* one : {"1GB", "1g", "1GiB", "1073741824"}) {
+    Env e("1", one);
+    EXPECT_EQ(HugePageSizeFromEnv(), 1024 * MiB) << one;
+  }
+  Env bad("1", "4KB");  // upstream's answer: a warning, and 2MB
+  EXPECT_EQ(HugePageSizeFromEnv(), 2 * MiB);
+}
+
+TEST(HugePagesEnv, SizesRoundUpToWholePages) {
+  EXPECT_EQ(RoundUpToPage(0, 2 * MiB), 0u);
+  EXPECT_EQ(RoundUpToPage(1, 2 * MiB), 2 * MiB);
+  EXPECT_EQ(RoundUpToPage(2 * MiB, 2 * MiB), 2 * MiB);
+  EXPECT_EQ(RoundUpToPage(33 * MiB, 2 * MiB), 34 * MiB);
+  EXPECT_EQ(RoundUpToPage(33 * MiB, 0), 33 * MiB);
+}
+
+uint64_t Meminfo(const std::string& field) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  uint64_t v = 0;
+  while (in >> name >> v) {
+    if (name == field + ":") return v;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
+// Reserves `pages` more 2 MiB huge pages for the test and gives them back after.
+class HugePool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ifstream in(kKnob);
+    if (!(in >> before_)) GTEST_SKIP() << "no " << kKnob;
+    if (!Write(before_ + kPages) || Meminfo("HugePages_Free") < kPages) {
+      Write(before_);
+      GTEST_SKIP() << "cannot reserve " << kPages << " huge pages (needs root and free memory)";
+    }
+    reserved_ = true;
+  }
+  void TearDown() override {
+    if (reserved_) Write(before_);
+  }
+  static bool Write(uint64_t n) {
+    std::ofstream out(kKnob);
+    out << n;
+    out.flush();
+    return static_cast<bool>(out);
+  }
+  static constexpr const char* kKnob = "/proc/sys/vm/nr_hugepages";
+  static constexpr uint64_t kPages = 40;
+  uint64_t before_ = 0;
+  bool reserved_ = false;
+  std::shared_ptr<testing::InProcessMaster> master_ = std::make_shared<testing::InProcessMaster>();
+};
+
+TEST_F(HugePool, TheSegmentAndTheLocalBufferLiveOnHugePagesAndMoveBytesExactly) {
+  const uint64_t free0 = Meminfo("HugePages_Free");
+  std::unique_ptr<StoreClient> holder;
+  {
+    Env e("1", "2MB");
+    holder = testing::MakeClient(master_, 33 * MiB, 8 * MiB);  // 17 + 4 pages
+  }
+  ASSERT_TRUE(holder);
+  auto user = testing::MakeClient(master_, 0);  // ordinary pages
+  ASSERT_TRUE(user);
+  std::vector<std::vector<char>> values;
+  for (int i = 0; i < 12; ++i) {
+    values.push_back(testing::Bytes(2 * MiB + 4096 * i + 7, 40 + i));
+    const auto& v = values.back();
+    ASSERT_EQ(user->Put("hp" + std::to_string(i), {{const_cast<char*>(v.data()), v.size()}},
+                        ReplicateConfig()),
+              0);
+  }
+  for (int i = 0; i < 12; ++i) {
+    for (StoreClient* c : {user.get(), holder.get()}) {
+      std::vector<char> back(values[i].size());
+      EXPECT_EQ(c->Get("hp" + std::to_string(i), {{back.data(), back.size()}}),
+                static_cast<int64_t>(back.size()));
+      EXPECT_EQ(back, values[i]) << "object " << i;
+    }
+  }
+  // The holder's segment pages came from the pool (34 MiB: rounded up to whole pages).
+  EXPECT_LE(Meminfo("HugePages_Free") + 17, free0);
+  // The pages live while any process maps them: the user maps the holder's segment too.
+  user.reset();
+  holder.reset();
+  EXPECT_EQ(Meminfo("HugePages_Free"), free0) << "every huge page back in the pool";
+}
+
+TEST_F(HugePool, TooFewFreeHugePagesFailSetupAndSaySo) {
+  const uint64_t free_pages = Meminfo("HugePages_Free");
+  Env e("1", nullptr);
+  StoreClientOptions o;
+  o.local_hostname = "127.0.0.1";
+  o.global_segment_size = (free_pages + 1) * 2 * MiB;
+  o.local_buffer_size = 0;
+  o.master = master_;
+  int code = 0;
+  std::string msg;
+  auto c = StoreClient::Create(o, &code, &msg);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(msg.find("huge pages"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nr_hugepages"), std::string::npos) << msg;
+  EXPECT_EQ(Meminfo("HugePages_Free"), free_pages) << "nothing held after the failure";
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake
