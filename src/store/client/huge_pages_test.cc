@@ -4,8 +4,11 @@
 // skip.
 #include "store/client/huge_pages.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -80,10 +83,13 @@ uint64_t Meminfo(const std::string& field) {
   return 0;
 }
 
-// Reserves `pages` more 2 MiB huge pages for the test and gives them back after.
+// Reserves kPages more 2 MiB huge pages for the test and gives them back after. One such
+// test at a time on the machine (ctest runs tests in parallel): a lock file.
 class HugePool : public ::testing::Test {
  protected:
   void SetUp() override {
+    lock_ = ::open("/tmp/mooncake-hugepage-tests.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+    if (lock_ >= 0) (void)::flock(lock_, LOCK_EX);
     std::ifstream in(kKnob);
     if (!(in >> before_)) GTEST_SKIP() << "no " << kKnob;
     if (!Write(before_ + kPages) || Meminfo("HugePages_Free") < kPages) {
@@ -94,6 +100,7 @@ class HugePool : public ::testing::Test {
   }
   void TearDown() override {
     if (reserved_) Write(before_);
+    if (lock_ >= 0) ::close(lock_);  // and the lock with it
   }
   static bool Write(uint64_t n) {
     std::ofstream out(kKnob);
@@ -105,6 +112,7 @@ class HugePool : public ::testing::Test {
   static constexpr uint64_t kPages = 40;
   uint64_t before_ = 0;
   bool reserved_ = false;
+  int lock_ = -1;
   std::shared_ptr<testing::InProcessMaster> master_ = std::make_shared<testing::InProcessMaster>();
 };
 
