@@ -262,6 +262,23 @@ TEST_F(EnginePair, RequestsInOneRegionShareItsPinAndAllReleaseIt) {
   EXPECT_TRUE(ub.ok()) << "a pin of region b was left: " << ub.ToString();
 }
 
+TEST_F(EnginePair, ARangeJustPastTheRunsRegionIsNotTakenForIt) {
+  // Request 0 pins the first half of `two`; request 1 starts in the unregistered second half,
+  // above the region's end: it is refused, not counted in request 0's run.
+  std::vector<uint8_t> two(2 << 20, 0x11);
+  ASSERT_TRUE(initiator_.RegisterLocalMemory(two.data(), 1 << 20).ok());
+  auto id = initiator_.AllocateBatchID(2);
+  ASSERT_TRUE(id.ok());
+  for (size_t past : {size_t{1} << 20, (size_t{1} << 20) + 4096, (size_t{2} << 20) - 64}) {
+    Status s = initiator_.SubmitTransfer(
+        *id, {{TransferRequest::WRITE, two.data(), seg_, Remote(), 64},
+              {TransferRequest::WRITE, two.data() + past, seg_, Remote(4096), 64}});
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << past << ": " << s.ToString();
+  }
+  ASSERT_TRUE(initiator_.FreeBatchID(*id).ok());
+  EXPECT_TRUE(initiator_.UnregisterLocalMemory(two.data()).ok()) << "no pin left";
+}
+
 TEST_F(EnginePair, LocalSegmentIsAMemcpy) {
   std::vector<uint8_t> other(4096, 0);
   ASSERT_TRUE(initiator_.RegisterLocalMemory(other.data(), other.size()).ok());

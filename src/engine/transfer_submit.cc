@@ -211,7 +211,8 @@ Status TransferEngine::Impl::PrepareRequest(size_t i, const TransferRequest& r,
   auto which = [i] { return "request " + std::to_string(i) + ": "; };
   if (const char* bad = ShapeError(r)) return Status::InvalidArgument(which() + bad);
   auto src = reinterpret_cast<uint64_t>(r.source);
-  if (run != nullptr && src >= run->begin && r.length <= run->end() - src) {
+  if (run != nullptr && src >= run->begin && src < run->end() &&
+      r.length <= run->end() - src) {
     p->local = run;  // pinned by the run's first request, held until the run's tasks end
     p->in_run = true;
   } else {

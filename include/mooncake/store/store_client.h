@@ -286,7 +286,8 @@ class StoreClient {
   // same-host peer maps it and copies with memcpy), registered as RegisterBuffer does. Freed
   // by Close(). Null (and a log line) on failure. A dummy client's memory pool. RegisterBuffer
   // of a range inside it succeeds without registering anything (it is registered as a whole);
-  // UnregisterBuffer of that range undoes it.
+  // UnregisterBuffer of that range undoes it. On huge pages under MC_STORE_USE_HUGEPAGE, as
+  // the segment.
   void* AllocateSharedBuffer(size_t size);
 
   // The local hot cache's counters (MC_STORE_LOCAL_HOT_CACHE_SIZE; all 0 when it is off):

@@ -562,7 +562,8 @@ void* StoreClient::AllocateSharedBuffer(size_t size) {
     LOG(WARNING) << "allocate shared buffer: zero size";
     return nullptr;
   }
-  auto mem = impl_->engine->AllocateSharedMemory(size);
+  // On huge pages as the segment (MC_STORE_USE_HUGEPAGE), rounded up to whole pages there.
+  auto mem = impl_->engine->AllocateSharedMemory(size, "cpu:0", impl_->huge_page_size);
   if (!mem.ok()) {
     LOG(WARNING) << "allocate shared buffer of " << size << " bytes: " << mem.status().ToString();
     return nullptr;
