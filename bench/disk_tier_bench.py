@@ -147,6 +147,7 @@ def main():
             keys = [f"b{size}-{i}" for i in range(n)]
             value = os.urandom(size)
             before = metric(http, "master_offload_recorded_total")
+            refused0 = metric(http, "master_offload_refused_total")
             t0 = time.perf_counter()
             for k in keys:
                 while True:
@@ -157,6 +158,12 @@ def main():
                     time.sleep(0.01)
             put_s = time.perf_counter() - t0
             while metric(http, "master_offload_recorded_total") - before < n:
+                # A refused report: the object went (evicted, removed) before its disk write
+                # was recorded, so an acknowledged put is lost. The bench fails on it.
+                refused = metric(http, "master_offload_refused_total") - refused0
+                if refused:
+                    sys.exit(f"{size}-byte objects: the master refused {refused} offload "
+                             "reports (acknowledged objects lost)")
                 if time.perf_counter() - t0 > 600:
                     break
                 time.sleep(0.02)

@@ -19,6 +19,10 @@ constexpr size_t kMaxRemovalsPerDisk = 1 << 20;
 // Detached disks kept (with their removals) for a client that comes back.
 constexpr size_t kMaxDisks = kMaxSegments;
 constexpr uint32_t kMaxFetchItems = 4096;
+// How long an object handed to its disk's client stays kept from eviction while the client
+// writes it (its report, its next fetch or its expiry end this sooner): beyond it a write
+// stuck on a dead disk no longer keeps memory, and its report is refused if the object went.
+constexpr std::chrono::seconds kOffloadWriteHold{60};
 
 std::string StoreIdProblem(const std::string& id) {
   if (id.empty() || id.size() > 64 ||
@@ -207,24 +211,32 @@ bool MasterService::QueueOffloadLocked(const std::string& key, const Object& obj
   return false;
 }
 
-bool MasterService::QueuedLocked(const std::string& key, const Object& obj) const {
+bool MasterService::WaitingForDiskLocked(const std::string& key, const Object& obj,
+                                         Clock::time_point now) const {
   for (const auto& p : obj.replicas) {
     auto seg = segments_.find(p.segment_id);
     if (seg == segments_.end()) continue;
     auto dit = disk_of_client_.find(seg->second->client_id);
     if (dit == disk_of_client_.end()) continue;
-    auto q = disks_.at(dit->second)->queued.find(key);
-    if (q != disks_.at(dit->second)->queued.end() && q->second == obj.version) return true;
+    const Disk& d = *disks_.at(dit->second);
+    auto q = d.queued.find(key);
+    if (q != d.queued.end() && q->second == obj.version) return true;
+    // Being written: the fetch's lease may end before a slow write does.
+    auto f = d.fetched.find(key);
+    if (f != d.fetched.end() && f->second.version == obj.version && now < f->second.hold_until) {
+      return true;
+    }
   }
   return false;
 }
 
-bool MasterService::HeldForOffloadLocked(const ObjectEntry* e, size_t* queued) {
+bool MasterService::HeldForOffloadLocked(const ObjectEntry* e, size_t* queued,
+                                         Clock::time_point now) {
   if (!config_.offload.enable || disk_of_client_.empty()) return false;
   if (OnDiskLocked(e->first, e->second.version)) return false;  // its memory may go
   // Only objects with a disk to go to are kept: one whose holder has none is evicted as
   // without the tier (upstream keeps those too, and its pool stays full).
-  bool waiting = QueuedLocked(e->first, e->second);
+  bool waiting = WaitingForDiskLocked(e->first, e->second, now);
   if (!waiting && config_.offload.on_evict) {
     const size_t cap = std::max<size_t>(
         1, static_cast<size_t>(config_.offload.cap_ratio *
@@ -293,6 +305,9 @@ rpc::OffloadFetchResponse MasterService::OffloadFetch(const rpc::OffloadFetchReq
   }
   const auto now = now_();
   Disk& d = *disks_.at(dit->second);
+  // The client writes one fetch at a time: what the previous one handed out is reported
+  // by now, or was not written (a full disk) and stays in memory only, no longer kept.
+  d.fetched.clear();
   // Removals the client applied.
   while (!d.removals.empty() && d.removals_base < req.removals_done()) {
     d.removals.pop_front();
@@ -359,7 +374,7 @@ rpc::OffloadFetchResponse MasterService::OffloadFetch(const rpc::OffloadFetchReq
       obj.lease_client = client_names_.Get(req.client_id());
     }
     obj.lease_until = std::max(obj.lease_until, now + ttl);
-    if (d.fetched.size() < 4 * kMaxFetchItems) d.fetched[key] = {before, obj.lease_until};
+    d.fetched[key] = {before, obj.lease_until, version, now + std::max<Clock::duration>(ttl, kOffloadWriteHold)};
     rpc::OffloadItem* item = resp.add_items();
     item->set_key(key);
     item->set_version(version);

@@ -314,6 +314,61 @@ TEST_F(MasterDiskTest, AReportEndsTheWritersLeaseSoTheMemoryMayGoAtOnce) {
   EXPECT_TRUE(OnDisk(Get("a")));
 }
 
+TEST_F(MasterDiskTest, AnObjectBeingWrittenIsKeptPastItsLeaseUntilReported) {
+  // A slow write (a large bucket, a loaded disk) outlasts the fetch's lease: eviction must
+  // not take the object meanwhile, else the report is refused and an acknowledged put is
+  // gone from memory and disk alike (found by disk_tier_bench under load).
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("w", "a", 1024), kOk);
+  ASSERT_EQ(Put("w", "b", 1024), kOk);
+  auto f = Fetch("c1");
+  ASSERT_EQ(f.items_size(), 2);
+  Advance(seconds(11));  // the lease lapsed; the write goes on
+  EXPECT_EQ(PutStart("w", "c", 1024).code(), ToInt(ErrorCode::NO_AVAILABLE_HANDLE));
+  EXPECT_EQ(Exist("a"), kOk);
+  EXPECT_EQ(Exist("b"), kOk);
+  rpc::OffloadDoneRequest req;
+  req.set_client_id("c1");
+  for (const auto& i : f.items()) {
+    auto* d = req.add_items();
+    d->set_key(i.key());
+    d->set_version(i.version());
+    d->set_size(i.size());
+    *d->mutable_buffer() = i.buffer();
+  }
+  auto done = master_->OffloadDone(req);
+  ASSERT_EQ(done.codes_size(), 2);
+  for (int c : done.codes()) EXPECT_EQ(c, kOk);
+  // Written: now the memory may go, and both read from the disk.
+  ASSERT_EQ(Put("w", "c", 1024), kOk);
+  ASSERT_EQ(Put("w", "d", 1024), kOk);
+  EXPECT_TRUE(OnDisk(Get("a")));
+  EXPECT_TRUE(OnDisk(Get("b")));
+}
+
+TEST_F(MasterDiskTest, AWriteNeverReportedStopsKeepingItsObjectsAtTheNextFetchOrAfterAMinute) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  ASSERT_EQ(Put("w", "a", 1024), kOk);
+  ASSERT_EQ(Put("w", "b", 1024), kOk);
+  ASSERT_EQ(Fetch("c1").items_size(), 2);
+  Advance(seconds(11));
+  EXPECT_EQ(PutStart("w", "c", 1024).code(), ToInt(ErrorCode::NO_AVAILABLE_HANDLE));
+  // The client fetches again without reporting (its write failed: they stay memory-only).
+  ASSERT_EQ(Fetch("c1").items_size(), 0);
+  ASSERT_EQ(Put("w", "c", 1024), kOk);
+  // A write stuck past the bound keeps nothing either.
+  ASSERT_EQ(Put("w", "d", 1024), kOk);
+  ASSERT_EQ(Fetch("c1").items_size(), 2);  // c and d
+  Advance(seconds(30));
+  EXPECT_EQ(PutStart("w", "e", 1024).code(), ToInt(ErrorCode::NO_AVAILABLE_HANDLE));
+  Advance(seconds(31));
+  EXPECT_EQ(Put("w", "e", 1024), kOk);
+}
+
 TEST_F(MasterDiskTest, ObjectsReadOftenFromADiskArePromotedBackToMemory) {
   MasterConfig c;
   c.offload.enable = true;

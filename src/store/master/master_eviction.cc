@@ -52,7 +52,7 @@ uint64_t MasterService::EvictLocked(uint64_t needed, Clock::time_point now) {
   // first; not with --offload_force_evict); a walk keeps at most kEvictChunk of them.
   size_t offload_queued = 0;
   auto evict = [&](ObjectEntry* e) MC_REQUIRES(mu_) {
-    if (HeldForOffloadLocked(e, &offload_queued)) {
+    if (HeldForOffloadLocked(e, &offload_queued, now)) {
       ++held;
       return;
     }

@@ -436,8 +436,12 @@ class MasterService {
   bool QueueOffloadLocked(const std::string& key, const Object& obj) MC_REQUIRES(mu_);
   // Eviction's victim is kept while it waits for its disk (eager: queued; --offload_on_evict:
   // queued now) unless --offload_force_evict, so that the tier loses nothing it can hold.
-  bool HeldForOffloadLocked(const ObjectEntry* e, size_t* queued) MC_REQUIRES(mu_);
-  bool QueuedLocked(const std::string& key, const Object& obj) const MC_REQUIRES(mu_);
+  bool HeldForOffloadLocked(const ObjectEntry* e, size_t* queued, Clock::time_point now)
+      MC_REQUIRES(mu_);
+  // Queued for the disk of a client holding one of its replicas, or handed to that client
+  // and not yet reported (OffloadFetch to OffloadDone, at most kOffloadWriteHold).
+  bool WaitingForDiskLocked(const std::string& key, const Object& obj, Clock::time_point now) const
+      MC_REQUIRES(mu_);
   bool OnDiskLocked(const std::string& key, uint64_t version) const MC_REQUIRES(mu_);
   // The key has a disk replica readers are sent to (its disk's client is alive).
   bool DiskServedLocked(const std::string& key) const MC_REQUIRES(mu_);

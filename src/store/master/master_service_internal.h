@@ -76,11 +76,14 @@ struct MasterService::Disk {
   // entry whose version is not that one is stale, skipped when fetched).
   std::deque<std::pair<std::string, uint64_t>> queue;
   std::unordered_map<std::string, uint64_t> queued;
-  // Objects handed out by OffloadFetch, not yet reported: the lease each had before the
-  // fetch, and the one the fetch gave it (a report restores the former unless a read since
-  // extended it).
+  // Objects handed out by the client's last OffloadFetch, not yet reported: the lease each
+  // had before the fetch, and the one the fetch gave it (a report restores the former unless
+  // a read since extended it); the version handed out, kept from eviction until hold_until
+  // (the lease alone may end before a slow write does).
   struct Fetched {
     MasterService::Clock::time_point before, granted;
+    uint64_t version = 0;
+    MasterService::Clock::time_point hold_until;
   };
   std::unordered_map<std::string, Fetched> fetched;
   // Removals to apply (key, version), numbered from removals_base; the client acknowledges
