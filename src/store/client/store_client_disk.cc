@@ -1,14 +1,12 @@
 // The disk tier in the client (src/store/disk/README.md): the local disk (DiskStore) and its
-// offload service, the worker writing what the master sends to disk, and reads of disk
-// replicas (this client's own, or through their owner's offload service).
+// offload service, the worker writing what the master sends to disk, promotions. Reads of
+// disk replicas: store_client_disk_read.cc.
 #include <glog/logging.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
-#include <unordered_map>
 
-#include "common/crc32c.h"
 #include "store/client/store_client_impl.h"
 
 namespace mooncake {
@@ -400,151 +398,6 @@ void StoreClient::Impl::Promote(const std::string& key, uint64_t version, uint64
   rpc::CodesResponse done;
   (void)Checked("PutEnd (promotion)",
                 ok ? master->PutEnd(end, &done) : master->PutRevoke(end, &done));
-}
-
-void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
-                                      const std::vector<size_t>& which,
-                                      const rpc::GetReplicaListResponse& resp,
-                                      const std::vector<std::vector<Span>>& parts,
-                                      std::vector<int64_t>* out) {
-  // By owner: this client's own disk is read directly; others' through their service.
-  std::map<std::string, std::vector<size_t>> by_owner;
-  std::unordered_map<size_t, const rpc::DiskReplica*> replica;
-  for (size_t i : which) {
-    for (const auto& rep : resp.results(static_cast<int>(i)).replicas()) {
-      if (!rep.has_disk()) continue;
-      replica[i] = &rep.disk();
-      by_owner[rep.disk().endpoint()].push_back(i);
-      break;
-    }
-  }
-  auto scatter = [&](size_t i, const char* src, uint64_t size) {
-    uint64_t off = 0;
-    for (const auto& p : parts[i]) {
-      if (off == size) break;
-      const uint64_t n = std::min<uint64_t>(p.size, size - off);
-      std::memcpy(p.ptr, src + off, n);
-      off += n;
-    }
-  };
-  for (auto& [endpoint, idx] : by_owner) {
-    const bool mine = disk && replica[idx[0]]->store_id() == disk->id();
-    if (mine) {
-      for (size_t i : idx) {
-        const auto& r = resp.results(static_cast<int>(i));
-        std::string tmp;
-        char* dst = nullptr;
-        if (parts[i].size() == 1 && parts[i][0].size >= r.size()) {
-          dst = static_cast<char*>(parts[i][0].ptr);
-        } else {
-          tmp.resize(r.size());
-          dst = tmp.data();
-        }
-        const std::string& stored = replica[i]->key().empty() ? keys[i] : replica[i]->key();
-        Status s = disk->Read(stored, dst, r.size(), r.version());
-        if (!s.ok()) {
-          LOG(WARNING) << "get " << keys[i] << " from this client's disk: " << s.message();
-          if (!s.IsNotFound() && offload_worker) offload_worker->Poke();
-          (*out)[i] = ToInt(s.IsNotFound() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::FILE_READ_FAIL);
-          continue;
-        }
-        if (!tmp.empty()) scatter(i, tmp.data(), r.size());
-        (*out)[i] = static_cast<int64_t>(r.size());
-        ++offload_rpc_reads;
-      }
-      continue;
-    }
-    RpcClient* peer = nullptr;
-    {
-      MutexLock lock(&offload_peers_mu);
-      auto& c = offload_peers[endpoint];
-      if (!c) c = std::make_unique<RpcClient>(endpoint, 4, "the offload service");
-      peer = c.get();
-    }
-    std::vector<size_t> left = idx;
-    for (int attempt = 0; attempt < 3 && !left.empty(); ++attempt) {
-      rpc::OffloadReadRequest req;
-      req.set_client_id(client_id);
-      for (size_t i : left) {
-        const auto& r = resp.results(static_cast<int>(i));
-        req.add_keys(replica[i]->key().empty() ? keys[i] : replica[i]->key());
-        req.add_versions(r.version());
-        req.add_sizes(r.size());
-      }
-      rpc::OffloadReadResponse rr;
-      Status s = peer->Call(MasterMethod::kOffloadRead, req, &rr, opt.rpc_timeout);
-      if (!s.ok() || rr.code() != 0 || rr.results_size() != static_cast<int>(left.size())) {
-        LOG(WARNING) << "get from the disk of " << endpoint << ": "
-                     << (s.ok() ? rr.message() : s.message());
-        for (size_t i : left) (*out)[i] = ToInt(ErrorCode::RPC_FAIL);
-        break;
-      }
-      std::vector<Job> jobs;
-      std::vector<size_t> again;
-      std::vector<Span> clipped;
-      for (size_t k = 0; k < left.size(); ++k) {
-        const size_t i = left[k];
-        const auto& res = rr.results(static_cast<int>(k));
-        if (res.code() == ToInt(ErrorCode::NO_AVAILABLE_HANDLE)) {
-          again.push_back(i);
-          continue;
-        }
-        if (res.code() != 0) {
-          LOG(WARNING) << "get " << keys[i] << " from the disk of " << endpoint << ": "
-                       << res.message();
-          (*out)[i] = res.code();
-          continue;
-        }
-        uint64_t size = resp.results(static_cast<int>(i)).size();
-        clipped.clear();
-        for (const auto& p : parts[i]) {
-          if (size == 0) break;
-          clipped.push_back({p.ptr, std::min<uint64_t>(size, p.size)});
-          size -= clipped.back().size;
-        }
-        AddJobs(TransferRequest::READ, clipped, &rr.segment_name(), res.addr(), i, &jobs);
-      }
-      std::vector<char> failed(keys.size(), 0);
-      if (!jobs.empty()) copier->Run(jobs, &failed);
-      for (size_t k = 0; k < left.size(); ++k) {
-        const size_t i = left[k];
-        const auto& res = rr.results(static_cast<int>(k));
-        if (res.code() != 0) continue;
-        // The copy is checked end to end against the record's CRC32C: bytes the owner's
-        // buffer no longer held (or that changed on the way) are never returned.
-        bool intact = !failed[i];
-        if (intact) {
-          const std::string& stored = replica[i]->key().empty() ? keys[i] : replica[i]->key();
-          uint32_t crc = Crc32c(0, stored.data(), stored.size());
-          uint64_t left_bytes = resp.results(static_cast<int>(i)).size();
-          for (const auto& p : parts[i]) {
-            if (left_bytes == 0) break;
-            const uint64_t n = std::min<uint64_t>(p.size, left_bytes);
-            crc = Crc32c(crc, p.ptr, n);
-            left_bytes -= n;
-          }
-          intact = crc == res.crc();
-          if (!intact) {
-            LOG(WARNING) << "get " << keys[i] << " from the disk of " << endpoint
-                         << ": the copy fails its CRC32C; not returned";
-          }
-        }
-        if (!intact) {
-          (*out)[i] = ToInt(ErrorCode::TRANSFER_FAIL);
-        } else {
-          (*out)[i] = static_cast<int64_t>(resp.results(static_cast<int>(i)).size());
-          ++offload_rpc_reads;
-        }
-      }
-      rpc::OffloadReleaseRequest rel;
-      rel.set_batch_id(rr.batch_id());
-      rel.set_client_id(client_id);
-      rpc::OffloadReleaseResponse relr;
-      (void)peer->Call(MasterMethod::kOffloadRelease, rel, &relr, opt.rpc_timeout);
-      left.swap(again);
-    }
-    for (size_t i : left) (*out)[i] = ToInt(ErrorCode::NO_AVAILABLE_HANDLE);
-  }
 }
 
 void StoreClient::Impl::CloseDisk() {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -205,6 +206,75 @@ TEST_F(StoreClientDiskTest, AHolderRestartedOnTheSameDirectoryServesItsObjectsAg
   }
   EXPECT_EQ(failed, 5);
   EXPECT_GT(a3->disk_store()->stats().corrupted_reads, 0u);
+}
+
+TEST_F(StoreClientDiskTest, ABatchFromAnothersDiskComesInChunksByteExactAndABadRecordFailsAlone) {
+  // 24 objects of ~700 KB read in one batch from another client's disk: several chunks
+  // (store_client_disk_read.cc), two in flight, each released as it is taken (the batch is
+  // more than the quarter of the owner's 64 MiB buffer one reader may hold at once).
+  TempDir d;
+  constexpr int kN = 24;
+  std::vector<std::vector<char>> values;
+  std::vector<std::string> keys;
+  auto b = User();
+  ASSERT_NE(b, nullptr);
+  {
+    auto a = Holder(d.path(), 32 * MiB);
+    ASSERT_NE(a, nullptr);
+    for (int i = 0; i < kN; ++i) {
+      keys.push_back("c" + std::to_string(i));
+      values.push_back(Bytes(700000 + 13 * i, 40 + i));
+      ASSERT_EQ(b->Put(keys[i], {{values[i].data(), values[i].size()}}, ReplicateConfig{}), 0);
+    }
+    ASSERT_TRUE(WaitFor([&] { return a->offloaded() == kN; }));
+  }  // its segment leaves: the objects are on its disk only
+  // One record in the middle of the batch is corrupted (a byte of its value).
+  bool flipped = false;
+  for (const auto& e : fs::directory_iterator(d.path())) {
+    if (e.path().extension() != ".bucket") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t at = file.find(std::string(values[13].data(), 256));
+    if (at == std::string::npos) continue;
+    f.clear();
+    f.seekp(static_cast<std::streamoff>(at + 350000));
+    f.put(static_cast<char>(~values[13][350000]));
+    flipped = true;
+  }
+  ASSERT_TRUE(flipped);
+  auto a2 = Holder(d.path(), 16 * MiB);
+  ASSERT_NE(a2, nullptr);
+  std::vector<std::vector<char>> outs(kN);
+  std::vector<std::vector<Span>> parts(kN);
+  for (int i = 0; i < kN; ++i) {
+    outs[i].assign(values[i].size(), 'x');
+    parts[i] = {{outs[i].data(), outs[i].size()}};
+  }
+  const uint64_t reads0 = b->offload_rpc_reads();
+  auto rcs = b->BatchGet(keys, parts);
+  ASSERT_EQ(rcs.size(), static_cast<size_t>(kN));
+  for (int i = 0; i < kN; ++i) {
+    if (i == 13) {
+      EXPECT_EQ(rcs[i], ToInt(ErrorCode::FILE_READ_FAIL));
+      continue;
+    }
+    ASSERT_EQ(rcs[i], static_cast<int64_t>(values[i].size())) << i;
+    EXPECT_EQ(outs[i], values[i]) << "wrong bytes for " << keys[i];
+  }
+  EXPECT_EQ(b->offload_rpc_reads() - reads0, static_cast<uint64_t>(kN - 1));
+  // Again, twice: what the first batch held in the owner's buffer was released.
+  keys.erase(keys.begin() + 13);
+  values.erase(values.begin() + 13);
+  outs.erase(outs.begin() + 13);
+  parts.erase(parts.begin() + 13);
+  for (int round = 0; round < 2; ++round) {
+    for (auto& o : outs) std::fill(o.begin(), o.end(), 'y');
+    rcs = b->BatchGet(keys, parts);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(rcs[i], static_cast<int64_t>(values[i].size())) << round << " " << keys[i];
+      EXPECT_EQ(outs[i], values[i]) << keys[i];
+    }
+  }
 }
 
 TEST(StoreClientDiskPromotion, AnObjectReadOftenFromDiskComesBackToMemoryByteExact) {

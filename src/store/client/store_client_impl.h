@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -204,10 +205,17 @@ class StoreClient::Impl {
   // --promotion_on_hit: the disk's value of `key` back into memory (a put of that version).
   void Promote(const std::string& key, uint64_t version, uint64_t size);
   // Reads keys[i] (i in `which`, each with a disk replica in its result) from their owners'
-  // disks into parts[i]: out[i] the size or a negative code.
+  // disks into parts[i]: out[i] the size or a negative code (store_client_disk_read.cc).
   void ReadFromDisks(const std::vector<std::string>& keys, const std::vector<size_t>& which,
                      const rpc::GetReplicaListResponse& resp,
                      const std::vector<std::vector<Span>>& parts, std::vector<int64_t>* out);
+  // ReadFromDisks of keys[i], i in `idx`, from this client's own disk (stored_key(i): the
+  // key its disk holds it under).
+  void ReadOwnDisk(const std::vector<std::string>& keys, const std::vector<size_t>& idx,
+                   const rpc::GetReplicaListResponse& resp,
+                   const std::vector<std::vector<Span>>& parts,
+                   const std::function<const std::string&(size_t)>& stored_key,
+                   std::vector<int64_t>* out);
   void CloseDisk();
   std::unique_ptr<DiskStore> disk;
   std::unique_ptr<OffloadService> offload_service;
