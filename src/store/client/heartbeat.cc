@@ -54,7 +54,13 @@ void Worker::Loop() {
   while (true) {
     {
       MutexLock lock(&mu_);
-      while (!stopping_ && !poked_) wake_.Wait(&mu_);
+      if (idle_.count() > 0) {
+        const auto due = std::chrono::steady_clock::now() + idle_;
+        while (!stopping_ && !poked_ && wake_.WaitUntil(&mu_, due)) {
+        }
+      } else {
+        while (!stopping_ && !poked_) wake_.Wait(&mu_);
+      }
       if (stopping_) return;
       poked_ = false;
     }

@@ -1,7 +1,8 @@
 // Heartbeat: a thread that calls `beat` every `interval` until Stop (the client's ping of
 // the master, which remounts its segment when the master no longer knows it).
 // Worker: a thread that calls `work` after each Poke (pokes while it works coalesce into one
-// more call) until Stop (the replica tasks the heartbeat hears of).
+// more call), and every `idle` without one if `idle` is not zero, until Stop (the replica
+// tasks the heartbeat hears of; the disk tier's offload).
 //
 // Locks: mu_ of each, a leaf (beat / work run without it).
 #pragma once
@@ -37,7 +38,9 @@ class Heartbeat {
 
 class Worker {
  public:
-  explicit Worker(std::function<void()> work) : work_(std::move(work)) {}
+  explicit Worker(std::function<void()> work,
+                  std::chrono::milliseconds idle = std::chrono::milliseconds(0))
+      : work_(std::move(work)), idle_(idle) {}
   ~Worker() { Stop(); }
   void Start();
   void Poke() MC_EXCLUDES(mu_);
@@ -48,6 +51,7 @@ class Worker {
   void Loop() MC_EXCLUDES(mu_);
 
   const std::function<void()> work_;
+  const std::chrono::milliseconds idle_;
   Mutex mu_;
   CondVar wake_;
   bool poked_ MC_GUARDED_BY(mu_) = false;

@@ -66,12 +66,13 @@ class StoreClientDiskTest : public ::testing::Test {
     ::setenv("MOONCAKE_OFFLOAD_FSYNC", "none", 1);  // the test's speed; the format is the same
   }
   std::unique_ptr<StoreClient> Holder(const std::string& dir, uint64_t segment, int* code = nullptr,
-                                      std::string* msg = nullptr) {
+                                      std::string* msg = nullptr,
+                                      milliseconds heartbeat = milliseconds(50)) {
     StoreClientOptions o;
     o.local_hostname = "127.0.0.1";
     o.global_segment_size = segment;
     o.master = master_;
-    o.heartbeat_interval = milliseconds(50);
+    o.heartbeat_interval = heartbeat;
     o.enable_offload = true;
     o.offload_path = dir;
     int c = 0;
@@ -152,6 +153,21 @@ TEST_F(StoreClientDiskTest, EvictedObjectsAreReadFromTheHoldersDiskByteExact) {
   EXPECT_TRUE(WaitFor([&] { return a->disk_store()->stats().keys == kN - 1; }));
   std::vector<char> out(MiB);
   EXPECT_EQ(b->Get("k0", {{out.data(), out.size()}}), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+}
+
+TEST_F(StoreClientDiskTest, TheOffloadStartsWithoutWaitingForAHeartbeat) {
+  // The holder's worker asks the master for work on its own (every 200 ms): a burst of puts
+  // into a pool full of objects waiting for its disk does not wait a heartbeat for the write.
+  TempDir d;
+  auto a = Holder(d.path(), 8 * MiB, nullptr, nullptr, milliseconds(60000));
+  ASSERT_NE(a, nullptr);
+  auto b = User();
+  ASSERT_NE(b, nullptr);
+  auto value = Bytes(300000, 5);
+  // Past the first beat (at once after setup) and the worker's lingering after any work.
+  std::this_thread::sleep_for(milliseconds(700));
+  ASSERT_EQ(b->Put("p", {{value.data(), value.size()}}, ReplicateConfig{}), 0);
+  EXPECT_TRUE(WaitFor([&] { return a->offloaded() == 1; }, 3000));
 }
 
 TEST_F(StoreClientDiskTest, AHolderRestartedOnTheSameDirectoryServesItsObjectsAgain) {

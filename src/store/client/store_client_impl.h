@@ -195,9 +195,9 @@ class StoreClient::Impl {
 
   // The disk tier (store_client_disk.cc; src/store/disk/README.md). StartDisk opens the
   // disk, serves it (OffloadService), mounts it at the master and registers what it holds;
-  // the offload worker (poked by the heartbeat) writes what the master sends, applies its
-  // removals and keeps the disk under its watermarks. Gets of disk replicas go through
-  // ReadFromDisks.
+  // the offload worker (poked by the heartbeat, and asking every 200 ms) writes what the
+  // master sends, applies its removals and keeps the disk under its watermarks. Gets of
+  // disk replicas go through ReadFromDisks.
   int StartDisk(std::string* message);
   int MountDisk();
   // final: Close's last run (ends with the queue, or after rpc_timeout).
