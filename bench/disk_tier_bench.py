@@ -16,6 +16,8 @@ bytes of DRAM and offloads to --dir, and uses this process as a client lending n
      against what its scan found.
 
   build/py-venv/bin/python bench/disk_tier_bench.py --segment 134217728 --fill 4
+  build/py-venv/bin/python bench/disk_tier_bench.py --segment 1073741824 --fill 10 \
+      --sizes 1048576 --restart-only     # a restart of a holder with 10 GiB on its disk
   MC_FORCE_TCP=1 build/py-venv/bin/python bench/disk_tier_bench.py   # the bytes over TCP
 
 Needs root for dropping the page cache (else the read figures say "warm"). The python
@@ -115,6 +117,9 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--dd-mib", type=int, default=1024)
     ap.add_argument("--latency-gets", type=int, default=200)
+    ap.add_argument("--restart-only", action="store_true",
+                    help="stop after the restart (no single-get latencies, no DRAM hits): "
+                         "for restarts of a large fill, e.g. --segment 1073741824 --fill 10")
     args = ap.parse_args()
     from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
@@ -192,62 +197,64 @@ def main():
                       for f in os.listdir(args.dir) if f.endswith(".bucket"))
         holder.close()
         reg0 = metric(http, "master_offload_registered_total")
+        drop_caches()  # the scan reads the buckets' indexes cold
         holder = Holder(addr, args.segment, args.dir)
         s.remove_all(force=True)
         out["restart"] = {"bytes_on_disk": on_disk, "setup_s": round(holder.setup_s, 3),
                           "registered": metric(http, "master_offload_registered_total") - reg0}
 
-        # Single gets, cold, of disk-resident 4 KiB and 1 MiB objects.
-        for size in (4096, MIB):
-            keys = [f"lat{size}-{i}" for i in range(args.latency_gets)]
-            v = os.urandom(size)
-            for k in keys:
-                while s.put(k, v) != 0:
-                    time.sleep(0.01)
-            filler = [f"latfill{size}-{i}" for i in range(args.fill * args.segment // MIB)]
-            fv = os.urandom(MIB)
-            for k in filler:  # pushes the latency objects out of memory
-                while s.put(k, fv) != 0:
-                    time.sleep(0.01)
-            drop_caches()
-            lat = []
-            for k in keys:
-                t = time.perf_counter()
-                assert s.get_into(k, base, size) == size
-                lat.append((time.perf_counter() - t) * 1e6)
-            from_disk = sum(1 for k in keys[:20] if s.get_replica_desc(k) and
-                            s.get_replica_desc(k)[0].is_local_disk_replica())
-            out[f"single_get_{size}_us"] = {"p50": round(pct(lat, 50)), "p99": round(pct(lat, 99)),
-                                           "from_disk_of_first_20": from_disk}
-            s.remove_all(force=True)
+        if not args.restart_only:
+            # Single gets, cold, of disk-resident 4 KiB and 1 MiB objects.
+            for size in (4096, MIB):
+                keys = [f"lat{size}-{i}" for i in range(args.latency_gets)]
+                v = os.urandom(size)
+                for k in keys:
+                    while s.put(k, v) != 0:
+                        time.sleep(0.01)
+                filler = [f"latfill{size}-{i}" for i in range(args.fill * args.segment // MIB)]
+                fv = os.urandom(MIB)
+                for k in filler:  # pushes the latency objects out of memory
+                    while s.put(k, fv) != 0:
+                        time.sleep(0.01)
+                drop_caches()
+                lat = []
+                for k in keys:
+                    t = time.perf_counter()
+                    assert s.get_into(k, base, size) == size
+                    lat.append((time.perf_counter() - t) * 1e6)
+                from_disk = sum(1 for k in keys[:20] if s.get_replica_desc(k) and
+                                s.get_replica_desc(k)[0].is_local_disk_replica())
+                out[f"single_get_{size}_us"] = {"p50": round(pct(lat, 50)), "p99": round(pct(lat, 99)),
+                                               "from_disk_of_first_20": from_disk}
+                s.remove_all(force=True)
 
-        # DRAM hits, tier on (holder with a disk) against a holder without it: after the
-        # offload of the objects above has ended (it would compete for the CPUs), alternated,
-        # the best of two runs each.
-        while metric(http, "master_offload_queued") > 0:
-            time.sleep(0.1)
-        time.sleep(2)
-        plain = Holder(addr, args.segment, "")
-        rates = {"tier_on": 0.0, "tier_off": 0.0}
-        for name, target in (("tier_on", holder.name), ("tier_off", plain.name)):
-            cfg = ReplicateConfig()
-            cfg.preferred_segment = target
-            for i in range(128):
-                assert s.put(f"hit-{name}-{i}", os.urandom(4096), cfg) == 0
-        for _ in range(2):
-            for name in ("tier_on", "tier_off"):
-                keys = [f"hit-{name}-{i}" for i in range(128)]
-                t = time.perf_counter()
-                n = 0
-                while time.perf_counter() - t < 2:
-                    rcs = s.batch_get_into(keys, [base + i * 4096 for i in range(128)],
-                                           [4096] * 128)
-                    assert all(r == 4096 for r in rcs)
-                    n += 128
-                rates[name] = max(rates[name], n / (time.perf_counter() - t))
-        out["dram_hits_4k_per_s"] = {k: round(v) for k, v in rates.items()}
-        out["dram_hits_on_over_off"] = round(rates["tier_on"] / rates["tier_off"], 3)
-        plain.close()
+            # DRAM hits, tier on (holder with a disk) against a holder without it: after the
+            # offload of the objects above has ended (it would compete for the CPUs), alternated,
+            # the best of two runs each.
+            while metric(http, "master_offload_queued") > 0:
+                time.sleep(0.1)
+            time.sleep(2)
+            plain = Holder(addr, args.segment, "")
+            rates = {"tier_on": 0.0, "tier_off": 0.0}
+            for name, target in (("tier_on", holder.name), ("tier_off", plain.name)):
+                cfg = ReplicateConfig()
+                cfg.preferred_segment = target
+                for i in range(128):
+                    assert s.put(f"hit-{name}-{i}", os.urandom(4096), cfg) == 0
+            for _ in range(2):
+                for name in ("tier_on", "tier_off"):
+                    keys = [f"hit-{name}-{i}" for i in range(128)]
+                    t = time.perf_counter()
+                    n = 0
+                    while time.perf_counter() - t < 2:
+                        rcs = s.batch_get_into(keys, [base + i * 4096 for i in range(128)],
+                                               [4096] * 128)
+                        assert all(r == 4096 for r in rcs)
+                        n += 128
+                    rates[name] = max(rates[name], n / (time.perf_counter() - t))
+            out["dram_hits_4k_per_s"] = {k: round(v) for k, v in rates.items()}
+            out["dram_hits_on_over_off"] = round(rates["tier_on"] / rates["tier_off"], 3)
+            plain.close()
 
     finally:
         s.close()
