@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "common/crc32c.h"
 
@@ -88,6 +89,65 @@ bool WriteAll(int fd, std::vector<iovec> iov) {
     while (i < iov.size() && iov[i].iov_len == 0) ++i;
   }
   return true;
+}
+
+// O_DIRECT writes: the pieces are gathered into aligned chunks, each written at its
+// (aligned) offset; the last is padded to a whole block and the file cut to `size` after.
+constexpr size_t kDirectAlign = 4096;
+constexpr size_t kDirectChunk = 8 << 20;
+
+bool WriteAllDirect(int fd, const std::vector<iovec>& iov, uint64_t size) {
+  // The writing thread's chunk (the offload worker's), kept for its next bucket.
+  static thread_local std::unique_ptr<char, decltype(&std::free)> chunk{nullptr, &std::free};
+  if (!chunk) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kDirectAlign, kDirectChunk) != 0) {
+      errno = ENOMEM;
+      return false;
+    }
+    chunk.reset(static_cast<char*>(p));
+  }
+  char* const buf = chunk.get();
+  uint64_t off = 0;
+  size_t fill = 0;
+  auto flush = [&](size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t w = ::pwrite(fd, buf + done, n - done, static_cast<off_t>(off + done));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      if (w == 0) {
+        errno = EIO;
+        return false;
+      }
+      done += static_cast<size_t>(w);
+    }
+    off += n;
+    return true;
+  };
+  for (const auto& v : iov) {
+    const char* p = static_cast<const char*>(v.iov_base);
+    size_t left = v.iov_len;
+    while (left > 0) {
+      const size_t n = std::min(left, kDirectChunk - fill);
+      std::memcpy(buf + fill, p, n);
+      fill += n;
+      p += n;
+      left -= n;
+      if (fill == kDirectChunk) {
+        if (!flush(fill)) return false;
+        fill = 0;
+      }
+    }
+  }
+  if (fill > 0) {
+    const size_t padded = (fill + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    std::memset(buf + fill, 0, padded - fill);
+    if (!flush(padded)) return false;
+  }
+  return ::ftruncate(fd, static_cast<off_t>(size)) == 0;
 }
 
 bool PreadAll(int fd, void* dst, size_t n, uint64_t off) {
@@ -202,7 +262,7 @@ uint64_t BucketFileSize(const std::vector<BucketItem>& items) {
 }
 
 Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<BucketItem>& items,
-                   bool sync, std::vector<RecordRef>* refs, uint64_t* file_size) {
+                   bool sync, std::vector<RecordRef>* refs, uint64_t* file_size, bool direct) {
   refs->clear();
   if (items.empty()) return Status::InvalidArgument("a bucket of no objects");
   const std::string final_path = dir + "/" + BucketName(id);
@@ -264,12 +324,24 @@ Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<Bucket
   iov.push_back({trailer, kTrailerSize});
   *file_size = off + index.size() + kTrailerSize;
 
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return errno == ENOSPC ? Status::ResourceExhausted(Errno("cannot create " + tmp))
-                           : Status::Internal(Errno("cannot create " + tmp));
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  int fd = direct ? ::open(tmp.c_str(), kFlags | O_DIRECT, 0644) : -1;
+  bool ok = false;
+  if (fd >= 0) {
+    ok = WriteAllDirect(fd, iov, *file_size);
+    if (!ok && errno == EINVAL) {  // a file system taking O_DIRECT opens but not these writes
+      ::close(fd);
+      fd = -1;
+    }
   }
-  bool ok = WriteAll(fd, std::move(iov));
+  if (fd < 0) {  // not asked, or a file system without O_DIRECT (tmpfs): through the page cache
+    fd = ::open(tmp.c_str(), kFlags, 0644);
+    if (fd < 0) {
+      return errno == ENOSPC ? Status::ResourceExhausted(Errno("cannot create " + tmp))
+                             : Status::Internal(Errno("cannot create " + tmp));
+    }
+    ok = WriteAll(fd, std::move(iov));
+  }
   if (ok && sync) ok = ::fdatasync(fd) == 0;
   const int err = errno;
   ::close(fd);

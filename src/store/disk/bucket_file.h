@@ -58,8 +58,11 @@ uint64_t BucketFileSize(const std::vector<BucketItem>& items);
 // Writes `items` as bucket `id` in `dir`. On success `refs` holds one entry per item, in
 // order, and `file_size` the file's size. On failure no `<id>.bucket` exists (the .tmp is
 // removed); ENOSPC gives ResourceExhausted, other I/O errors Internal, each naming the file.
+// `direct`: with O_DIRECT, the bytes gathered into aligned 8 MiB chunks (a copy, past the
+// page cache), falling back to the page cache where the file system refuses O_DIRECT.
 Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<BucketItem>& items,
-                   bool sync, std::vector<RecordRef>* refs, uint64_t* file_size);
+                   bool sync, std::vector<RecordRef>* refs, uint64_t* file_size,
+                   bool direct = false);
 
 // The records of the bucket file at `path`, from its index, or from walking its records
 // when the trailer or index is damaged (`walked` then true; a damaged record ends the walk,

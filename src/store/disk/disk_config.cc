@@ -231,6 +231,7 @@ Result<DiskConfig> DiskConfig::FromEnvironment(const std::string& path, const Ge
   }
   MC_RETURN_IF_ERROR(ReadBool(env, {"MOONCAKE_OFFLOAD_USE_URING", "MOONCAKE_USE_URING"},
                               &c.use_uring));
+  MC_RETURN_IF_ERROR(ReadBool(env, {"MOONCAKE_OFFLOAD_DIRECT_IO"}, &c.direct_io));
   if (const char* f = First(env, {"MOONCAKE_OFFLOAD_FSYNC"}, &which)) {
     const std::string s = Lower(f);
     if (s == "bucket") {

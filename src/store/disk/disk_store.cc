@@ -434,7 +434,7 @@ Status DiskStore::Write(const std::vector<Item>& items) {
   std::vector<disk::RecordRef> refs;
   uint64_t written = 0;
   Status s = disk::WriteBucket(roots_[root].dir, id, bi, config_.fsync == DiskFsyncPolicy::kBucket,
-                               &refs, &written);
+                               &refs, &written, config_.direct_io);
   std::vector<std::string> to_delete;
   std::vector<uint32_t> logs;
   {

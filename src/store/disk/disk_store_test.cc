@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -87,6 +88,7 @@ TEST(DiskConfig, ReadsUpstreamsVariablesAndAliases) {
       {"MOONCAKE_DISK_EVICTION_HIGH_WATERMARK_RATIO", "0.7"},
       {"MOONCAKE_OFFLOAD_DISK_EVICTION_LOW_WATERMARK_RATIO", "0.5"},
       {"MOONCAKE_OFFLOAD_FSYNC", "none"},
+      {"MOONCAKE_OFFLOAD_DIRECT_IO", "0"},
   };
   auto get = [&](const char* n) -> const char* {
     auto it = env.find(n);
@@ -102,6 +104,7 @@ TEST(DiskConfig, ReadsUpstreamsVariablesAndAliases) {
   EXPECT_DOUBLE_EQ(c->high_watermark, 0.7);
   EXPECT_DOUBLE_EQ(c->low_watermark, 0.5);
   EXPECT_EQ(c->fsync, DiskFsyncPolicy::kNone);
+  EXPECT_FALSE(c->direct_io);
 
   // The argument wins over the variable.
   auto c2 = DiskConfig::FromEnvironment(d.sub("c"), get);
@@ -116,6 +119,7 @@ TEST(DiskConfig, ReadsUpstreamsVariablesAndAliases) {
   EXPECT_EQ(c3->bucket_keys_limit, 500u);
   EXPECT_EQ(c3->eviction_policy, DiskEvictionPolicy::kFifo);
   EXPECT_EQ(c3->fsync, DiskFsyncPolicy::kBucket);
+  EXPECT_TRUE(c3->direct_io);
 }
 
 TEST(DiskConfig, BadValuesAreRefusedNamingTheVariable) {
@@ -135,7 +139,8 @@ TEST(DiskConfig, BadValuesAreRefusedNamingTheVariable) {
            {"MOONCAKE_OFFLOAD_DISK_EVICTION_LOW_WATERMARK_RATIO", "0.95"},
            {"MOONCAKE_OFFLOAD_USE_URING", "maybe"},
            {"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR", "nvme_kv_storage_backend"},
-           {"MOONCAKE_OFFLOAD_FSYNC", "always"}}) {
+           {"MOONCAKE_OFFLOAD_FSYNC", "always"},
+           {"MOONCAKE_OFFLOAD_DIRECT_IO", "sometimes"}}) {
     auto c = with(name, value);
     ASSERT_FALSE(c.ok()) << name << "=" << value;
     EXPECT_NE(c.status().message().find(name.find("LOW_WATERMARK") != std::string::npos
@@ -173,6 +178,47 @@ TEST(DiskConfig, BadDirectoriesAreRefusedNamingThem) {
 }
 
 // --- bucket files ----------------------------------------------------------------------------
+
+TEST(BucketFile, ADirectWriteLeavesTheSameFileAsOneThroughThePageCache) {
+  // O_DIRECT gathers the pieces into aligned 8 MiB chunks and pads the last: the file must
+  // still end where the format says (its trailer last), byte for byte as the buffered one but
+  // for the file header's id, time and CRC.
+  TempDir d;
+  const std::vector<std::string> keys = {"a", "big", "c"};
+  std::vector<std::string> vals = {Value(5000, 4), Value((9 << 20) + 123, 5), Value(333, 6)};
+  std::vector<disk::BucketItem> items;
+  for (size_t i = 0; i < keys.size(); ++i) items.push_back({keys[i], i + 1, vals[i].data(), vals[i].size()});
+  std::vector<disk::RecordRef> refs;
+  uint64_t buffered = 0, direct = 0;
+  ASSERT_TRUE(disk::WriteBucket(d.path(), 1, items, true, &refs, &buffered, false).ok());
+  ASSERT_TRUE(disk::WriteBucket(d.path(), 2, items, true, &refs, &direct, true).ok());
+  ASSERT_EQ(buffered, direct);
+  auto read = [&](uint64_t id) {
+    std::ifstream f(d.path() + "/" + disk::BucketName(id), std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  std::string a = read(1), b = read(2);
+  ASSERT_EQ(a.size(), buffered);
+  ASSERT_EQ(b.size(), direct);
+  for (std::string* f : {&a, &b}) {
+    std::fill(f->begin() + 16, f->begin() + 32, '\0');
+    std::fill(f->begin() + 60, f->begin() + 64, '\0');
+  }
+  EXPECT_TRUE(a == b);
+  std::vector<disk::RecordRef> got;
+  uint64_t fsz = 0;
+  bool walked = true;
+  ASSERT_TRUE(disk::ReadBucketIndex(d.path() + "/" + disk::BucketName(2), 2, &got, &fsz, &walked).ok());
+  EXPECT_FALSE(walked);
+  ASSERT_EQ(got.size(), keys.size());
+  const int fd = ::open((d.path() + "/" + disk::BucketName(2)).c_str(), O_RDONLY);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::string v(got[i].value_len, '\0');
+    ASSERT_TRUE(disk::ReadRecord(fd, got[i], v.data()).ok());
+    EXPECT_TRUE(v == vals[i]) << keys[i];
+  }
+  ::close(fd);
+}
 
 TEST(BucketFile, WritesReadsAndWalksWhenTheIndexIsDamaged) {
   TempDir d;
