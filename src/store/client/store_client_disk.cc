@@ -234,7 +234,10 @@ void StoreClient::Impl::RunOffload(bool final) {
     rpc::OffloadFetchRequest req;
     req.set_client_id(client_id);
     req.set_max_items(static_cast<uint32_t>(std::min<uint64_t>(cfg.bucket_keys_limit, kMaxBatchItems)));
-    req.set_max_bytes(cfg.bucket_size_limit);
+    // At most a quarter of the segment per bucket: its memory is freed for new puts a
+    // quarter at a time, not once the whole pool is written.
+    req.set_max_bytes(std::min<uint64_t>(cfg.bucket_size_limit,
+                                         std::max<uint64_t>(opt.global_segment_size / 4, 1)));
     req.set_removals_done(removals_done);
     rpc::OffloadFetchResponse resp;
     if (Checked("OffloadFetch", master->OffloadFetch(req, &resp)) != 0 || resp.code() != 0) break;

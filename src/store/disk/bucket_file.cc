@@ -12,7 +12,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
+#include <system_error>
 
 #include "common/crc32c.h"
 
@@ -96,56 +98,77 @@ bool WriteAll(int fd, std::vector<iovec> iov) {
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t kDirectChunk = 8 << 20;
 
+// Writes n bytes at off; 0 or the errno.
+int PwriteAll(int fd, const char* p, size_t n, uint64_t off) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::pwrite(fd, p + done, n - done, static_cast<off_t>(off + done));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (w == 0) return EIO;
+    done += static_cast<size_t>(w);
+  }
+  return 0;
+}
+
 bool WriteAllDirect(int fd, const std::vector<iovec>& iov, uint64_t size) {
-  // The writing thread's chunk (the offload worker's), kept for its next bucket.
-  static thread_local std::unique_ptr<char, decltype(&std::free)> chunk{nullptr, &std::free};
-  if (!chunk) {
+  // Two chunks, kept by the writing thread (the offload worker) for its next bucket: one is
+  // filled here while the other is written by a helper thread, so the copy overlaps the disk.
+  static thread_local std::unique_ptr<char, decltype(&std::free)> chunks{nullptr, &std::free};
+  if (!chunks) {
     void* p = nullptr;
-    if (::posix_memalign(&p, kDirectAlign, kDirectChunk) != 0) {
+    if (::posix_memalign(&p, kDirectAlign, 2 * kDirectChunk) != 0) {
       errno = ENOMEM;
       return false;
     }
-    chunk.reset(static_cast<char*>(p));
+    chunks.reset(static_cast<char*>(p));
   }
-  char* const buf = chunk.get();
-  uint64_t off = 0;
+  char* bufs[2] = {chunks.get(), chunks.get() + kDirectChunk};
+  std::future<int> in_flight;  // the write of bufs[cur ^ 1], if any
+  int cur = 0;
   size_t fill = 0;
-  auto flush = [&](size_t n) {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t w = ::pwrite(fd, buf + done, n - done, static_cast<off_t>(off + done));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      if (w == 0) {
-        errno = EIO;
-        return false;
-      }
-      done += static_cast<size_t>(w);
+  uint64_t off = 0;
+  auto wait = [&]() {
+    if (!in_flight.valid()) return 0;
+    return in_flight.get();
+  };
+  auto submit = [&](size_t n) {
+    if (const int e = wait(); e != 0) return e;
+    try {
+      in_flight = std::async(std::launch::async, PwriteAll, fd, bufs[cur], n, off);
+    } catch (const std::system_error&) {  // no thread: written here
+      if (const int e = PwriteAll(fd, bufs[cur], n, off); e != 0) return e;
     }
     off += n;
-    return true;
+    cur ^= 1;
+    fill = 0;
+    return 0;
   };
+  int err = 0;
   for (const auto& v : iov) {
     const char* p = static_cast<const char*>(v.iov_base);
     size_t left = v.iov_len;
-    while (left > 0) {
+    while (left > 0 && err == 0) {
       const size_t n = std::min(left, kDirectChunk - fill);
-      std::memcpy(buf + fill, p, n);
+      std::memcpy(bufs[cur] + fill, p, n);
       fill += n;
       p += n;
       left -= n;
-      if (fill == kDirectChunk) {
-        if (!flush(fill)) return false;
-        fill = 0;
-      }
+      if (fill == kDirectChunk) err = submit(fill);
     }
+    if (err != 0) break;
   }
-  if (fill > 0) {
+  if (err == 0 && fill > 0) {
     const size_t padded = (fill + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-    std::memset(buf + fill, 0, padded - fill);
-    if (!flush(padded)) return false;
+    std::memset(bufs[cur] + fill, 0, padded - fill);
+    err = submit(padded);
+  }
+  if (const int e = wait(); err == 0) err = e;  // the last write ends before the chunks are reused
+  if (err != 0) {
+    errno = err;
+    return false;
   }
   return ::ftruncate(fd, static_cast<off_t>(size)) == 0;
 }
