@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <system_error>
@@ -113,65 +114,78 @@ int PwriteAll(int fd, const char* p, size_t n, uint64_t off) {
   return 0;
 }
 
-bool WriteAllDirect(int fd, const std::vector<iovec>& iov, uint64_t size) {
-  // Two chunks, kept by the writing thread (the offload worker) for its next bucket: one is
-  // filled here while the other is written by a helper thread, so the copy overlaps the disk.
-  static thread_local std::unique_ptr<char, decltype(&std::free)> chunks{nullptr, &std::free};
-  if (!chunks) {
-    void* p = nullptr;
-    if (::posix_memalign(&p, kDirectAlign, 2 * kDirectChunk) != 0) {
-      errno = ENOMEM;
-      return false;
+// Gathers a file's bytes into aligned chunks written with O_DIRECT: two chunks, kept by the
+// writing thread (the offload worker) for its next bucket; one is filled here while a helper
+// thread writes the other, so the copy (and the CRC of the next record) overlaps the disk.
+class DirectWriter {
+ public:
+  explicit DirectWriter(int fd) : fd_(fd) {
+    static thread_local std::unique_ptr<char, decltype(&std::free)> chunks{nullptr, &std::free};
+    if (!chunks) {
+      void* p = nullptr;
+      if (::posix_memalign(&p, kDirectAlign, 2 * kDirectChunk) != 0) {
+        err_ = ENOMEM;
+        return;
+      }
+      chunks.reset(static_cast<char*>(p));
     }
-    chunks.reset(static_cast<char*>(p));
+    bufs_[0] = chunks.get();
+    bufs_[1] = chunks.get() + kDirectChunk;
   }
-  char* bufs[2] = {chunks.get(), chunks.get() + kDirectChunk};
-  std::future<int> in_flight;  // the write of bufs[cur ^ 1], if any
-  int cur = 0;
-  size_t fill = 0;
-  uint64_t off = 0;
-  auto wait = [&]() {
-    if (!in_flight.valid()) return 0;
-    return in_flight.get();
-  };
-  auto submit = [&](size_t n) {
-    if (const int e = wait(); e != 0) return e;
+  ~DirectWriter() { (void)Wait(); }  // the chunks are never reused under a write
+
+  void Append(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0 && err_ == 0) {
+      const size_t k = std::min(n, kDirectChunk - fill_);
+      std::memcpy(bufs_[cur_] + fill_, p, k);
+      fill_ += k;
+      p += k;
+      n -= k;
+      if (fill_ == kDirectChunk) Submit(fill_);
+    }
+  }
+  // The last chunk padded to a whole block, every write ended, the file cut to `size`:
+  // 0 or the errno.
+  int Finish(uint64_t size) {
+    if (err_ == 0 && fill_ > 0) {
+      const size_t padded = (fill_ + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+      std::memset(bufs_[cur_] + fill_, 0, padded - fill_);
+      Submit(padded);
+    }
+    if (const int e = Wait(); err_ == 0) err_ = e;
+    if (err_ == 0 && ::ftruncate(fd_, static_cast<off_t>(size)) != 0) err_ = errno;
+    return err_;
+  }
+
+ private:
+  int Wait() { return in_flight_.valid() ? in_flight_.get() : 0; }
+  void Submit(size_t n) {
+    if (const int e = Wait(); e != 0) {
+      err_ = e;
+      return;
+    }
     try {
-      in_flight = std::async(std::launch::async, PwriteAll, fd, bufs[cur], n, off);
+      in_flight_ = std::async(std::launch::async, PwriteAll, fd_, bufs_[cur_], n, off_);
     } catch (const std::system_error&) {  // no thread: written here
-      if (const int e = PwriteAll(fd, bufs[cur], n, off); e != 0) return e;
+      if (const int e = PwriteAll(fd_, bufs_[cur_], n, off_); e != 0) {
+        err_ = e;
+        return;
+      }
     }
-    off += n;
-    cur ^= 1;
-    fill = 0;
-    return 0;
-  };
-  int err = 0;
-  for (const auto& v : iov) {
-    const char* p = static_cast<const char*>(v.iov_base);
-    size_t left = v.iov_len;
-    while (left > 0 && err == 0) {
-      const size_t n = std::min(left, kDirectChunk - fill);
-      std::memcpy(bufs[cur] + fill, p, n);
-      fill += n;
-      p += n;
-      left -= n;
-      if (fill == kDirectChunk) err = submit(fill);
-    }
-    if (err != 0) break;
+    off_ += n;
+    cur_ ^= 1;
+    fill_ = 0;
   }
-  if (err == 0 && fill > 0) {
-    const size_t padded = (fill + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-    std::memset(bufs[cur] + fill, 0, padded - fill);
-    err = submit(padded);
-  }
-  if (const int e = wait(); err == 0) err = e;  // the last write ends before the chunks are reused
-  if (err != 0) {
-    errno = err;
-    return false;
-  }
-  return ::ftruncate(fd, static_cast<off_t>(size)) == 0;
-}
+
+  const int fd_;
+  char* bufs_[2] = {nullptr, nullptr};
+  std::future<int> in_flight_;  // the write of bufs_[cur_ ^ 1], if any
+  int cur_ = 0;
+  size_t fill_ = 0;
+  uint64_t off_ = 0;
+  int err_ = 0;
+};
 
 bool PreadAll(int fd, void* dst, size_t n, uint64_t off) {
   auto* p = static_cast<char*>(dst);
@@ -302,57 +316,71 @@ Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<Bucket
                                      .count()));
   Put<uint32_t>(header + 60, Crc32c(0, header, 60));
 
-  std::vector<char> rec_headers(items.size() * kRecordHeaderSize);
-  std::string index;
-  std::vector<iovec> iov;
-  iov.reserve(items.size() * 4 + 3);
-  iov.push_back({header, kFileHeaderSize});
-  uint64_t off = kFileHeaderSize;
-  refs->reserve(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    const auto& it = items[i];
+  for (const auto& it : items) {
     if (it.key.empty() || it.key.size() > kMaxKeyLen) {
       return Status::InvalidArgument("a key of " + std::to_string(it.key.size()) +
                                      " bytes (1.." + std::to_string(kMaxKeyLen) + ")");
     }
-    uint32_t crc = Crc32c(0, it.key.data(), it.key.size());
-    crc = Crc32c(crc, it.data, it.size);
-    char* h = rec_headers.data() + i * kRecordHeaderSize;
-    EncodeRecordHeader(h, static_cast<uint32_t>(it.key.size()), it.size, it.put_id, crc);
-    iov.push_back({h, kRecordHeaderSize});
-    iov.push_back({const_cast<char*>(it.key.data()), it.key.size()});
-    if (it.size > 0) iov.push_back({const_cast<void*>(it.data), it.size});
-    const uint64_t len = kRecordHeaderSize + it.key.size() + it.size;
-    if (Align8(len) != len) iov.push_back({const_cast<char*>(kZeros), Align8(len) - len});
-    refs->push_back(RecordRef{std::string(it.key), off, it.size, it.put_id, crc});
-
-    char e[kIndexEntryFixed];
-    Put<uint64_t>(e, off);
-    Put<uint64_t>(e + 8, it.size);
-    Put<uint64_t>(e + 16, it.put_id);
-    Put<uint32_t>(e + 24, static_cast<uint32_t>(it.key.size()));
-    Put<uint32_t>(e + 28, crc);
-    index.append(e, sizeof(e));
-    index.append(it.key.data(), it.key.size());
-    index.append(Align8(index.size()) - index.size(), '\0');
-    off += Align8(len);
   }
+  *file_size = BucketFileSize(items);
+  // The file's pieces in order, to `emit` (each record's CRC computed just before its
+  // bytes go: a direct write copies a value while it is still in the cache); `rec_headers`
+  // and `trailer` hold what the pieces point at until written.
+  std::vector<char> rec_headers(items.size() * kRecordHeaderSize);
+  std::string index;
   char trailer[kTrailerSize] = {};
-  std::memcpy(trailer, kTrailerMagic, 8);
-  Put<uint64_t>(trailer + 8, off);
-  Put<uint32_t>(trailer + 16, static_cast<uint32_t>(items.size()));
-  Put<uint32_t>(trailer + 20, Crc32c(0, index.data(), index.size()));
-  Put<uint32_t>(trailer + 28, Crc32c(0, trailer, 28));
-  iov.push_back({index.data(), index.size()});
-  iov.push_back({trailer, kTrailerSize});
-  *file_size = off + index.size() + kTrailerSize;
+  auto lay_out = [&](const std::function<void(const void*, size_t)>& emit) {
+    refs->clear();
+    refs->reserve(items.size());
+    index.clear();
+    emit(header, kFileHeaderSize);
+    uint64_t off = kFileHeaderSize;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const auto& it = items[i];
+      uint32_t crc = Crc32c(0, it.key.data(), it.key.size());
+      crc = Crc32c(crc, it.data, it.size);
+      char* h = rec_headers.data() + i * kRecordHeaderSize;
+      EncodeRecordHeader(h, static_cast<uint32_t>(it.key.size()), it.size, it.put_id, crc);
+      emit(h, kRecordHeaderSize);
+      emit(it.key.data(), it.key.size());
+      if (it.size > 0) emit(it.data, it.size);
+      const uint64_t len = kRecordHeaderSize + it.key.size() + it.size;
+      if (Align8(len) != len) emit(kZeros, Align8(len) - len);
+      refs->push_back(RecordRef{std::string(it.key), off, it.size, it.put_id, crc});
+
+      char e[kIndexEntryFixed];
+      Put<uint64_t>(e, off);
+      Put<uint64_t>(e + 8, it.size);
+      Put<uint64_t>(e + 16, it.put_id);
+      Put<uint32_t>(e + 24, static_cast<uint32_t>(it.key.size()));
+      Put<uint32_t>(e + 28, crc);
+      index.append(e, sizeof(e));
+      index.append(it.key.data(), it.key.size());
+      index.append(Align8(index.size()) - index.size(), '\0');
+      off += Align8(len);
+    }
+    std::memcpy(trailer, kTrailerMagic, 8);
+    Put<uint64_t>(trailer + 8, off);
+    Put<uint32_t>(trailer + 16, static_cast<uint32_t>(items.size()));
+    Put<uint32_t>(trailer + 20, Crc32c(0, index.data(), index.size()));
+    Put<uint32_t>(trailer + 28, Crc32c(0, trailer, 28));
+    emit(index.data(), index.size());
+    emit(trailer, kTrailerSize);
+  };
 
   constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
   int fd = direct ? ::open(tmp.c_str(), kFlags | O_DIRECT, 0644) : -1;
   bool ok = false;
   if (fd >= 0) {
-    ok = WriteAllDirect(fd, iov, *file_size);
-    if (!ok && errno == EINVAL) {  // a file system taking O_DIRECT opens but not these writes
+    int err = 0;
+    {
+      DirectWriter w(fd);
+      lay_out([&](const void* p, size_t n) { w.Append(p, n); });
+      err = w.Finish(*file_size);
+    }
+    ok = err == 0;
+    errno = err;
+    if (err == EINVAL) {  // a file system taking O_DIRECT opens but not these writes
       ::close(fd);
       fd = -1;
     }
@@ -363,6 +391,9 @@ Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<Bucket
       return errno == ENOSPC ? Status::ResourceExhausted(Errno("cannot create " + tmp))
                              : Status::Internal(Errno("cannot create " + tmp));
     }
+    std::vector<iovec> iov;
+    iov.reserve(items.size() * 4 + 3);
+    lay_out([&](const void* p, size_t n) { iov.push_back({const_cast<void*>(p), n}); });
     ok = WriteAll(fd, std::move(iov));
   }
   if (ok && sync) ok = ::fdatasync(fd) == 0;
@@ -432,6 +463,34 @@ Status ReadBucketIndex(const std::string& path, uint64_t bucket_id,
   return Status::OK();
 }
 
+namespace {
+
+// The record's header and key (read into `head`) and its value (at dst) against `ref`.
+Status CheckRecord(const char* head, const RecordRef& ref, const void* dst) {
+  const size_t key_len = ref.key.size();
+  uint32_t key_len_on_disk = 0;
+  uint64_t value_len = 0;
+  uint64_t put_id = 0;
+  uint32_t crc = 0;
+  if (!DecodeRecordHeader(head, &key_len_on_disk, &value_len, &put_id, &crc)) {
+    return Status::DataLoss("the record header of \"" + ref.key + "\" fails its checksum");
+  }
+  if (key_len_on_disk != key_len || value_len != ref.value_len || put_id != ref.put_id ||
+      crc != ref.data_crc || std::memcmp(head + kRecordHeaderSize, ref.key.data(), key_len) != 0) {
+    return Status::DataLoss("the record at offset " + std::to_string(ref.offset) +
+                            " is not the one indexed for \"" + ref.key + "\"");
+  }
+  uint32_t c = Crc32c(0, head + kRecordHeaderSize, key_len);
+  c = Crc32c(c, dst, ref.value_len);
+  if (c != crc) {
+    return Status::DataLoss("the record of \"" + ref.key + "\" fails its CRC32C (" +
+                            std::to_string(ref.value_len) + " bytes): the file is corrupted");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status ReadRecord(int fd, const RecordRef& ref, void* dst) {
   char head[kRecordHeaderSize + kMaxKeyLen];
   const size_t key_len = ref.key.size();
@@ -462,25 +521,64 @@ Status ReadRecord(int fd, const RecordRef& ref, void* dst) {
     }
     while (first < 2 && iov[first].iov_len == 0) ++first;
   }
-  uint32_t key_len_on_disk = 0;
-  uint64_t value_len = 0;
-  uint64_t put_id = 0;
-  uint32_t crc = 0;
-  if (!DecodeRecordHeader(head, &key_len_on_disk, &value_len, &put_id, &crc)) {
-    return Status::DataLoss("the record header of \"" + ref.key + "\" fails its checksum");
+  return CheckRecord(head, ref, dst);
+}
+
+Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
+  // The blocks covering the record, read in aligned chunks into the thread's bounce chunk
+  // and copied out: the header and key into `head`, the value into dst.
+  static thread_local std::unique_ptr<char, decltype(&std::free)> chunk{nullptr, &std::free};
+  if (!chunk) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kDirectAlign, kDirectChunk) != 0) {
+      return Status::ResourceExhausted("no memory for a direct read's chunk");
+    }
+    chunk.reset(static_cast<char*>(p));
   }
-  if (key_len_on_disk != key_len || value_len != ref.value_len || put_id != ref.put_id ||
-      crc != ref.data_crc || std::memcmp(head + kRecordHeaderSize, ref.key.data(), key_len) != 0) {
-    return Status::DataLoss("the record at offset " + std::to_string(ref.offset) +
-                            " is not the one indexed for \"" + ref.key + "\"");
+  char head[kRecordHeaderSize + kMaxKeyLen];
+  const uint64_t head_len = kRecordHeaderSize + ref.key.size();
+  const uint64_t begin = ref.offset;
+  const uint64_t end = ref.offset + head_len + ref.value_len;
+  uint64_t at = begin / kDirectAlign * kDirectAlign;
+  char* out = static_cast<char*>(dst);
+  while (at < end) {
+    const uint64_t want = std::min<uint64_t>(
+        kDirectChunk, (end - at + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
+    ssize_t r;
+    do {
+      r = ::pread(fd, chunk.get(), want, static_cast<off_t>(at));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      return errno == EINVAL ? Status::InvalidArgument(Errno("cannot read a record directly"))
+                             : Status::Internal(Errno("cannot read a record"));
+    }
+    const uint64_t got_end = at + static_cast<uint64_t>(r);
+    if (r == 0) {
+      return Status::DataLoss("the record of \"" + ref.key + "\" is cut short: the file ends " +
+                              std::to_string(end - at) + " bytes early");
+    }
+    if (got_end < end && got_end % kDirectAlign != 0) {  // only the file's end stops there
+      return Status::DataLoss("the record of \"" + ref.key + "\" is cut short: the file ends " +
+                              std::to_string(end - got_end) + " bytes early");
+    }
+    // [lo, hi): what of the record this chunk holds.
+    const uint64_t lo = std::max(at, begin);
+    const uint64_t hi = std::min(got_end, end);
+    for (uint64_t x = lo; x < hi;) {
+      const uint64_t rel = x - begin;
+      if (rel < head_len) {
+        const uint64_t n = std::min(hi - x, head_len - rel);
+        std::memcpy(head + rel, chunk.get() + (x - at), n);
+        x += n;
+      } else {
+        const uint64_t n = hi - x;
+        std::memcpy(out + (rel - head_len), chunk.get() + (x - at), n);
+        x += n;
+      }
+    }
+    at = got_end < end ? got_end : end;
   }
-  uint32_t c = Crc32c(0, head + kRecordHeaderSize, key_len);
-  c = Crc32c(c, dst, ref.value_len);
-  if (c != crc) {
-    return Status::DataLoss("the record of \"" + ref.key + "\" fails its CRC32C (" +
-                            std::to_string(ref.value_len) + " bytes): the file is corrupted");
-  }
-  return Status::OK();
+  return CheckRecord(head, ref, dst);
 }
 
 }  // namespace disk

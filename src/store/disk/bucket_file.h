@@ -74,6 +74,10 @@ Status ReadBucketIndex(const std::string& path, uint64_t bucket_id,
 // header, key and CRC32C against `ref`: DataLoss (saying which check failed) when any
 // differs or the file ends early, Internal on an I/O error.
 Status ReadRecord(int fd, const RecordRef& ref, void* dst);
+// ReadRecord from a file opened with O_DIRECT: the blocks covering the record read into an
+// aligned chunk of the thread's and copied out; InvalidArgument when the file system takes
+// no direct reads (read it with ReadRecord then).
+Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst);
 
 }  // namespace disk
 }  // namespace store

@@ -43,7 +43,8 @@ struct DiskConfig {
   double low_watermark = 0.80;      // MOONCAKE_OFFLOAD_DISK_EVICTION_LOW_WATERMARK_RATIO
   bool use_uring = false;           // MOONCAKE_OFFLOAD_USE_URING (alias MOONCAKE_USE_URING)
   DiskFsyncPolicy fsync = DiskFsyncPolicy::kBucket;  // MOONCAKE_OFFLOAD_FSYNC (ours)
-  // MOONCAKE_OFFLOAD_DIRECT_IO (ours): buckets written with O_DIRECT, past the page cache.
+  // MOONCAKE_OFFLOAD_DIRECT_IO (ours): buckets written and read with O_DIRECT, past the
+  // page cache.
   bool direct_io = true;
 
   using Getenv = std::function<const char*(const char*)>;

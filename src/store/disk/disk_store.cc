@@ -499,13 +499,28 @@ Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t
     return Status::InvalidArgument("\"" + key + "\" is " + std::to_string(ref.value_len) +
                                    " bytes on disk, not " + std::to_string(len));
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound("\"" + key + "\" was evicted from the disk");
-    return Status::Internal(Errno("cannot open " + path));
+  // Past the page cache where the file system allows (the buckets were written so too: on
+  // this project's VM a cold buffered read of a large set ran at a third of a direct one).
+  Status s = Status::InvalidArgument("not read directly");
+  if (config_.direct_io) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd < 0 && errno == ENOENT) {
+      return Status::NotFound("\"" + key + "\" was evicted from the disk");
+    }
+    if (fd >= 0) {
+      s = disk::ReadRecordDirect(fd, ref, dst);
+      ::close(fd);
+    }
   }
-  Status s = disk::ReadRecord(fd, ref, dst);
-  ::close(fd);
+  if (s.code() == Status::Code::kInvalidArgument) {  // not asked, or not taken: buffered
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::NotFound("\"" + key + "\" was evicted from the disk");
+      return Status::Internal(Errno("cannot open " + path));
+    }
+    s = disk::ReadRecord(fd, ref, dst);
+    ::close(fd);
+  }
   if (s.ok() && crc != nullptr) *crc = ref.data_crc;
   if (s.code() == Status::Code::kDataLoss) {
     corrupted_reads_.fetch_add(1, std::memory_order_relaxed);

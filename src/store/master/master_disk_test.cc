@@ -59,29 +59,41 @@ class MasterDiskTest : public MasterServiceTest {
     }
     return master_->OffloadDone(req);
   }
+  // Reports every item of fetch `f` written, read from the memory the fetch named.
+  rpc::OffloadDoneResponse Report(const std::string& client, const rpc::OffloadFetchResponse& f) {
+    rpc::OffloadDoneRequest req;
+    req.set_client_id(client);
+    for (const auto& i : f.items()) {
+      auto* d = req.add_items();
+      d->set_key(i.key());
+      d->set_version(i.version());
+      d->set_size(i.size());
+      *d->mutable_buffer() = i.buffer();
+    }
+    return master_->OffloadDone(req);
+  }
   // Offloads everything queued for `client` and reports it written.
   std::vector<std::string> OffloadAll(const std::string& client) {
     auto f = Fetch(client);
-    std::vector<std::tuple<std::string, uint64_t, uint64_t>> items;
     std::vector<std::string> keys;
-    for (const auto& i : f.items()) {
-      items.emplace_back(i.key(), i.version(), i.size());
-      keys.push_back(i.key());
-    }
-    if (!items.empty()) {
-      rpc::OffloadDoneRequest req;
-      req.set_client_id(client);
-      for (const auto& i : f.items()) {
-        auto* d = req.add_items();
-        d->set_key(i.key());
-        d->set_version(i.version());
-        d->set_size(i.size());
-        *d->mutable_buffer() = i.buffer();
-      }
-      auto d = master_->OffloadDone(req);
-      for (int c : d.codes()) EXPECT_EQ(c, kOk);
+    for (const auto& i : f.items()) keys.push_back(i.key());
+    if (!keys.empty()) {
+      const auto done = Report(client, f);
+      for (int c : done.codes()) EXPECT_EQ(c, kOk);
     }
     return keys;
+  }
+  // c1 lends a 2 KiB segment and has a disk; "a" and "b" (1 KiB each) fill it and are
+  // handed to c1 to write.
+  rpc::OffloadFetchResponse TwoObjectsFetched() {
+    MakeOffload();
+    EXPECT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
+    EXPECT_EQ(MountDisk("c1", kStore1).code(), kOk);
+    EXPECT_EQ(Put("w", "a", 1024), kOk);
+    EXPECT_EQ(Put("w", "b", 1024), kOk);
+    auto f = Fetch("c1");
+    EXPECT_EQ(f.items_size(), 2);
+    return f;
   }
   static bool OnDisk(const rpc::GetReplicaListResult& r) {
     return r.replicas_size() == 1 && r.replicas(0).has_disk() && !r.replicas(0).has_buffer();
@@ -318,27 +330,13 @@ TEST_F(MasterDiskTest, AnObjectBeingWrittenIsKeptPastItsLeaseUntilReported) {
   // A slow write (a large bucket, a loaded disk) outlasts the fetch's lease: eviction must
   // not take the object meanwhile, else the report is refused and an acknowledged put is
   // gone from memory and disk alike (found by disk_tier_bench under load).
-  MakeOffload();
-  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
-  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
-  ASSERT_EQ(Put("w", "a", 1024), kOk);
-  ASSERT_EQ(Put("w", "b", 1024), kOk);
-  auto f = Fetch("c1");
+  auto f = TwoObjectsFetched();
   ASSERT_EQ(f.items_size(), 2);
   Advance(seconds(11));  // the lease lapsed; the write goes on
   EXPECT_EQ(PutStart("w", "c", 1024).code(), ToInt(ErrorCode::NO_AVAILABLE_HANDLE));
   EXPECT_EQ(Exist("a"), kOk);
   EXPECT_EQ(Exist("b"), kOk);
-  rpc::OffloadDoneRequest req;
-  req.set_client_id("c1");
-  for (const auto& i : f.items()) {
-    auto* d = req.add_items();
-    d->set_key(i.key());
-    d->set_version(i.version());
-    d->set_size(i.size());
-    *d->mutable_buffer() = i.buffer();
-  }
-  auto done = master_->OffloadDone(req);
+  auto done = Report("c1", f);
   ASSERT_EQ(done.codes_size(), 2);
   for (int c : done.codes()) EXPECT_EQ(c, kOk);
   // Written: now the memory may go, and both read from the disk.
@@ -349,12 +347,7 @@ TEST_F(MasterDiskTest, AnObjectBeingWrittenIsKeptPastItsLeaseUntilReported) {
 }
 
 TEST_F(MasterDiskTest, AWriteNeverReportedStopsKeepingItsObjectsAtTheNextFetchOrAfterAMinute) {
-  MakeOffload();
-  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
-  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
-  ASSERT_EQ(Put("w", "a", 1024), kOk);
-  ASSERT_EQ(Put("w", "b", 1024), kOk);
-  ASSERT_EQ(Fetch("c1").items_size(), 2);
+  ASSERT_EQ(TwoObjectsFetched().items_size(), 2);
   Advance(seconds(11));
   EXPECT_EQ(PutStart("w", "c", 1024).code(), ToInt(ErrorCode::NO_AVAILABLE_HANDLE));
   // The client fetches again without reporting (its write failed: they stay memory-only).
@@ -458,12 +451,7 @@ TEST_F(MasterDiskTest, AnUpsertWhileQueuedQueuesTheNewValue) {
 }
 
 TEST_F(MasterDiskTest, AReportKeepsAReadersLeaseGrantedAfterTheFetch) {
-  MakeOffload();
-  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 2 * 1024), kOk);
-  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
-  ASSERT_EQ(Put("w", "a", 1024), kOk);
-  ASSERT_EQ(Put("w", "b", 1024), kOk);
-  auto f = Fetch("c1");
+  auto f = TwoObjectsFetched();
   ASSERT_EQ(f.items_size(), 2);
   Advance(seconds(1));
   // c1 itself reads a (its get's lease ends later than the fetch's).
