@@ -380,7 +380,7 @@ Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<Bucket
     }
     ok = err == 0;
     errno = err;
-    if (err == EINVAL) {  // a file system taking O_DIRECT opens but not these writes
+    if (err == EINVAL || err == ENOMEM) {  // O_DIRECT opens but not these writes; no chunks
       ::close(fd);
       fd = -1;
     }
