@@ -240,7 +240,16 @@ void StoreClient::Impl::RunOffload(bool final) {
                                          std::max<uint64_t>(opt.global_segment_size / 4, 1)));
     req.set_removals_done(removals_done);
     rpc::OffloadFetchResponse resp;
-    if (Checked("OffloadFetch", master->OffloadFetch(req, &resp)) != 0 || resp.code() != 0) break;
+    if (Status fs = master->OffloadFetch(req, &resp); !fs.ok()) {
+      // The worker asks every 200 ms: a master away is said once every 10 s, not each time.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - offload_fetch_logged >= std::chrono::seconds(10)) {
+        offload_fetch_logged = now;
+        (void)Checked("OffloadFetch", fs);
+      }
+      break;
+    }
+    if (resp.code() != 0) break;
     if (disk_unmounted.load()) break;  // unmount_local_disk_segment meanwhile: not again
     if (resp.disk_unknown()) {
       disk_mounted = false;

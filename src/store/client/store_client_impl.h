@@ -228,6 +228,9 @@ class StoreClient::Impl {
   int SendDiskMount(bool offloading, bool unmount);
   uint64_t removals_done = 0;  // the offload worker's
   std::chrono::steady_clock::time_point last_disk_check;  // the heartbeat's
+  // When RunOffload last logged a failed OffloadFetch (the offload worker's; Close's last
+  // run comes after the worker stopped).
+  std::chrono::steady_clock::time_point offload_fetch_logged;
   Mutex offload_peers_mu;  // a leaf
   std::map<std::string, std::unique_ptr<RpcClient>> offload_peers MC_GUARDED_BY(offload_peers_mu);
 
