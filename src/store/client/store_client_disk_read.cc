@@ -46,7 +46,9 @@ void StoreClient::Impl::ReadFromDisks(const std::vector<std::string>& keys,
     return replica[i]->key().empty() ? keys[i] : replica[i]->key();
   };
   auto size_of = [&](size_t i) { return resp.results(static_cast<int>(i)).size(); };
-  for (auto& [endpoint, idx] : by_owner) {
+  for (const auto& owner : by_owner) {
+    const std::string& endpoint = owner.first;  // (a structured binding: not capturable in C++17)
+    const std::vector<size_t>& idx = owner.second;
     if (disk && replica[idx[0]]->store_id() == disk->id()) {
       ReadOwnDisk(keys, idx, resp, parts, stored_key, out);
       continue;
