@@ -99,6 +99,18 @@ bool WriteAll(int fd, std::vector<iovec> iov) {
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t kDirectChunk = 8 << 20;
 
+// Aligned memory for direct I/O, kept in a thread's `slot` for its next use (a chunk per
+// call would fault its pages in each time); null when it cannot be had.
+using AlignedChunk = std::unique_ptr<char, decltype(&std::free)>;
+char* ThreadChunk(AlignedChunk* slot, size_t size) {
+  if (!*slot) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kDirectAlign, size) != 0) return nullptr;
+    slot->reset(static_cast<char*>(p));
+  }
+  return slot->get();
+}
+
 // Writes n bytes at off; 0 or the errno.
 int PwriteAll(int fd, const char* p, size_t n, uint64_t off) {
   size_t done = 0;
@@ -120,17 +132,14 @@ int PwriteAll(int fd, const char* p, size_t n, uint64_t off) {
 class DirectWriter {
  public:
   explicit DirectWriter(int fd) : fd_(fd) {
-    static thread_local std::unique_ptr<char, decltype(&std::free)> chunks{nullptr, &std::free};
-    if (!chunks) {
-      void* p = nullptr;
-      if (::posix_memalign(&p, kDirectAlign, 2 * kDirectChunk) != 0) {
-        err_ = ENOMEM;
-        return;
-      }
-      chunks.reset(static_cast<char*>(p));
+    static thread_local AlignedChunk chunks{nullptr, &std::free};
+    char* const p = ThreadChunk(&chunks, 2 * kDirectChunk);
+    if (p == nullptr) {
+      err_ = ENOMEM;
+      return;
     }
-    bufs_[0] = chunks.get();
-    bufs_[1] = chunks.get() + kDirectChunk;
+    bufs_[0] = p;
+    bufs_[1] = p + kDirectChunk;
   }
   ~DirectWriter() { (void)Wait(); }  // the chunks are never reused under a write
 
@@ -527,14 +536,9 @@ Status ReadRecord(int fd, const RecordRef& ref, void* dst) {
 Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
   // The blocks covering the record, read in aligned chunks into the thread's bounce chunk
   // and copied out: the header and key into `head`, the value into dst.
-  static thread_local std::unique_ptr<char, decltype(&std::free)> chunk{nullptr, &std::free};
-  if (!chunk) {
-    void* p = nullptr;
-    if (::posix_memalign(&p, kDirectAlign, kDirectChunk) != 0) {
-      return Status::ResourceExhausted("no memory for a direct read's chunk");
-    }
-    chunk.reset(static_cast<char*>(p));
-  }
+  static thread_local AlignedChunk slot{nullptr, &std::free};
+  char* const buf = ThreadChunk(&slot, kDirectChunk);
+  if (buf == nullptr) return Status::ResourceExhausted("no memory for a direct read's chunk");
   char head[kRecordHeaderSize + kMaxKeyLen];
   const uint64_t head_len = kRecordHeaderSize + ref.key.size();
   const uint64_t begin = ref.offset;
@@ -546,7 +550,7 @@ Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
         kDirectChunk, (end - at + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
     ssize_t r;
     do {
-      r = ::pread(fd, chunk.get(), want, static_cast<off_t>(at));
+      r = ::pread(fd, buf, want, static_cast<off_t>(at));
     } while (r < 0 && errno == EINTR);
     if (r < 0) {
       return errno == EINVAL ? Status::InvalidArgument(Errno("cannot read a record directly"))
@@ -568,11 +572,11 @@ Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
       const uint64_t rel = x - begin;
       if (rel < head_len) {
         const uint64_t n = std::min(hi - x, head_len - rel);
-        std::memcpy(head + rel, chunk.get() + (x - at), n);
+        std::memcpy(head + rel, buf + (x - at), n);
         x += n;
       } else {
         const uint64_t n = hi - x;
-        std::memcpy(out + (rel - head_len), chunk.get() + (x - at), n);
+        std::memcpy(out + (rel - head_len), buf + (x - at), n);
         x += n;
       }
     }

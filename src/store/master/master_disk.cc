@@ -374,7 +374,8 @@ rpc::OffloadFetchResponse MasterService::OffloadFetch(const rpc::OffloadFetchReq
       obj.lease_client = client_names_.Get(req.client_id());
     }
     obj.lease_until = std::max(obj.lease_until, now + ttl);
-    d.fetched[key] = {before, obj.lease_until, version, now + std::max<Clock::duration>(ttl, kOffloadWriteHold)};
+    d.fetched[key] = {before, obj.lease_until, version,
+                      now + std::max<Clock::duration>(ttl, kOffloadWriteHold)};
     rpc::OffloadItem* item = resp.add_items();
     item->set_key(key);
     item->set_version(version);
