@@ -284,10 +284,16 @@ class PingProber {
 
 // Whether the master's resident memory is what it holds: not under ASan, whose quarantine
 // and shadow keep freed memory resident (the master built with the same flags as this test).
+// And how long a ping may wait beside the hostile clients: 100 ms (5-20 ms is usual, a
+// master that parsed or buffered what it should refuse stalls for seconds); 400 ms under ASan,
+// where the master's and the senders' 64 MiB buffers go through ASan's allocator and
+// quarantine with two cores shared with the other tests (138 ms seen once in CI).
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kRssIsMeaningful = false;
+constexpr double kPromptPingMs = 400.0;
 #else
 constexpr bool kRssIsMeaningful = true;
+constexpr double kPromptPingMs = 100.0;
 #endif
 
 // Resident bytes of process `pid` (VmRSS).
@@ -345,7 +351,7 @@ TEST_F(MasterHostileTest, NoOneClientStopsTheMasterWithPendingBytesHogsIdleBuffe
                 pinger.failures(), prober.gets(), prober.failures());
     EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
     EXPECT_EQ(prober.failures(), 0);
-    EXPECT_LT(pinger.worst_ms(), 100.0);
+    EXPECT_LT(pinger.worst_ms(), kPromptPingMs);
   }
   stop = true;
   refresher.join();
@@ -370,7 +376,7 @@ TEST_F(MasterHostileTest, NoOneClientStopsTheMasterWithPendingBytesHogsIdleBuffe
                 "master resident %zu MiB\n", pinger.pings(), pinger.worst_ms(),
                 pinger.failures(), ResidentOf(pid) >> 20);
     EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
-    EXPECT_LT(pinger.worst_ms(), 100.0);
+    EXPECT_LT(pinger.worst_ms(), kPromptPingMs);
     if (kRssIsMeaningful) {
       EXPECT_LT(ResidentOf(pid), base_rss + (1300u << 20));
     }
@@ -427,7 +433,7 @@ TEST_F(MasterHostileTest, NoOneClientStopsTheMasterWithPendingBytesHogsIdleBuffe
                 "failed), master resident at most %zu MiB\n", pinger.pings(), pinger.worst_ms(),
                 pinger.failures(), peak.load() >> 20);
     EXPECT_EQ(pinger.failures(), 0) << pinger.last_error();
-    EXPECT_LT(pinger.worst_ms(), 100.0);
+    EXPECT_LT(pinger.worst_ms(), kPromptPingMs);
     if (kRssIsMeaningful) {
       EXPECT_LT(peak.load(), base_rss + (700u << 20));
     }
