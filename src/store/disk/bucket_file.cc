@@ -18,10 +18,12 @@
 #include <system_error>
 
 #include "common/crc32c.h"
+#include "store/disk/bucket_io.h"
 
 namespace mooncake {
 namespace store {
 namespace disk {
+
 namespace {
 
 constexpr char kFileMagic[8] = {'M', 'C', 'B', 'U', 'C', 'K', 'T', '1'};
@@ -54,20 +56,6 @@ void EncodeRecordHeader(char* h, uint32_t key_len, uint64_t value_len, uint64_t 
   Put<uint32_t>(h + 28, Crc32c(0, h, 28));
 }
 
-bool DecodeRecordHeader(const char* h, uint32_t* key_len, uint64_t* value_len, uint64_t* put_id,
-                        uint32_t* data_crc) {
-  if (Get<uint32_t>(h) != kRecordMagic || Get<uint32_t>(h + 28) != Crc32c(0, h, 28)) {
-    return false;
-  }
-  *key_len = Get<uint32_t>(h + 4);
-  *value_len = Get<uint64_t>(h + 8);
-  *put_id = Get<uint64_t>(h + 16);
-  *data_crc = Get<uint32_t>(h + 24);
-  return true;
-}
-
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
 // Writes every byte of `iov` (advancing through partial writes, IOV_MAX at a time).
 bool WriteAll(int fd, std::vector<iovec> iov) {
   size_t i = 0;
@@ -92,23 +80,6 @@ bool WriteAll(int fd, std::vector<iovec> iov) {
     while (i < iov.size() && iov[i].iov_len == 0) ++i;
   }
   return true;
-}
-
-// O_DIRECT writes: the pieces are gathered into aligned chunks, each written at its
-// (aligned) offset; the last is padded to a whole block and the file cut to `size` after.
-constexpr size_t kDirectAlign = 4096;
-constexpr size_t kDirectChunk = 8 << 20;
-
-// Aligned memory for direct I/O, kept in a thread's `slot` for its next use (a chunk per
-// call would fault its pages in each time); null when it cannot be had.
-using AlignedChunk = std::unique_ptr<char, decltype(&std::free)>;
-char* ThreadChunk(AlignedChunk* slot, size_t size) {
-  if (!*slot) {
-    void* p = nullptr;
-    if (::posix_memalign(&p, kDirectAlign, size) != 0) return nullptr;
-    slot->reset(static_cast<char*>(p));
-  }
-  return slot->get();
 }
 
 // Writes n bytes at off; 0 or the errno.
@@ -272,6 +243,30 @@ bool ParseIndex(const std::string& idx, uint32_t count, uint64_t index_off,
 }
 
 }  // namespace
+
+bool DecodeRecordHeader(const char* h, uint32_t* key_len, uint64_t* value_len, uint64_t* put_id,
+                        uint32_t* data_crc) {
+  if (Get<uint32_t>(h) != kRecordMagic || Get<uint32_t>(h + 28) != Crc32c(0, h, 28)) {
+    return false;
+  }
+  *key_len = Get<uint32_t>(h + 4);
+  *value_len = Get<uint64_t>(h + 8);
+  *put_id = Get<uint64_t>(h + 16);
+  *data_crc = Get<uint32_t>(h + 24);
+  return true;
+}
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+char* ThreadChunk(AlignedChunk* slot, size_t size) {
+  if (!*slot) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kDirectAlign, size) != 0) return nullptr;
+    slot->reset(static_cast<char*>(p));
+  }
+  return slot->get();
+}
+
 
 std::string BucketName(uint64_t id) {
   char b[40];
@@ -470,119 +465,6 @@ Status ReadBucketIndex(const std::string& path, uint64_t bucket_id,
   *walked = true;
   Walk(fd, size, refs);
   return Status::OK();
-}
-
-namespace {
-
-// The record's header and key (read into `head`) and its value (at dst) against `ref`.
-Status CheckRecord(const char* head, const RecordRef& ref, const void* dst) {
-  const size_t key_len = ref.key.size();
-  uint32_t key_len_on_disk = 0;
-  uint64_t value_len = 0;
-  uint64_t put_id = 0;
-  uint32_t crc = 0;
-  if (!DecodeRecordHeader(head, &key_len_on_disk, &value_len, &put_id, &crc)) {
-    return Status::DataLoss("the record header of \"" + ref.key + "\" fails its checksum");
-  }
-  if (key_len_on_disk != key_len || value_len != ref.value_len || put_id != ref.put_id ||
-      crc != ref.data_crc || std::memcmp(head + kRecordHeaderSize, ref.key.data(), key_len) != 0) {
-    return Status::DataLoss("the record at offset " + std::to_string(ref.offset) +
-                            " is not the one indexed for \"" + ref.key + "\"");
-  }
-  uint32_t c = Crc32c(0, head + kRecordHeaderSize, key_len);
-  c = Crc32c(c, dst, ref.value_len);
-  if (c != crc) {
-    return Status::DataLoss("the record of \"" + ref.key + "\" fails its CRC32C (" +
-                            std::to_string(ref.value_len) + " bytes): the file is corrupted");
-  }
-  return Status::OK();
-}
-
-}  // namespace
-
-Status ReadRecord(int fd, const RecordRef& ref, void* dst) {
-  char head[kRecordHeaderSize + kMaxKeyLen];
-  const size_t key_len = ref.key.size();
-  iovec iov[2] = {{head, kRecordHeaderSize + key_len}, {dst, ref.value_len}};
-  const size_t want = kRecordHeaderSize + key_len + ref.value_len;
-  size_t got = 0;
-  int first = 0;
-  while (got < want) {
-    const ssize_t r = ::preadv(fd, iov + first, 2 - first, static_cast<off_t>(ref.offset + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::Internal(Errno("cannot read a record"));
-    if (r == 0) {
-      return Status::DataLoss("the record of \"" + ref.key + "\" is cut short: the file ends " +
-                              std::to_string(want - got) + " bytes early");
-    }
-    got += static_cast<size_t>(r);
-    size_t left = static_cast<size_t>(r);
-    while (left > 0) {
-      if (left >= iov[first].iov_len) {
-        left -= iov[first].iov_len;
-        iov[first].iov_len = 0;
-        ++first;
-      } else {
-        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-        iov[first].iov_len -= left;
-        left = 0;
-      }
-    }
-    while (first < 2 && iov[first].iov_len == 0) ++first;
-  }
-  return CheckRecord(head, ref, dst);
-}
-
-Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
-  // The blocks covering the record, read in aligned chunks into the thread's bounce chunk
-  // and copied out: the header and key into `head`, the value into dst.
-  static thread_local AlignedChunk slot{nullptr, &std::free};
-  char* const buf = ThreadChunk(&slot, kDirectChunk);
-  if (buf == nullptr) return Status::ResourceExhausted("no memory for a direct read's chunk");
-  char head[kRecordHeaderSize + kMaxKeyLen];
-  const uint64_t head_len = kRecordHeaderSize + ref.key.size();
-  const uint64_t begin = ref.offset;
-  const uint64_t end = ref.offset + head_len + ref.value_len;
-  uint64_t at = begin / kDirectAlign * kDirectAlign;
-  char* out = static_cast<char*>(dst);
-  while (at < end) {
-    const uint64_t want = std::min<uint64_t>(
-        kDirectChunk, (end - at + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
-    ssize_t r;
-    do {
-      r = ::pread(fd, buf, want, static_cast<off_t>(at));
-    } while (r < 0 && errno == EINTR);
-    if (r < 0) {
-      return errno == EINVAL ? Status::InvalidArgument(Errno("cannot read a record directly"))
-                             : Status::Internal(Errno("cannot read a record"));
-    }
-    const uint64_t got_end = at + static_cast<uint64_t>(r);
-    if (r == 0) {
-      return Status::DataLoss("the record of \"" + ref.key + "\" is cut short: the file ends " +
-                              std::to_string(end - at) + " bytes early");
-    }
-    if (got_end < end && got_end % kDirectAlign != 0) {  // only the file's end stops there
-      return Status::DataLoss("the record of \"" + ref.key + "\" is cut short: the file ends " +
-                              std::to_string(end - got_end) + " bytes early");
-    }
-    // [lo, hi): what of the record this chunk holds.
-    const uint64_t lo = std::max(at, begin);
-    const uint64_t hi = std::min(got_end, end);
-    for (uint64_t x = lo; x < hi;) {
-      const uint64_t rel = x - begin;
-      if (rel < head_len) {
-        const uint64_t n = std::min(hi - x, head_len - rel);
-        std::memcpy(head + rel, buf + (x - at), n);
-        x += n;
-      } else {
-        const uint64_t n = hi - x;
-        std::memcpy(out + (rel - head_len), buf + (x - at), n);
-        x += n;
-      }
-    }
-    at = got_end < end ? got_end : end;
-  }
-  return CheckRecord(head, ref, dst);
 }
 
 }  // namespace disk

@@ -79,6 +79,17 @@ Status ReadRecord(int fd, const RecordRef& ref, void* dst);
 // no direct reads (read it with ReadRecord then).
 Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst);
 
+// ReadRecordDirect of several records, each status in its entry: the next record's read
+// in flight (a helper thread's, into a second chunk) while the one before is copied out and
+// checked, so the disk is kept busy through a batch.
+struct DirectRead {
+  int fd = -1;  // opened with O_DIRECT
+  const RecordRef* ref = nullptr;
+  void* dst = nullptr;  // ref->value_len bytes
+  Status status;
+};
+void ReadRecordsDirect(std::vector<DirectRead>* reads);
+
 }  // namespace disk
 }  // namespace store
 }  // namespace mooncake

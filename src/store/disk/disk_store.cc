@@ -18,20 +18,18 @@
 #include <glog/logging.h>
 
 #include "common/crc32c.h"
+#include "store/disk/bucket_io.h"
 
 namespace mooncake {
 namespace store {
 namespace {
-
-// Records of at least this many bytes are read with O_DIRECT (DiskStore::Read).
-constexpr uint64_t kDirectReadMin = 256 << 10;
 
 constexpr char kLockName[] = ".mooncake_offload.lock";
 constexpr char kIdName[] = ".mooncake_offload.id";
 constexpr char kLogName[] = "removed.log";
 constexpr size_t kLogEntry = 16;  // {u64 bucket, u32 slot, u32 crc32c of the 12 before}
 
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+using disk::Errno;
 
 void EncodeLogEntry(char* e, uint64_t bucket, uint32_t slot) {
   std::memcpy(e, &bucket, 8);
@@ -476,75 +474,6 @@ Result<uint64_t> DiskStore::Size(const std::string& key) const {
   auto it = index_.find(key);
   if (it == index_.end()) return Status::NotFound("\"" + key + "\" is not on disk");
   return buckets_.at(it->second.bucket).records[it->second.slot].value_len;
-}
-
-Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id,
-                       uint32_t* crc) {
-  disk::RecordRef ref;
-  Where w;
-  std::string path;
-  {
-    MutexLock l(&mu_);
-    auto it = index_.find(key);
-    if (it == index_.end()) return Status::NotFound("\"" + key + "\" is not on disk");
-    w = it->second;
-    Bucket& b = buckets_.at(w.bucket);
-    ref = b.records[w.slot];
-    if (put_id != 0 && ref.put_id != put_id) {
-      return Status::NotFound("\"" + key + "\" on disk is another value (put " +
-                              std::to_string(ref.put_id) + ", not " + std::to_string(put_id) +
-                              ")");
-    }
-    b.last_read = ++read_clock_;
-    path = PathOf(w.bucket, b.root);
-  }
-  if (len != ref.value_len) {
-    return Status::InvalidArgument("\"" + key + "\" is " + std::to_string(ref.value_len) +
-                                   " bytes on disk, not " + std::to_string(len));
-  }
-  // A large record past the page cache where the file system allows (the buckets were
-  // written so too: on this project's VM a cold buffered read of a large set ran at a third
-  // of a direct one); a small one through it, whose readahead brings its neighbours (a
-  // direct read of each small record pays the device's latency every time).
-  Status s = Status::InvalidArgument("not read directly");
-  if (config_.direct_io && ref.value_len >= kDirectReadMin) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (fd < 0 && errno == ENOENT) {
-      return Status::NotFound("\"" + key + "\" was evicted from the disk");
-    }
-    if (fd >= 0) {
-      s = disk::ReadRecordDirect(fd, ref, dst);
-      ::close(fd);
-    }
-  }
-  if (s.code() == Status::Code::kInvalidArgument) {  // not asked, or not taken: buffered
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) return Status::NotFound("\"" + key + "\" was evicted from the disk");
-      return Status::Internal(Errno("cannot open " + path));
-    }
-    s = disk::ReadRecord(fd, ref, dst);
-    ::close(fd);
-  }
-  if (s.ok() && crc != nullptr) *crc = ref.data_crc;
-  if (s.code() == Status::Code::kDataLoss) {
-    corrupted_reads_.fetch_add(1, std::memory_order_relaxed);
-    LOG(ERROR) << "disk tier: " << path << ": " << s.message() << "; the key is dropped";
-    std::vector<std::string> to_delete;
-    std::vector<uint32_t> logs;
-    {
-      MutexLock l(&mu_);
-      auto it = index_.find(key);
-      if (it != index_.end() && it->second.bucket == w.bucket && it->second.slot == w.slot) {
-        index_.erase(it);
-        KillLocked(w, &to_delete, &logs);
-        if (dropped_.size() < (1u << 20)) dropped_.push_back(key);
-      }
-    }
-    for (const auto& p : to_delete) ::unlink(p.c_str());
-    (void)SyncLogs(logs);
-  }
-  return s;
 }
 
 Result<size_t> DiskStore::Remove(const std::vector<std::string>& keys) {

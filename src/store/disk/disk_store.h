@@ -82,6 +82,18 @@ class DiskStore {
   // *crc (optional): the record's CRC32C of key and value, for a copy checked end to end.
   Status Read(const std::string& key, void* dst, uint64_t len, uint64_t put_id = 0,
               uint32_t* crc = nullptr) MC_EXCLUDES(mu_);
+  // Read of several objects, each status (and crc) in its entry: large records' reads one
+  // behind the other with the next in flight (disk::ReadRecordsDirect), so a batch keeps the
+  // disk busy while the one before is checked.
+  struct ReadItem {
+    const std::string* key = nullptr;  // lives through the call
+    void* dst = nullptr;
+    uint64_t len = 0;
+    uint64_t put_id = 0;
+    uint32_t crc = 0;             // out: as Read's *crc
+    Status status;                // out: as Read's
+  };
+  void ReadMany(std::vector<ReadItem>* items) MC_EXCLUDES(mu_);
   // Keys dropped since the last call because their record failed a check (the caller tells
   // the master), and keys the caller asked to report later (ReportLater).
   std::vector<std::string> TakeDropped() MC_EXCLUDES(mu_);
