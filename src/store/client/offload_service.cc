@@ -143,7 +143,19 @@ rpc::OffloadReadResponse OffloadService::Read(const rpc::OffloadReadRequest& req
   }
   resp.set_batch_id(batch_id);
   resp.set_code(ToInt(ErrorCode::OK));
+  // The disk reads of every key given room, together (the next in flight behind each).
+  std::vector<DiskStore::ReadItem> reads;
+  for (int i = 0; i < req.keys_size(); ++i) {
+    if (offsets[i] == UINT64_MAX) continue;
+    DiskStore::ReadItem& r = reads.emplace_back();
+    r.key = &req.keys(i);
+    r.len = req.sizes(i);
+    r.put_id = req.versions(i);
+    r.dst = buffer_ + offsets[i];
+  }
+  disk_->ReadMany(&reads);
   std::vector<uint64_t> bad;
+  size_t next = 0;
   for (int i = 0; i < req.keys_size(); ++i) {
     rpc::OffloadReadResult* r = resp.add_results();
     if (offsets[i] == UINT64_MAX) {
@@ -152,9 +164,8 @@ rpc::OffloadReadResponse OffloadService::Read(const rpc::OffloadReadRequest& req
       r->set_message("no room in the offload buffer now: read it again");
       continue;
     }
-    char* dst = buffer_ + offsets[i];
-    uint32_t crc = 0;
-    Status s = disk_->Read(req.keys(i), dst, req.sizes(i), req.versions(i), &crc);
+    const DiskStore::ReadItem& read = reads[next++];
+    const Status& s = read.status;
     if (!s.ok()) {
       r->set_code(ToInt(s.code() == Status::Code::kDataLoss ? ErrorCode::FILE_READ_FAIL
                         : s.IsNotFound() || s.IsInvalidArgument() ? ErrorCode::OBJECT_NOT_FOUND
@@ -165,8 +176,8 @@ rpc::OffloadReadResponse OffloadService::Read(const rpc::OffloadReadRequest& req
     }
     reads_served_.fetch_add(1, std::memory_order_relaxed);
     r->set_code(ToInt(ErrorCode::OK));
-    r->set_addr(reinterpret_cast<uint64_t>(dst));
-    r->set_crc(crc);
+    r->set_addr(reinterpret_cast<uint64_t>(read.dst));
+    r->set_crc(read.crc);
   }
   {
     // The hold starts now that the bytes are there; the space of the failed reads goes back.
