@@ -12,7 +12,9 @@ bytes of DRAM and offloads to --dir, and uses this process as a client lending n
      retried), and the offload rate: bytes the master recorded on disk over the time from the
      first put to the last record;
   3. gets of disk-resident objects in batches of --batch (page cache dropped first), against
-     dd's read rate; p50 / p99 of single gets of 4 KiB and 1 MiB disk-resident objects (cold);
+     dd's read rate, and against dd with O_DIRECT over the tier's own bucket files right
+     after (the same bytes where they lie: this VM's disk drifts by a third within minutes);
+     the offload also against a dd with O_DIRECT just before and after it; p50 / p99 of single gets of 4 KiB and 1 MiB disk-resident objects (cold);
   4. DRAM hits with the tier on against a holder without it (same objects, same master;
      four alternating rounds, the medians);
   5. a restart of the holder on the same directory (after step 2's objects): setup time
@@ -81,6 +83,33 @@ def dd(args):
     w = max(out["dd_write_buffered_gbps"], out["dd_write_direct_gbps"])
     r = max(out["dd_read_buffered_gbps"], out["dd_read_direct_gbps"])
     return w, r, cold, out
+
+
+def dd_write_now(args):
+    """dd with O_DIRECT right now: 256 MiB written in 4 MiB blocks (+fdatasync), in GB/s.
+    Taken just before and after each offload phase, since this VM's disk drifts by a third
+    within minutes (dd() at the start can see another state of the device)."""
+    path = os.path.join(args.dir, "dd.adjacent")
+    t = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=4M", "count=64", "conv=fdatasync",
+                    "oflag=direct"], check=True, capture_output=True)
+    gbps = 256 * MIB / (time.perf_counter() - t) / 1e9
+    os.unlink(path)
+    return gbps
+
+
+def dd_buckets_now(args):
+    """dd with O_DIRECT (4 MiB blocks) over the tier's own bucket files, cold, in GB/s: the
+    very bytes the gets read, where they lie, right after the gets (a small file dd just
+    wrote reads faster here: the VM's host still caches it)."""
+    files = sorted(str(p) for p in pathlib.Path(args.dir).glob("*.bucket"))
+    drop_caches()
+    total = sum(os.path.getsize(f) for f in files)
+    t = time.perf_counter()
+    for f in files:
+        subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=4M", "iflag=direct"], check=True,
+                       capture_output=True)
+    return total / (time.perf_counter() - t) / 1e9
 
 
 class Holder:
@@ -169,6 +198,7 @@ def main():
             # disk and the offload rate is the tier's, not a Python loop's.
             for i in range(args.batch):
                 buf[i * size:(i + 1) * size] = value
+            dd_write_before = dd_write_now(args)
             t0 = time.perf_counter()
             for at in range(0, n, args.batch):
                 ks = keys[at:at + args.batch]
@@ -194,9 +224,11 @@ def main():
                 time.sleep(0.02)
             offload_s = time.perf_counter() - t0
             recorded = metric(http, "master_offload_recorded_total") - before
+            dd_write = (dd_write_before + dd_write_now(args)) / 2
             row = {"size": size, "objects": n, "bytes": n * size, "put_s": round(put_s, 2),
                    "offloaded": recorded,
-                   "offload_gbps": round(recorded * size / offload_s / 1e9, 3)}
+                   "offload_gbps": round(recorded * size / offload_s / 1e9, 3),
+                   "dd_write_direct_adjacent_gbps": round(dd_write, 3)}
             # Disk-resident: the first (fill - 1) / fill of them (memory holds the rest).
             disk_keys = keys[: n * (args.fill - 1) // args.fill]
             drop_caches()
@@ -209,6 +241,7 @@ def main():
                 assert all(r == size for r in rcs), rcs[:4]
                 read += size * len(ks)
             row["disk_get_gbps"] = round(read / (time.perf_counter() - t) / 1e9, 3)
+            row["dd_read_buckets_gbps"] = round(dd_buckets_now(args), 3)
             assert bytes(buf[:size]) == value
             out.setdefault("sizes", []).append(row)
 
@@ -289,6 +322,12 @@ def main():
     for row in out.get("sizes", []):
         row["offload_over_dd_write"] = round(row["offload_gbps"] / out["dd_write_gbps"], 2)
         row["disk_get_over_dd_read"] = round(row["disk_get_gbps"] / out["dd_read_gbps"], 2)
+        # Against dd just before and after the offload, and over the bucket files right after
+        # the gets (dd_write_now, dd_buckets_now): the device's own drift out of the ratio.
+        row["offload_over_adjacent_dd_write"] = round(
+            row["offload_gbps"] / row["dd_write_direct_adjacent_gbps"], 2)
+        row["disk_get_over_dd_read_buckets"] = round(
+            row["disk_get_gbps"] / row["dd_read_buckets_gbps"], 2)
     print(json.dumps(out, indent=1))
 
 
