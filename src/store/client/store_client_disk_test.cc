@@ -18,6 +18,7 @@
 #include "mooncake/store/error_code.h"
 #include "mooncake/store/store_client.h"
 #include "store/disk/disk_store.h"
+#include "store/disk/disk_test_util.h"
 #include "store/testing/client_fixture.h"
 #include "store/testing/in_process_master.h"
 
@@ -25,24 +26,10 @@ namespace mooncake {
 namespace store {
 namespace {
 
-namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using testing::Bytes;
 using testing::InProcessMaster;
 constexpr uint64_t MiB = 1 << 20;
-
-class TempDir {
- public:
-  TempDir() {
-    char t[] = "/tmp/store_client_disk_test.XXXXXX";
-    path_ = ::mkdtemp(t);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 MasterConfig OffloadMaster() {
   MasterConfig c;

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir() {
-    char t[] = "/tmp/disk_store_test.XXXXXX";
+    char t[] = "/tmp/disk_test.XXXXXX";
     path_ = ::mkdtemp(t);
   }
   ~TempDir() { fs::remove_all(path_); }
