@@ -267,7 +267,6 @@ char* ThreadChunk(AlignedChunk* slot, size_t size) {
   return slot->get();
 }
 
-
 std::string BucketName(uint64_t id) {
   char b[40];
   std::snprintf(b, sizeof(b), "%016" PRIx64 ".bucket", id);
