@@ -21,15 +21,16 @@ namespace {
 // brings their neighbours (a direct read of each small record pays the device's latency).
 constexpr uint64_t kDirectReadMin = 256 << 10;
 
-// The files one ReadMany opens, each once: fd, or -1 with the errno of its open.
+// At most this many bucket files open at once by one ReadMany (a batch of up to 4096 keys
+// may name as many buckets: opened together they could take the process past its limit on
+// open files, failing its sockets too).
+constexpr size_t kMaxOpenFiles = 32;
+
+// The files one ReadMany has open, each once: fd, or -1 with the errno of its open.
 class Files {
  public:
   explicit Files(int flags) : flags_(flags) {}
-  ~Files() {
-    for (const auto& f : open_) {
-      if (f.second.first >= 0) ::close(f.second.first);
-    }
-  }
+  ~Files() { Close(); }
   int Open(const std::string& path) {
     auto it = open_.find(path);
     if (it == open_.end()) {
@@ -38,6 +39,16 @@ class Files {
     }
     errno = it->second.second;
     return it->second.first;
+  }
+  // Whether `path` would be one more file than the bound.
+  bool Full(const std::string& path) const {
+    return open_.size() >= kMaxOpenFiles && open_.count(path) == 0;
+  }
+  void Close() {
+    for (const auto& f : open_) {
+      if (f.second.first >= 0) ::close(f.second.first);
+    }
+    open_.clear();
   }
 
  private:
@@ -111,8 +122,20 @@ void DiskStore::ReadMany(std::vector<ReadItem>* items) {
     Files files(O_DIRECT);
     std::vector<disk::DirectRead> direct;
     std::vector<size_t> of;
+    auto read = [&]() {  // what is gathered, then its files closed
+      disk::ReadRecordsDirect(&direct);
+      for (size_t k = 0; k < direct.size(); ++k) {
+        if (direct[k].status.code() == Status::Code::kInvalidArgument) continue;
+        it[of[k]].status = std::move(direct[k].status);
+        found[of[k]].pending = false;
+      }
+      direct.clear();
+      of.clear();
+      files.Close();
+    };
     for (size_t i = 0; i < n; ++i) {
       if (!found[i].pending || found[i].ref.value_len < kDirectReadMin) continue;
+      if (files.Full(found[i].path)) read();
       const int fd = files.Open(found[i].path);
       if (fd < 0) {
         if (errno == ENOENT) evicted(i);
@@ -125,17 +148,13 @@ void DiskStore::ReadMany(std::vector<ReadItem>* items) {
       direct.push_back(std::move(r));
       of.push_back(i);
     }
-    disk::ReadRecordsDirect(&direct);
-    for (size_t k = 0; k < direct.size(); ++k) {
-      if (direct[k].status.code() == Status::Code::kInvalidArgument) continue;
-      it[of[k]].status = std::move(direct[k].status);
-      found[of[k]].pending = false;
-    }
+    read();
   }
   {
     Files files(0);
     for (size_t i = 0; i < n; ++i) {
       if (!found[i].pending) continue;
+      if (files.Full(found[i].path)) files.Close();
       const int fd = files.Open(found[i].path);
       if (fd < 0) {
         if (errno == ENOENT) {

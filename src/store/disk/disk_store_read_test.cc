@@ -1,5 +1,6 @@
 // DiskStore::ReadMany: a batch read with the next record in flight, each item on its own.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -143,6 +144,48 @@ TEST(DiskStore, ABatchReadIsByteExactInOrderAndEachItemFailsAlone) {
     if (code == Status::Code::kOk) {
       EXPECT_TRUE(out[i] == vals[want[i].key]) << want[i].key;
     }
+  }
+}
+
+// A batch naming many buckets never holds more than a few of their files open at once: a
+// reader's 4096 keys in 4096 buckets must not take the owner past its limit on open files
+// (which would fail its reads, and its sockets beside).
+TEST(DiskStore, ABatchOverManyBucketsKeepsFewFilesOpen) {
+  TempDir d;
+  auto opened = DiskStore::Open(Config({d.path()}));
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  DiskStore* s = opened->get();
+  constexpr int kBuckets = 120;
+  std::vector<std::string> keys, vals;
+  for (int i = 0; i < kBuckets; ++i) {
+    keys.push_back("m" + std::to_string(i));
+    vals.push_back(Value(i % 2 ? 4000 + i : (300 << 10) + i, 100 + i));  // direct and not
+    ASSERT_TRUE(s->Write({{keys[i], uint64_t(i + 1), vals[i].data(), vals[i].size()}}).ok());
+  }
+  ASSERT_EQ(Buckets(d.path()).size(), static_cast<size_t>(kBuckets));
+  size_t open_now = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++open_now;
+  }
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  rlimit low = before;
+  low.rlim_cur = open_now + 48;  // room for a few dozen, not for 120
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<std::string> out(kBuckets);
+  std::vector<DiskStore::ReadItem> items(kBuckets);
+  for (int i = 0; i < kBuckets; ++i) {
+    out[i].assign(vals[i].size(), '\0');
+    items[i].key = &keys[i];
+    items[i].dst = out[i].data();
+    items[i].len = vals[i].size();
+  }
+  s->ReadMany(&items);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &before), 0);
+  for (int i = 0; i < kBuckets; ++i) {
+    ASSERT_TRUE(items[i].status.ok()) << keys[i] << ": " << items[i].status.message();
+    EXPECT_TRUE(out[i] == vals[i]) << keys[i];
   }
 }
 
