@@ -97,14 +97,13 @@ int PwriteAll(int fd, const char* p, size_t n, uint64_t off) {
   return 0;
 }
 
-// Gathers a file's bytes into aligned chunks written with O_DIRECT: two chunks, kept by the
-// writing thread (the offload worker) for its next bucket; one is filled here while a helper
-// thread writes the other, so the copy (and the CRC of the next record) overlaps the disk.
+// Gathers a file's bytes into aligned chunks written with O_DIRECT: the writing thread's two
+// (ThreadChunks); one is filled here while a helper thread writes the other, so the copy
+// (and the CRC of the next record) overlaps the disk.
 class DirectWriter {
  public:
   explicit DirectWriter(int fd) : fd_(fd) {
-    static thread_local AlignedChunk chunks{nullptr, &std::free};
-    char* const p = ThreadChunk(&chunks, 2 * kDirectChunk);
+    char* const p = ThreadChunks();
     if (p == nullptr) {
       err_ = ENOMEM;
       return;
@@ -258,13 +257,14 @@ bool DecodeRecordHeader(const char* h, uint32_t* key_len, uint64_t* value_len, u
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-char* ThreadChunk(AlignedChunk* slot, size_t size) {
-  if (!*slot) {
+char* ThreadChunks() {
+  static thread_local std::unique_ptr<char, decltype(&std::free)> chunks{nullptr, &std::free};
+  if (!chunks) {
     void* p = nullptr;
-    if (::posix_memalign(&p, kDirectAlign, size) != 0) return nullptr;
-    slot->reset(static_cast<char*>(p));
+    if (::posix_memalign(&p, kDirectAlign, 2 * kDirectChunk) != 0) return nullptr;
+    chunks.reset(static_cast<char*>(p));
   }
-  return slot->get();
+  return chunks.get();
 }
 
 std::string BucketName(uint64_t id) {

@@ -5,8 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 #include <string>
 
 namespace mooncake {
@@ -18,10 +16,11 @@ namespace disk {
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t kDirectChunk = 8 << 20;
 
-// Aligned memory for direct I/O, kept in a thread's `slot` for its next use (a chunk per
-// call would fault its pages in each time); null when it cannot be had.
-using AlignedChunk = std::unique_ptr<char, decltype(&std::free)>;
-char* ThreadChunk(AlignedChunk* slot, size_t size);
+// The calling thread's two aligned chunks of kDirectChunk bytes for direct I/O (the second
+// at the result + kDirectChunk), kept for its next use (chunks per call would fault their
+// pages in each time); null when they cannot be had. One pair per thread, shared by a
+// bucket's write and the reads of records, which never run inside one another on a thread.
+char* ThreadChunks();
 
 // A record header's fields; false when its magic or its own checksum is wrong.
 bool DecodeRecordHeader(const char* h, uint32_t* key_len, uint64_t* value_len, uint64_t* put_id,

@@ -130,12 +130,12 @@ Status ReadRecord(int fd, const RecordRef& ref, void* dst) {
   return CheckRecord(head, ref, dst);
 }
 
-Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
-  // The blocks covering the record, read in aligned chunks into the thread's bounce chunk
-  // and copied out: the header and key into `head`, the value into dst.
-  static thread_local AlignedChunk slot{nullptr, &std::free};
-  char* const buf = ThreadChunk(&slot, kDirectChunk);
-  if (buf == nullptr) return Status::ResourceExhausted("no memory for a direct read's chunk");
+namespace {
+
+// ReadRecordDirect through `buf`, an aligned chunk of kDirectChunk bytes.
+Status ReadRecordDirectVia(char* buf, int fd, const RecordRef& ref, void* dst) {
+  // The blocks covering the record, read a chunk at a time and copied out: the header and
+  // key into `head`, the value into dst.
   char head[kRecordHeaderSize + kMaxKeyLen];
   const uint64_t end = RecordEnd(ref);
   for (uint64_t at = BlockDown(ref.offset); at < end;) {
@@ -150,14 +150,23 @@ Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
   return CheckRecord(head, ref, dst);
 }
 
+}  // namespace
+
+Status ReadRecordDirect(int fd, const RecordRef& ref, void* dst) {
+  char* const buf = ThreadChunks();
+  if (buf == nullptr) return Status::ResourceExhausted("no memory for a direct read's chunk");
+  return ReadRecordDirectVia(buf, fd, ref, dst);
+}
+
 void ReadRecordsDirect(std::vector<DirectRead>* reads) {
   std::vector<DirectRead>& rs = *reads;
   const size_t n = rs.size();
-  // A helper thread reads the records one after the other into two chunks of the calling
-  // thread's while this thread copies each out and checks it (record i + 2 waits for record
-  // i to be out). A record larger than a chunk is read here, in its turn (ReadRecordDirect).
-  static thread_local AlignedChunk ring{nullptr, &std::free};
-  char* const mem = n < 2 ? nullptr : ThreadChunk(&ring, 2 * kDirectChunk);
+  // A helper thread reads the records one after the other into the calling thread's two
+  // chunks (ThreadChunks) while this thread copies each out and checks it: record i goes to
+  // chunk i % 2, and record i + 2 waits for record i to be out. A record larger than a chunk
+  // is read here, in its turn, through its own chunk i % 2 (free then: the helper's next
+  // use of it is record i + 2's).
+  char* const mem = n < 2 ? nullptr : ThreadChunks();
   struct Got {
     bool here = false;  // not read by the helper
     ssize_t n = 0;
@@ -209,7 +218,7 @@ void ReadRecordsDirect(std::vector<DirectRead>* reads) {
     DirectRead& r = rs[i];
     const RecordRef& ref = *r.ref;
     if (got[i].here) {
-      r.status = ReadRecordDirect(r.fd, ref, r.dst);
+      r.status = ReadRecordDirectVia(mem + (i % 2) * kDirectChunk, r.fd, ref, r.dst);
     } else if (got[i].n < 0) {
       errno = got[i].err;
       r.status = DirectReadFailed();
