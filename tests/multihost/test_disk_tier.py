@@ -1,7 +1,9 @@
 """The disk tier across hosts (each host its own network and pid namespace, bytes over TCP
 across the bridge): a holder on one host lends 16 MiB of DRAM and offloads to its own
 directory; a writer on another host puts four times that; a reader on a third host reads every
-object byte-exact, most from the holder's disk through its offload service; kill -9 of the
+object byte-exact, most from the holder's disk through its offload service; SIGSTOP of the
+holder past its TTL: gets fail within a bound, and once it runs again every object reads
+byte-exact; kill -9 of the
 holder: gets fail cleanly (no hang, no bytes) and the keys are gone after its TTL; the holder
 restarted on the same directory registers its objects again and they read byte-exact."""
 import re
@@ -53,6 +55,23 @@ def test_disk_tier_across_hosts(tmp_path):
         while metric(c.hosts[0], "file_cache_nums_") < COUNT and time.time() < deadline:
             time.sleep(0.2)
         assert metric(c.hosts[0], "file_cache_nums_") == COUNT
+
+        # SIGSTOP of the holder past its TTL (3 s): gets of its disk-only objects fail within a
+        # bound, never hang; once it runs again it is told it was forgotten, mounts its disk
+        # again, and every acknowledged object reads byte-exact once more.
+        holder.stop()
+        r = reader.request({"op": "get", "keys": keys[:4], "size": SIZE}, timeout=120)
+        assert all(v < 0 for v in r["rc"].values()), r
+        assert r["max_seconds"] < 15, r
+        time.sleep(4)
+        holder.cont()
+        deadline = time.time() + 30
+        while True:
+            r = reader.request({"op": "get", "keys": keys, "size": SIZE}, timeout=300)
+            if r["sha"] == w["sha"] or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert r["sha"] == w["sha"], r["rc"]
 
         # kill -9 of the holder's host: gets fail, promptly; after its TTL the keys are gone.
         holder.kill()
