@@ -238,7 +238,14 @@ Status TransferEngine::Impl::StartTransports(const std::string& transport) {
   }
   TransportContext ctx{options, &registry, local_host,
                        [this](const std::string& name) { segments.InvalidateByName(name); },
-                       explicit_choice, requested_protocol};
+                       explicit_choice, requested_protocol, {}};
+  ctx.update_local_desc = [this](const std::function<void(SegmentDesc*)>& update) {
+    {
+      MutexLock lock(&desc_mu);
+      update(&local_desc);
+    }
+    (void)PublishLocalDesc();  // logged when the store is down; the handshake serves it anyway
+  };
   for (const auto& name : names) {
     if (name == "ucx" && auth.enabled() && !Authenticator::UcxUnauthenticatedAllowed()) {
       if (!explicit_choice) {

@@ -77,6 +77,10 @@ struct TransportContext {
   // The protocol Init was given ("", "rdma", "ucx", ...), for transports whose start-up
   // message depends on what was asked for.
   std::string protocol;
+  // Called (from a transport thread, with none of its locks held) when a running transport
+  // changes its own fields of the local descriptor: `update` runs under the engine's
+  // descriptor lock, then the descriptor is published again (ucx: a rebuilt worker's address).
+  std::function<void(const std::function<void(SegmentDesc*)>& update)> update_local_desc;
 };
 
 class Transport {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <regex>
 #include <thread>
 
 #include "engine_util.h"
@@ -53,7 +55,10 @@ class SteadyStream {
   uint64_t ops() const { return ops_.load(); }
   uint64_t failures() const { return failures_.load(); }
   double max_latency_ms() const { return max_ms_.load(); }
-  const std::string& error() const { return error_; }  // after Stop
+  std::string error() const {  // the first failure's message
+    std::lock_guard<std::mutex> lock(error_mu_);
+    return error_;
+  }
   const std::vector<uint64_t>& seeds() const { return seeds_; }  // after Stop
 
  private:
@@ -73,8 +78,14 @@ class SteadyStream {
       if (ms > max_ms_.load()) max_ms_.store(ms);
       if (!r.ok() || !CheckPattern(scratch, kMiB, seed, off)) {
         failures_.fetch_add(1);
-        if (error_.empty()) error_ = r.ok() ? "read-back differs" : r.ToString();
-        if (!w.ok()) continue;  // the target's chunk is now unknown; keep the old seed
+        {
+          std::lock_guard<std::mutex> lock(error_mu_);
+          if (error_.empty()) error_ = r.ok() ? "read-back differs" : r.ToString();
+        }
+        if (!w.ok()) {  // the write may or may not have landed: the chunk is unknown
+          seeds_[chunk] = 0;
+          continue;
+        }
       }
       seeds_[chunk] = seed;
       ops_.fetch_add(1);
@@ -89,6 +100,7 @@ class SteadyStream {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> ops_{0}, failures_{0};
   std::atomic<double> max_ms_{0};
+  mutable std::mutex error_mu_;
   std::string error_;
   std::thread thread_;
 };
@@ -119,6 +131,18 @@ Peer StartWithName(const std::string& want, uint16_t port, uint64_t size, int* a
 
 uint16_t RpcPortOf(const std::string& segment) {
   return static_cast<uint16_t>(std::stoi(segment.substr(segment.rfind(':') + 1)));
+}
+
+// What the UCX transport says when it rebuilt its worker after a same-host peer died and
+// nothing completed any more (ucx_worker.h: a blocked receive queue).
+constexpr char kUcxRebuilt[] = "the UCX worker was rebuilt";
+
+// The UCX worker address a segment publishes (its descriptor over the handshake).
+std::string PublishedUcxWorker(const std::string& segment) {
+  const std::string json = FetchDescriptor("127.0.0.1", RpcPortOf(segment));
+  static const std::regex kWorker(R"re("mc_ucx_worker"\s*:\s*"([0-9a-fA-F]*)")re");
+  std::smatch m;
+  return std::regex_search(json, m, kWorker) ? m[1].str() : std::string();
 }
 
 class DeadPeer : public TransportTest {
@@ -205,13 +229,27 @@ TEST_P(DeadPeer, KilledMidTransferFailsFastOthersContinueAndItComesBack) {
   EXPECT_FALSE(out.first_error.empty());
   for (BatchID id : batches) EXPECT_TRUE(engine_->FreeBatchID(id).ok());
 
-  // The other target was not disturbed: the stream kept going through the kill.
+  // The other target was not disturbed: the stream kept going through the kill. Over UCX's
+  // shared memory, the killed peer may have died while writing into the initiator's receive
+  // queue, which then moves nothing more from anyone (a UCX 1.13 property, seen about once in
+  // 50 runs under load): the engine must notice, fail what waited saying so, rebuild its worker
+  // and go on; the stream then resumes, and the rest of this test checks the recovery.
   auto resume = Clock::now();
-  while (stream.ops() < stream_ops_at_kill + 10 && SecondsSince(resume) < 10) {
+  while (stream.ops() < stream_ops_at_kill + 10 && SecondsSince(resume) < 15) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   EXPECT_GE(stream.ops(), stream_ops_at_kill + 10);
-  EXPECT_EQ(stream.failures(), 0u) << stream.error();
+  const bool rebuilt = GetParam() == "ucx_sm" && stream.failures() > 0 &&
+                       stream.error().find(kUcxRebuilt) != std::string::npos;
+  if (rebuilt) {
+    std::printf("[dead peer %s] the kill blocked the UCX receive queue; %lu stream requests "
+                "failed, then it resumed: %s\n",
+                GetParam().c_str(), static_cast<unsigned long>(stream.failures()),
+                stream.error().c_str());
+  } else {
+    EXPECT_EQ(stream.failures(), 0u) << stream.error();
+  }
+  const uint64_t failures_before_restart = stream.failures();
 
   // While the peer is down, a request to it fails quickly (no hang).
   auto t = Clock::now();
@@ -262,9 +300,101 @@ TEST_P(DeadPeer, KilledMidTransferFailsFastOthersContinueAndItComesBack) {
   EXPECT_EQ(again.Check(0, 4 * kMiB, 77), "OK");
 
   stream.Stop();
-  EXPECT_EQ(stream.failures(), 0u) << stream.error();
+  EXPECT_EQ(stream.failures(), failures_before_restart) << stream.error();
   std::printf("[dead peer %s] steady stream: %lu verified ops, slowest %.0f ms\n",
               GetParam().c_str(), static_cast<unsigned long>(stream.ops()), stream.max_latency_ms());
+  for (size_t c = 0; c < stream.seeds().size(); ++c) {
+    if (stream.seeds()[c] == 0) continue;
+    EXPECT_EQ(b_.Check(c * kMiB, kMiB, stream.seeds()[c]), "OK") << "chunk " << c;
+  }
+}
+
+// Over UCX's shared memory a same-host peer killed while writing into this process's receive
+// queue blocks it for good, so nothing from any peer completes any more (ucx_worker.h). That
+// moment cannot be hit on purpose; what the engine sees of it can: a same-host peer dies with
+// requests to it outstanding and nothing completes afterwards. Here the other target is
+// stopped (SIGSTOP) just before the kill, so its requests wait exactly as behind a blocked
+// queue. The engine must rebuild its worker within a few seconds (not wait for the 15 s slice
+// timeout), fail what waited saying why, publish the new worker address, and reach the other
+// target (once it runs again) and the restarted one through the new worker.
+TEST_P(DeadPeer, NothingCompletesAfterASameHostDeathAndTheUcxWorkerIsRebuilt) {
+  if (GetParam() != "ucx_sm") GTEST_SKIP() << "a property of UCX's shared-memory lanes";
+  const std::string self = engine_->GetLocalSegmentName();
+  const std::string worker_before = PublishedUcxWorker(self);
+  ASSERT_FALSE(worker_before.empty()) << "the initiator publishes no UCX worker address";
+  FillPattern(big_->data(), kBig, 13, 0);
+  SteadyStream stream(engine_.get(), seg_b_, b_.addr, small_->data());
+  for (int i = 0; i < 2000 && stream.ops() < 5; ++i) std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_GE(stream.ops(), 5u) << "the steady stream does not run: " << stream.error();
+  constexpr size_t kPerBatch = 16, kBatches = 64;
+  std::vector<BatchID> batches =
+      SubmitWindowed(*engine_, seg_a_, big_->data(), a_.addr, kBig, kMiB, kPerBatch, kBatches,
+                     /*window=*/8, /*stop_at=*/64 * kMiB, /*mixed=*/false, /*max_s=*/30);
+  ASSERT_FALSE(batches.empty());
+  ASSERT_GT(Unfinished(*engine_, batches), 0u) << "nothing in flight at the kill; nothing to test";
+
+  ASSERT_TRUE(b_.proc->Stop()) << "could not stop the stream's target";
+  const uint64_t ops_at_stop = stream.ops();
+  auto kill_time = Clock::now();
+  a_.proc->Kill();
+  for (BatchID id : batches) {
+    auto left = milliseconds(10000) - std::chrono::duration_cast<milliseconds>(Clock::now() - kill_time);
+    (void)engine_->WaitBatch(id, std::max(left, milliseconds(1)));
+  }
+  Outcome out;
+  for (BatchID id : batches) Count(*engine_, id, kPerBatch, &out);
+  EXPECT_EQ(out.waiting, 0u);
+  EXPECT_GT(out.failed, 0u);
+  for (BatchID id : batches) EXPECT_TRUE(engine_->FreeBatchID(id).ok());
+
+  // The stream's request to the stopped target fails once the worker is rebuilt: well before
+  // the slice timeout (15 s) and the stream's own 10 s deadline.
+  while (stream.failures() == 0 && SecondsSince(kill_time) < 12) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const double rebuilt_s = SecondsSince(kill_time);
+  const std::string error = stream.error();
+  std::printf("[dead peer %s] stream request ended %.0f ms after the kill: %s\n",
+              GetParam().c_str(), rebuilt_s * 1000, error.c_str());
+  ASSERT_GT(stream.failures(), 0u) << "nothing ended the waiting requests";
+  EXPECT_NE(error.find(kUcxRebuilt), std::string::npos) << error;
+  EXPECT_LT(rebuilt_s, 6.0);
+
+  // The new worker's address is what the engine now publishes.
+  std::string worker_after;
+  for (int i = 0; i < 200 && (worker_after.empty() || worker_after == worker_before); ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    worker_after = PublishedUcxWorker(self);
+  }
+  EXPECT_FALSE(worker_after.empty());
+  EXPECT_NE(worker_after, worker_before) << "the rebuilt worker's address is not published";
+
+  // The stopped target runs again and is reached through the new worker.
+  const uint64_t failures = stream.failures();
+  b_.proc->Continue();
+  auto resume = Clock::now();
+  while (stream.ops() < ops_at_stop + 10 && SecondsSince(resume) < 15) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_GE(stream.ops(), ops_at_stop + 10) << stream.error();
+
+  // So is the killed one, restarted under its name.
+  int attempts = 0;
+  Peer again = StartWithName(a_.segment, port_, kBig, &attempts);
+  ASSERT_TRUE(again.ok()) << "could not restart the target as " << a_.segment;
+  FillPattern(big_->data(), 4 * kMiB, 78, 0);
+  Status s;
+  for (int tries = 1; tries <= 3; ++tries) {
+    s = engine_->TransferSync({{TransferRequest::WRITE, big_->data(), seg_a_, again.addr, 4 * kMiB}},
+                              milliseconds(10000));
+    if (s.ok()) break;
+  }
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(again.Check(0, 4 * kMiB, 78), "OK");
+
+  stream.Stop();
+  // At most the requests that waited at the rebuild failed; none after it.
+  EXPECT_LE(stream.failures(), failures + 1) << stream.error();
   for (size_t c = 0; c < stream.seeds().size(); ++c) {
     if (stream.seeds()[c] == 0) continue;
     EXPECT_EQ(b_.Check(c * kMiB, kMiB, stream.seeds()[c]), "OK") << "chunk " << c;

@@ -334,9 +334,9 @@ std::string RewriteDescriptor(const std::string& json, uint16_t port) {
   return std::regex_replace(out, kShm, "\"mc_shm_path\":\"\"");
 }
 
-int FetchTcpDataPort(const std::string& host, uint16_t rpc_port) {
+std::string FetchDescriptor(const std::string& host, uint16_t rpc_port) {
   int fd = ConnectTo(host, rpc_port);
-  if (fd < 0) return -1;
+  if (fd < 0) return "";
   auto deadline = Clock::now() + std::chrono::seconds(10);
   const char request[] = {3, 0, 0, 0, 0, 0, 0, 0, 1, '{', '}'};
   uint64_t len = 0;
@@ -348,7 +348,11 @@ int FetchTcpDataPort(const std::string& host, uint16_t rpc_port) {
     ok = ReadN(fd, body.data(), len, deadline) && body[0] == 1;
   }
   ::close(fd);
-  if (!ok) return -1;
+  return ok ? body.substr(1) : std::string();
+}
+
+int FetchTcpDataPort(const std::string& host, uint16_t rpc_port) {
+  const std::string body = FetchDescriptor(host, rpc_port);
   static const std::regex kPort(R"re("tcp_data_port"\s*:\s*([0-9]+))re");
   std::smatch m;
   if (!std::regex_search(body, m, kPort)) return -1;

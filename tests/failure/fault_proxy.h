@@ -137,5 +137,7 @@ std::string RewriteDescriptor(const std::string& json, uint16_t port);
 // Fetches a peer's descriptor with one Metadata handshake to host:rpc_port and returns its
 // tcp_data_port, or -1.
 int FetchTcpDataPort(const std::string& host, uint16_t rpc_port);
+// The same, returning the descriptor's JSON ("" when the handshake failed).
+std::string FetchDescriptor(const std::string& host, uint16_t rpc_port);
 
 }  // namespace mc_failure

@@ -17,6 +17,10 @@ using Clock = std::chrono::steady_clock;
 
 Result<std::shared_ptr<UcxWorker::PeerState>> UcxWorker::PeerLocked(const SegmentDesc& desc) {
   if (stopping_) return Status::Unavailable("UCX transport is stopped");
+  if (worker_ == nullptr) {
+    return Status::Unavailable("this engine's UCX worker could not be rebuilt after its "
+                               "receive queue blocked (see the log); restart the process");
+  }
   const std::string key = desc.lookup_name.empty() ? desc.name : desc.lookup_name;
   auto it = peers_.find(key);
   if (it != peers_.end()) {
@@ -66,6 +70,9 @@ Result<std::shared_ptr<UcxWorker::PeerState>> UcxWorker::PeerLocked(const Segmen
     }
   }
   if (s != UCS_OK) {
+    // The address may be stale (the peer rebuilt its worker): fetch the descriptor anew.
+    failed_names_.push_back(desc.name);
+    WakeProgress();
     return api_->Error("UCX endpoint to segment '" + key + "' (worker address of " +
                            std::to_string(address.size()) + " bytes)",
                        s);

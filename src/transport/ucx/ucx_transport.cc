@@ -40,6 +40,11 @@ Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   UcxWorker::Config config;
   config.slice_timeout_ms = ctx.options.slice_timeout_ms;
   config.on_peer_failure = ctx.on_peer_failure;
+  if (ctx.update_local_desc) {
+    config.on_address_changed = [update = ctx.update_local_desc](const std::string& hex) {
+      update([&hex](SegmentDesc* d) { d->mc_ucx_worker = hex; });
+    };
+  }
   config.host_id = LocalHostId(ctx.options);
   MC_ASSIGN_OR_RETURN(worker_, UcxWorker::Create(api, std::move(config)));
   chosen_by_name_ = ctx.chosen_by_name;

@@ -22,6 +22,11 @@ using Clock = std::chrono::steady_clock;
 // the worker and sleeps.
 constexpr int kSpinRounds = 256;
 constexpr auto kScanInterval = std::chrono::milliseconds(50);
+// How long nothing may complete, after a watched same-host peer died, while a shared-memory
+// peer waits for its requests, before the receive queue counts as blocked (header comment);
+// the slice timeout when that is shorter. A healthy same-host peer answers in microseconds
+// to milliseconds.
+constexpr int kBlockedQueueMs = 2000;
 
 }  // namespace
 
@@ -61,11 +66,31 @@ Status UcxWorker::Init() {
   if (api_->context_query(context_, &cattr) == UCS_OK) {
     cuda_memory_ = (cattr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   }
+  {
+    MutexLock lock(&mu_);
+    MC_RETURN_IF_ERROR(CreateWorkerLocked());
+  }
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return ErrnoStatus("eventfd", errno);
+  const std::string resources =
+      PrintToString([&](FILE* f) { api_->context_print_info(context_, f); });
+  local_fast_lanes_ = FastLanes(resources);
+  local_transports_ = TransportList(resources);
+  peer_failure_lanes_ = HasPeerFailureLane(resources);
+  memory_ = std::make_unique<MemoryTable>(api_, context_, cuda_memory_);
+  thread_ = std::thread([this] { Run(); });
+  return Status::OK();
+}
+
+Status UcxWorker::CreateWorkerLocked() {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // serialized by mu_
-  st = api_->worker_create(context_, &wp, &worker_);
-  if (st != UCS_OK) return api_->Error("ucp_worker_create", st);
+  ucs_status_t st = api_->worker_create(context_, &wp, &worker_);
+  if (st != UCS_OK) {
+    worker_ = nullptr;
+    return api_->Error("ucp_worker_create", st);
+  }
   ucp_worker_attr_t wattr{};
   wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
   st = api_->worker_query(worker_, &wattr);
@@ -79,16 +104,17 @@ Status UcxWorker::Init() {
   }
   st = api_->worker_get_efd(worker_, &efd_);
   if (st != UCS_OK) return api_->Error("ucp_worker_get_efd", st);
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) return ErrnoStatus("eventfd", errno);
-  const std::string resources =
-      PrintToString([&](FILE* f) { api_->context_print_info(context_, f); });
-  local_fast_lanes_ = FastLanes(resources);
-  local_transports_ = TransportList(resources);
-  peer_failure_lanes_ = HasPeerFailureLane(resources);
-  memory_ = std::make_unique<MemoryTable>(api_, context_, cuda_memory_);
-  thread_ = std::thread([this] { Run(); });
   return Status::OK();
+}
+
+std::string UcxWorker::address_hex() const {
+  MutexLock lock(&mu_);
+  return address_hex_;
+}
+
+int UcxWorker::rebuilds() const {
+  MutexLock lock(&mu_);
+  return rebuilds_;
 }
 
 UcxWorker::~UcxWorker() { Stop(); }
@@ -124,6 +150,8 @@ void UcxWorker::Stop() {
     // UCX cannot call back any more: what it never completed is freed now.
     for (Pending* p : abandoned_) delete p;
     abandoned_.clear();
+  } else {
+    memory_.reset();  // a rebuild failed (RebuildLocked): nothing else is left
   }
   if (context_ != nullptr) {
     api_->cleanup(context_);
@@ -167,6 +195,7 @@ void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
   }
   if (status == UCS_OK) {
     st->last_progress = Clock::now();
+    last_completion_ = st->last_progress;
     for (const Slice& s : p->slices) s.Done(COMPLETED, s.length);
   } else {
     const TransferStatusEnum result = p->timed_out ? TIMEOUT : FAILED;
@@ -436,6 +465,8 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
   for (auto& st : dead) {
     LOG(WARNING) << "UCX: segment " << st->key << " (pid " << st->watch_pid
                  << ", same host) has exited";
+    same_host_death_at_ = now;
+    same_host_dead_pid_ = st->watch_pid;
     failed_names_.push_back(st->name);
     ClosePeerLocked(st, "the peer process (pid " + std::to_string(st->watch_pid) + ") has exited",
                     false);
@@ -443,11 +474,64 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
   for (auto& st : expired) {
     LOG(WARNING) << "UCX: no request to segment " << st->key << " completed for "
                  << config_.slice_timeout_ms << " ms (MC_SLICE_TIMEOUT); closing the endpoint";
+    // A same-host peer may have rebuilt its worker (a new address): fetch its descriptor anew.
+    if (st->watch_pid != 0) failed_names_.push_back(st->name);
     ClosePeerLocked(st,
                     "nothing completed for " + std::to_string(config_.slice_timeout_ms) +
                         " ms (the peer is stopped or unreachable)",
                     true);
   }
+  if (QueueBlockedLocked(now)) {
+    RebuildLocked("nothing has completed on UCX's shared-memory lanes since same-host peer pid " +
+                  std::to_string(same_host_dead_pid_) +
+                  " died: a process killed while writing into this worker's receive queue "
+                  "blocks it for good (UCX 1.13); the UCX worker was rebuilt, retry the request");
+  }
+}
+
+bool UcxWorker::QueueBlockedLocked(Clock::time_point now) {
+  if (same_host_dead_pid_ == 0 || last_completion_ >= same_host_death_at_) return false;
+  const auto wait = std::chrono::milliseconds(std::min(config_.slice_timeout_ms, kBlockedQueueMs));
+  if (now - same_host_death_at_ < wait) return false;
+  for (auto& [key, st] : peers_) {
+    if (!st->no_failure_handling) continue;  // not over shared memory
+    if (st->confirmed && st->head != nullptr && now - st->last_progress >= wait) return true;
+    if (!st->confirmed && !st->deferred.empty() && now - st->deferred.front().since >= wait) {
+      return true;  // its probe's answer does not arrive either
+    }
+  }
+  return false;
+}
+
+void UcxWorker::RebuildLocked(const std::string& why) {
+  LOG(ERROR) << "UCX: " << why;
+  std::vector<std::shared_ptr<PeerState>> all;
+  for (auto& [key, st] : peers_) all.push_back(st);
+  for (auto& st : all) ClosePeerLocked(st, why, false);
+  ready_.clear();
+  failed_.clear();
+  // The old worker's queue moves nothing any more: what UCX still owes is reported now.
+  ReapClosingLocked(/*force=*/true);
+  closing_.clear();
+  api_->worker_destroy(worker_);
+  worker_ = nullptr;
+  efd_ = -1;
+  for (Pending* p : abandoned_) delete p;  // UCX cannot call them back any more
+  abandoned_.clear();
+  ++rebuilds_;
+  same_host_dead_pid_ = 0;
+  Status s = CreateWorkerLocked();
+  if (!s.ok()) {
+    LOG(ERROR) << "UCX: could not create a new worker: " << s.ToString()
+               << "; UCX requests of this engine fail from now on (restart the process)";
+    if (worker_ != nullptr) api_->worker_destroy(worker_);
+    worker_ = nullptr;
+    efd_ = -1;
+    return;
+  }
+  new_address_ = address_hex_;
+  LOG(WARNING) << "UCX: new worker created (address of " << address_hex_.size() / 2
+               << " bytes), published with the segment's descriptor";
 }
 
 void UcxWorker::Run() {
@@ -457,11 +541,12 @@ void UcxWorker::Run() {
     bool sleep = false;
     int timeout_ms = 0;
     std::vector<std::string> names;
+    std::string address;
     {
       MutexLock lock(&mu_);
       if (stopping_) break;
       unsigned progressed = 0;
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < 64 && worker_ != nullptr; ++i) {
         unsigned n = api_->worker_progress(worker_);
         progressed += n;
         if (n == 0) break;
@@ -492,11 +577,12 @@ void UcxWorker::Run() {
         next_scan = now + kScanInterval;
       }
       names.swap(failed_names_);
+      address.swap(new_address_);
       idle = progressed > 0 ? 0 : idle + 1;
       // Spins a while after the last progress even with nothing of ours outstanding: a
       // target serving a peer's gets (software RMA) must keep pushing the replies.
       if (progressed == 0 && idle > kSpinRounds && closing_.empty()) {
-        ucs_status_t a = api_->worker_arm(worker_);
+        ucs_status_t a = worker_ != nullptr ? api_->worker_arm(worker_) : UCS_OK;
         if (a == UCS_OK) {
           sleep = true;
           timeout_ms = outstanding_ == 0 ? 1000 : static_cast<int>(kScanInterval.count());
@@ -507,6 +593,7 @@ void UcxWorker::Run() {
     for (const auto& n : names) {
       if (config_.on_peer_failure) config_.on_peer_failure(n);
     }
+    if (!address.empty() && config_.on_address_changed) config_.on_address_changed(address);
     if (sleep) {
       pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       ::poll(fds, 2, timeout_ms);

@@ -20,6 +20,16 @@
 // peer's outstanding batches completes for slice_timeout_ms (a stopped peer does not progress
 // software RMA), they all end TIMEOUT and the endpoint is closed. The next Submit to the peer
 // opens a new one.
+//
+// A blocked receive queue: over UCX's shared-memory lanes every peer writes its messages
+// (software-RMA acknowledgements, get replies) into one FIFO of this worker, in the order it
+// reserved their slots; a peer killed between reserving a slot and marking it written blocks
+// the FIFO for good (UCX 1.13 has no recovery), so nothing from any shared-memory peer
+// completes again. When a watched same-host peer has died and afterwards nothing has
+// completed while another shared-memory peer has waited kBlockedQueueMs for its requests, the
+// worker is rebuilt: every outstanding request ends FAILED saying so, the old worker is
+// destroyed, a new one (new FIFO, new address) takes its place and on_address_changed
+// publishes the new address. Memory handles and keys belong to the context and stay valid.
 #pragma once
 
 #include <sys/types.h>
@@ -54,13 +64,18 @@ class UcxWorker {
     // by pid where UCX cannot detect its death (shared-memory lanes).
     std::string host_id;
     std::function<void(const std::string& segment_name)> on_peer_failure;
+    // Called from the progress thread, no lock of ours held, when the worker was rebuilt
+    // (file comment) and has a new address.
+    std::function<void(const std::string& address_hex)> on_address_changed;
   };
   static Result<std::unique_ptr<UcxWorker>> Create(const UcxApi* api, Config config);
   ~UcxWorker();
   // Fails what is outstanding, closes every endpoint, destroys the worker. Idempotent.
   void Stop() MC_EXCLUDES(mu_);
 
-  const std::string& address_hex() const { return address_hex_; }
+  std::string address_hex() const MC_EXCLUDES(mu_);
+  // How often the worker was rebuilt after its receive queue blocked (file comment).
+  int rebuilds() const MC_EXCLUDES(mu_);
   // The RDMA-class and GPU transports this worker opened, "" when none (ucx_env.h).
   const std::string& local_fast_lanes() const { return local_fast_lanes_; }
   // Every transport UCX opened here ("tcp,sysv,posix,cma"), for messages.
@@ -146,6 +161,12 @@ class UcxWorker {
 
   UcxWorker(const UcxApi* api, Config config) : api_(api), config_(std::move(config)) {}
   Status Init();
+  // Creates worker_ on context_ and reads its address and event fd.
+  Status CreateWorkerLocked() MC_REQUIRES(mu_);
+  // Whether this worker's shared-memory receive queue looks blocked (file comment).
+  bool QueueBlockedLocked(std::chrono::steady_clock::time_point now) MC_REQUIRES(mu_);
+  // Fails everything outstanding with `why`, destroys the worker and creates a new one.
+  void RebuildLocked(const std::string& why) MC_REQUIRES(mu_);
   void Run() MC_EXCLUDES(mu_);
   void WakeProgress();  // when the progress thread sleeps
 
@@ -189,17 +210,17 @@ class UcxWorker {
   const UcxApi* const api_;
   const Config config_;
   ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  int efd_ = -1;       // the worker's event fd
+  ucp_worker_h worker_ = nullptr;  // replaced only by RebuildLocked, on the progress thread
+  int efd_ = -1;       // the worker's event fd (polled by the progress thread only)
   int wake_fd_ = -1;   // eventfd: Submit or Stop wakes the sleeping progress thread
-  std::string address_hex_;
+  std::string address_hex_ MC_GUARDED_BY(mu_);
   std::string local_fast_lanes_;
   std::string local_transports_;
   bool cuda_memory_ = false;
   bool peer_failure_lanes_ = false;  // a local transport reports peer failures (ucx_env.h)
   std::unique_ptr<MemoryTable> memory_;
 
-  Mutex mu_;  // also serializes every call into the worker (UCS_THREAD_MODE_SINGLE)
+  mutable Mutex mu_;  // also serializes every call into the worker (UCS_THREAD_MODE_SINGLE)
   std::map<std::string, std::shared_ptr<PeerState>> peers_ MC_GUARDED_BY(mu_);  // by key
   std::vector<Closing> closing_ MC_GUARDED_BY(mu_);
   // Peers whose endpoint failed (from OnEpError, inside progress): closed after it returns.
@@ -212,6 +233,14 @@ class UcxWorker {
   // requests); freed by OnOpDone or, at the latest, when the worker is destroyed.
   std::set<Pending*> abandoned_ MC_GUARDED_BY(mu_);
   size_t outstanding_ MC_GUARDED_BY(mu_) = 0;
+  // When a group last completed, and when (and which) a watched same-host peer last died:
+  // what QueueBlockedLocked compares.
+  std::chrono::steady_clock::time_point last_completion_ MC_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point same_host_death_at_ MC_GUARDED_BY(mu_);
+  pid_t same_host_dead_pid_ MC_GUARDED_BY(mu_) = 0;
+  int rebuilds_ MC_GUARDED_BY(mu_) = 0;
+  // Set by RebuildLocked; the progress thread hands it to on_address_changed, unlocked.
+  std::string new_address_ MC_GUARDED_BY(mu_);
   bool stopping_ MC_GUARDED_BY(mu_) = false;
   std::atomic<bool> sleeping_{false};
   std::thread thread_;
