@@ -366,6 +366,7 @@ Status TransferEngine::Impl::VerifyDesc(const SegmentDesc& d, const std::string&
 
 Status TransferEngine::Impl::PublishLocalDesc() {
   if (!store) return Status::OK();
+  MutexLock publishing(&publish_mu);
   Status s = store->Put(SegmentKey(options.metadata_cluster_id, local_name),
                         EncodeLocalDesc(/*for_store=*/true));
   // A lost store is logged once, not on every registration; peers that already know us keep

@@ -117,6 +117,9 @@ class TransferEngine::Impl {
   // taken inside them).
   Mutex desc_mu;
   SegmentDesc local_desc MC_GUARDED_BY(desc_mu);  // buffers filled at encode time
+  // Serializes PublishLocalDesc (encode, then write to the store): two publishers at once (a
+  // registration, a transport's own change) could otherwise land the older one last.
+  Mutex publish_mu;
 
   Mutex shared_mu;
   // addr -> (memfd, length)

@@ -112,11 +112,6 @@ std::string UcxWorker::address_hex() const {
   return address_hex_;
 }
 
-int UcxWorker::rebuilds() const {
-  MutexLock lock(&mu_);
-  return rebuilds_;
-}
-
 UcxWorker::~UcxWorker() { Stop(); }
 
 void UcxWorker::Stop() {
@@ -518,7 +513,6 @@ void UcxWorker::RebuildLocked(const std::string& why) {
   efd_ = -1;
   for (Pending* p : abandoned_) delete p;  // UCX cannot call them back any more
   abandoned_.clear();
-  ++rebuilds_;
   same_host_dead_pid_ = 0;
   Status s = CreateWorkerLocked();
   if (!s.ok()) {

@@ -74,8 +74,6 @@ class UcxWorker {
   void Stop() MC_EXCLUDES(mu_);
 
   std::string address_hex() const MC_EXCLUDES(mu_);
-  // How often the worker was rebuilt after its receive queue blocked (file comment).
-  int rebuilds() const MC_EXCLUDES(mu_);
   // The RDMA-class and GPU transports this worker opened, "" when none (ucx_env.h).
   const std::string& local_fast_lanes() const { return local_fast_lanes_; }
   // Every transport UCX opened here ("tcp,sysv,posix,cma"), for messages.
@@ -238,7 +236,6 @@ class UcxWorker {
   std::chrono::steady_clock::time_point last_completion_ MC_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point same_host_death_at_ MC_GUARDED_BY(mu_);
   pid_t same_host_dead_pid_ MC_GUARDED_BY(mu_) = 0;
-  int rebuilds_ MC_GUARDED_BY(mu_) = 0;
   // Set by RebuildLocked; the progress thread hands it to on_address_changed, unlocked.
   std::string new_address_ MC_GUARDED_BY(mu_);
   bool stopping_ MC_GUARDED_BY(mu_) = false;
