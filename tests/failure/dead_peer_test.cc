@@ -401,6 +401,30 @@ TEST_P(DeadPeer, NothingCompletesAfterASameHostDeathAndTheUcxWorkerIsRebuilt) {
   }
 }
 
+// A target that rejects a range its descriptor lists shows that the cached descriptor is
+// stale (the memory was unregistered, or, as CI once saw in store_engine_test, a restarted
+// peer's old data port now belongs to another engine, which rejects every range). The
+// rejection must drop the descriptor before the request fails, so that the retry works from a
+// fresh one: here it is refused at submit, naming the range, instead of being sent to a target
+// that rejects it again.
+TEST_P(DeadPeer, ARejectedRangeMakesTheRetryFetchTheDescriptorAgain) {
+  if (GetParam() != "tcp") GTEST_SKIP() << "the tcp transport's rejection frame";
+  FillPattern(big_->data(), 4096, 61, 0);
+  ASSERT_TRUE(engine_->TransferSync({{TransferRequest::WRITE, big_->data(), seg_a_, a_.addr, 4096}})
+                  .ok());
+  ASSERT_EQ(a_.proc->Command("UNREGISTER"), "OK");
+  Status first = engine_->TransferSync(
+      {{TransferRequest::WRITE, big_->data(), seg_a_, a_.addr, 4096}}, milliseconds(10000));
+  ASSERT_FALSE(first.ok());
+  EXPECT_NE(first.message().find("rejected range"), std::string::npos) << first.ToString();
+  Status retry = engine_->TransferSync(
+      {{TransferRequest::WRITE, big_->data(), seg_a_, a_.addr, 4096}}, milliseconds(10000));
+  std::printf("[dead peer %s] after a rejection: %s; the retry: %s\n", GetParam().c_str(),
+              first.ToString().c_str(), retry.ToString().c_str());
+  EXPECT_EQ(retry.code(), Status::Code::kInvalidArgument)
+      << "the retry went by the stale descriptor again: " << retry.ToString();
+}
+
 // The restarted peer publishes its buffer at a new address (the usual case): the request
 // names the new address, which the cached descriptor lacks, so the engine fetches it anew.
 TEST_P(DeadPeer, RestartedAtANewAddressIsReachedThroughTheNewAddress) {

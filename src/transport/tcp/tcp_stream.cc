@@ -329,6 +329,10 @@ Status TcpStream::ProcessBuffered() {
            << ": not within memory it registered for remote access";
         std::string msg = os.str();
         LOG(WARNING) << msg;
+        // The range was in the peer's descriptor: the descriptor is stale (the memory was
+        // unregistered, or another engine now listens on its data port). Dropped before the
+        // request fails, so that a retry fetches it anew.
+        if (on_failure_) on_failure_();
         CompleteFront(FAILED, msg.c_str());
         // The target closes after a rejection and never ran what follows: resend it.
         ResetConnection();
