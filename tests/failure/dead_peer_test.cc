@@ -145,6 +145,23 @@ std::string PublishedUcxWorker(const std::string& segment) {
   return std::regex_search(json, m, kWorker) ? m[1].str() : std::string();
 }
 
+// Writes [local, local + len) to a restarted peer at `remote`, up to three times: the first
+// may fail while the engine notices the restart (it drops the stale descriptor on a
+// failure). Returns the last outcome; *tries is the try it ended on.
+Status WriteToRestarted(TransferEngine& e, SegmentID seg, uint8_t* local, uint64_t remote,
+                        uint64_t len, const std::string& label, int* tries = nullptr) {
+  Status s;
+  int t = 1;
+  for (;; ++t) {
+    s = e.TransferSync({{TransferRequest::WRITE, local, seg, remote, len}}, milliseconds(10000));
+    if (s.ok() || t == 3) break;
+    std::printf("[dead peer %s] write to the restarted peer, try %d: %s\n", label.c_str(), t,
+                s.ToString().c_str());
+  }
+  if (tries != nullptr) *tries = t;
+  return s;
+}
+
 class DeadPeer : public TransportTest {
  protected:
   void SetUp() override {
@@ -274,15 +291,9 @@ TEST_P(DeadPeer, KilledMidTransferFailsFastOthersContinueAndItComesBack) {
   // may fail while the engine notices (it drops the stale descriptor on a failure); the
   // third must not.
   FillPattern(big_->data(), 4 * kMiB, 77, 0);
-  Status s;
   int tries = 0;
-  for (tries = 1; tries <= 3; ++tries) {
-    s = engine_->TransferSync({{TransferRequest::WRITE, big_->data(), seg_a_, again.addr, 4 * kMiB}},
-                              milliseconds(10000));
-    if (s.ok()) break;
-    std::printf("[dead peer %s] write to the restarted peer, try %d: %s\n", GetParam().c_str(),
-                tries, s.ToString().c_str());
-  }
+  Status s = WriteToRestarted(*engine_, seg_a_, big_->data(), again.addr, 4 * kMiB, GetParam(),
+                              &tries);
   EXPECT_TRUE(s.ok()) << "a restarted peer is not reachable without a manual refresh: "
                       << s.ToString();
   if (!s.ok()) {
@@ -383,12 +394,7 @@ TEST_P(DeadPeer, NothingCompletesAfterASameHostDeathAndTheUcxWorkerIsRebuilt) {
   Peer again = StartWithName(a_.segment, port_, kBig, &attempts);
   ASSERT_TRUE(again.ok()) << "could not restart the target as " << a_.segment;
   FillPattern(big_->data(), 4 * kMiB, 78, 0);
-  Status s;
-  for (int tries = 1; tries <= 3; ++tries) {
-    s = engine_->TransferSync({{TransferRequest::WRITE, big_->data(), seg_a_, again.addr, 4 * kMiB}},
-                              milliseconds(10000));
-    if (s.ok()) break;
-  }
+  Status s = WriteToRestarted(*engine_, seg_a_, big_->data(), again.addr, 4 * kMiB, GetParam());
   EXPECT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(again.Check(0, 4 * kMiB, 78), "OK");
 
@@ -439,12 +445,7 @@ TEST_P(DeadPeer, RestartedAtANewAddressIsReachedThroughTheNewAddress) {
   Peer again = StartWithName(a_.segment, port_, 64 * kMiB, &attempts, kFixedAddr + (1ULL << 32));
   ASSERT_TRUE(again.ok());
   ASSERT_NE(again.addr, a_.addr);
-  Status s;
-  for (int tries = 1; tries <= 3; ++tries) {
-    s = engine_->TransferSync({{TransferRequest::WRITE, big_->data(), seg_a_, again.addr, 4 * kMiB}},
-                              milliseconds(10000));
-    if (s.ok()) break;
-  }
+  Status s = WriteToRestarted(*engine_, seg_a_, big_->data(), again.addr, 4 * kMiB, GetParam());
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(again.Check(0, 4 * kMiB, 3), "OK");
   // The old address is gone from the new descriptor: refused at submit, with the range named.
@@ -490,15 +491,11 @@ TEST_P(DeadPeer, RestartedPeerOpenedUnderAnotherNameIsFoundAgain) {
   ASSERT_TRUE(again.ok());
   ASSERT_EQ(again.addr, a_.addr);
   FillPattern(big_->data(), 4 * kMiB, 42, 0);
-  Status s;
   int tries = 0;
-  for (tries = 1; tries <= 3; ++tries) {
-    s = engine_->TransferSync({{TransferRequest::WRITE, big_->data(), *seg, again.addr, 4 * kMiB}},
-                              milliseconds(10000));
-    if (s.ok()) break;
-  }
+  Status s = WriteToRestarted(*engine_, *seg, big_->data(), again.addr, 4 * kMiB, GetParam(),
+                              &tries);
   std::printf("[dead peer %s] restarted peer opened as %s: %s (tries %d)\n", GetParam().c_str(),
-              alias.c_str(), s.ToString().c_str(), tries > 3 ? 3 : tries);
+              alias.c_str(), s.ToString().c_str(), tries);
   EXPECT_TRUE(s.ok()) << "the restarted peer is unreachable under the alias: " << s.ToString();
   if (s.ok()) {
     EXPECT_EQ(again.Check(0, 4 * kMiB, 42), "OK");
