@@ -40,6 +40,7 @@ Status UcxTransport::Start(const TransportContext& ctx, SegmentDesc* local_desc)
   UcxWorker::Config config;
   config.slice_timeout_ms = ctx.options.slice_timeout_ms;
   config.on_peer_failure = ctx.on_peer_failure;
+  config.registry = ctx.registry;
   if (ctx.update_local_desc) {
     config.on_address_changed = [update = ctx.update_local_desc](const std::string& hex) {
       update([&hex](SegmentDesc* d) { d->mc_ucx_worker = hex; });

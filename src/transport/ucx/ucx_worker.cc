@@ -202,6 +202,7 @@ void UcxWorker::FinishLocked(Pending* p, ucs_status_t status, bool abandon) {
     for (const Slice& s : p->slices) s.Done(result, 0, msg.c_str());
   }
   p->slices.clear();
+  if (st->draining && st->head == nullptr) EndDrainLocked(p->peer);
   p->peer.reset();
   p->timed_out = false;
   p->has_puts = false;
@@ -238,8 +239,8 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
     MutexLock lock(&mu_);
     MC_ASSIGN_OR_RETURN(st, PeerLocked(*desc));
     if (!st->confirmed) StartProbeLocked(st, desc);
-    if (!st->confirmed || !st->deferred.empty()) {
-      // Waits for the probe (behind the requests already waiting, to keep their order).
+    if (!st->confirmed || st->draining || !st->deferred.empty()) {
+      // Waits for the probe or the drain (behind the requests already waiting, in order).
       const auto now = Clock::now();
       for (size_t i = 0; i < count; ++i) st->deferred.push_back({desc, slices[i], now});
       next = count;
@@ -256,6 +257,11 @@ Status UcxWorker::Submit(const std::shared_ptr<const SegmentDesc>& desc, const S
     if (st->failed) {  // closed meanwhile (failure, timeout, Stop): the rest fails now
       const std::string msg = "UCX transfer to segment '" + st->key + "' failed: " + st->why;
       for (size_t k = next; k < count; ++k) slices[k].Done(FAILED, 0, msg.c_str());
+      return Status::OK();
+    }
+    if (st->draining) {  // timed out meanwhile: the rest waits for the drain
+      const auto now = Clock::now();
+      for (size_t k = next; k < count; ++k) st->deferred.push_back({desc, slices[k], now});
       return Status::OK();
     }
     next = PostLocked(st, desc, slices, count, next);
@@ -434,17 +440,23 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
   std::vector<std::shared_ptr<PeerState>> expired;
   std::vector<std::shared_ptr<PeerState>> dead;
   const auto timeout = std::chrono::milliseconds(config_.slice_timeout_ms);
+  std::vector<std::shared_ptr<PeerState>> drain;
   for (auto& [key, st] : peers_) {
-    if (!st->confirmed && !st->deferred.empty()) {
+    if ((!st->confirmed || st->draining) && !st->deferred.empty()) {
       // Never posted, so nothing can land later; the endpoint stays (file comment).
       EndDeferredLocked(st.get(), TIMEOUT,
                         "UCX transfer to segment '" + st->key + "' timed out after " +
                             std::to_string(config_.slice_timeout_ms) +
-                            " ms (MC_SLICE_TIMEOUT): the peer has not answered on its new "
-                            "endpoint (stopped or unreachable); nothing was sent",
+                            " ms (MC_SLICE_TIMEOUT): " +
+                            (st->draining
+                                 ? "the peer has not ended the requests that timed out before "
+                                   "(stopped or unreachable), and nothing newer is sent before "
+                                   "it has; nothing was sent"
+                                 : "the peer has not answered on its new endpoint (stopped or "
+                                   "unreachable); nothing was sent"),
                         now - timeout + std::chrono::nanoseconds(1));
     }
-    if (st->head == nullptr) continue;
+    if (st->head == nullptr || st->draining) continue;
     if (!st->confirmed) {
       if (st->watch_pid != 0 && ::kill(st->watch_pid, 0) != 0 && errno == ESRCH) {
         dead.push_back(st);
@@ -452,7 +464,7 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
       continue;
     }
     if (now - st->last_progress >= std::chrono::milliseconds(config_.slice_timeout_ms)) {
-      expired.push_back(st);
+      (st->no_failure_handling ? expired : drain).push_back(st);
     } else if (st->watch_pid != 0 && ::kill(st->watch_pid, 0) != 0 && errno == ESRCH) {
       dead.push_back(st);
     }
@@ -465,6 +477,12 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
     failed_names_.push_back(st->name);
     ClosePeerLocked(st, "the peer process (pid " + std::to_string(st->watch_pid) + ") has exited",
                     false);
+  }
+  for (auto& st : drain) {
+    LOG(WARNING) << "UCX: no request to segment " << st->key << " completed for "
+                 << config_.slice_timeout_ms << " ms (MC_SLICE_TIMEOUT): they end TIMEOUT; "
+                 << "the endpoint stays open until the peer ends them";
+    DrainLocked(st);
   }
   for (auto& st : expired) {
     LOG(WARNING) << "UCX: no request to segment " << st->key << " completed for "
@@ -481,6 +499,36 @@ void UcxWorker::ScanTimeoutsLocked(Clock::time_point now) {
                   std::to_string(same_host_dead_pid_) +
                   " died: a process killed while writing into this worker's receive queue "
                   "blocks it for good (UCX 1.13); the UCX worker was rebuilt, retry the request");
+  }
+}
+
+void UcxWorker::DrainLocked(const std::shared_ptr<PeerState>& st) {
+  st->draining = true;
+  const std::string msg =
+      "UCX transfer to segment '" + st->key + "' timed out after " +
+      std::to_string(config_.slice_timeout_ms) +
+      " ms (MC_SLICE_TIMEOUT): nothing completed (the peer is stopped or unreachable); it may "
+      "still be applied if the peer resumes, before anything newer to it";
+  for (Pending* p = st->head; p != nullptr; p = p->next) {
+    for (const Slice& s : p->slices) {
+      // Pinned before it is reported: the task's own pin goes with the report.
+      MemoryRegion* r =
+          config_.registry != nullptr ? config_.registry->Pin(s.local, s.length, false) : nullptr;
+      if (r != nullptr) st->drain_pins.push_back(r);
+      s.Done(TIMEOUT, 0, msg.c_str());
+    }
+    p->slices.clear();
+  }
+}
+
+void UcxWorker::EndDrainLocked(const std::shared_ptr<PeerState>& st) {
+  st->draining = false;
+  for (MemoryRegion* r : st->drain_pins) MemoryRegistry::Unpin(r);
+  st->drain_pins.clear();
+  st->last_progress = Clock::now();
+  if (!st->failed) {
+    LOG(INFO) << "UCX: segment " << st->key << " ended the requests that had timed out";
+    if (!st->deferred.empty()) ready_.push_back(st);
   }
 }
 
@@ -561,7 +609,7 @@ void UcxWorker::Run() {
         std::vector<std::shared_ptr<PeerState>> ready;
         ready.swap(ready_);
         for (auto& st : ready) {
-          if (!st->failed) PostDeferredLocked(st);
+          if (!st->failed && st->confirmed && !st->draining) PostDeferredLocked(st);
         }
       }
       if (!closing_.empty()) ReapClosingLocked();

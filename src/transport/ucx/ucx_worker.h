@@ -16,10 +16,21 @@
 // TIMEOUT by slice_timeout_ms; the endpoint stays, and is used once the probe completes.
 //
 // Failure: an endpoint error (peer died: connection reset, keepalive) fails the peer's
-// outstanding batches FAILED, closes the endpoint and calls on_peer_failure; when none of a
-// peer's outstanding batches completes for slice_timeout_ms (a stopped peer does not progress
-// software RMA), they all end TIMEOUT and the endpoint is closed. The next Submit to the peer
-// opens a new one.
+// outstanding batches FAILED, closes the endpoint and calls on_peer_failure; the next Submit
+// to the peer opens a new one.
+//
+// A slice timeout: when none of a peer's outstanding batches completes for slice_timeout_ms
+// (a stopped peer does not progress software RMA), they all end TIMEOUT at once, but the
+// endpoint is not closed: the peer drains. UCX keeps owning the requests, their local ranges
+// stay pinned in the registry (UnregisterLocalMemory of one is refused meanwhile), and newer
+// requests to the peer wait unposted (ending TIMEOUT, "nothing was sent", after
+// slice_timeout_ms) until UCX has ended every old one: so a write that timed out can never
+// land after a newer one, and a read that timed out never writes memory that was
+// unregistered. The peer resuming ends them; its death fails the endpoint as above.
+// Force-closing instead (as before) crashed UCX 1.13 over its tcp lanes when the stopped peer
+// resumed: this process in uct_tcp_iface_progress -> uct_tcp_iface_add_ep on a freed tcp
+// endpoint, or the peer asserting in ucp_request.c ("got REP message"). Endpoints without
+// peer-failure handling (shared-memory lanes) are still closed at a slice timeout.
 //
 // A blocked receive queue: over UCX's shared-memory lanes every peer writes its messages
 // (software-RMA acknowledgements, get replies) into one FIFO of this worker, in the order it
@@ -67,6 +78,9 @@ class UcxWorker {
     // Called from the progress thread, no lock of ours held, when the worker was rebuilt
     // (file comment) and has a new address.
     std::function<void(const std::string& address_hex)> on_address_changed;
+    // The engine's registry: local ranges of requests that timed out while UCX still owns
+    // them are pinned until UCX ends them (a draining peer, file comment). May be null.
+    MemoryRegistry* registry = nullptr;
   };
   static Result<std::unique_ptr<UcxWorker>> Create(const UcxApi* api, Config config);
   ~UcxWorker();
@@ -142,6 +156,14 @@ class UcxWorker {
     // 1.13): a same-host peer's death is noticed by its pid instead (0: not watched).
     pid_t watch_pid = 0;
     bool no_failure_handling = false;
+    // Draining: its requests timed out and were reported TIMEOUT, but the endpoint stays open
+    // and UCX still owns them (their local ranges pinned in drain_pins) until the peer ends
+    // them; nothing newer is posted before (file comment: a slice timeout).
+    bool draining = false;
+    std::vector<MemoryRegion*> drain_pins;
+    ~PeerState() {
+      for (MemoryRegion* r : drain_pins) MemoryRegistry::Unpin(r);
+    }
   };
   struct Closing {
     std::shared_ptr<PeerState> peer;
@@ -203,6 +225,11 @@ class UcxWorker {
   // `force`: do not wait for UCX's callbacks (Stop, after its grace period).
   void ReapClosingLocked(bool force = false) MC_REQUIRES(mu_);
   void ScanTimeoutsLocked(std::chrono::steady_clock::time_point now) MC_REQUIRES(mu_);
+  // A slice timeout on an endpoint with peer-failure handling: reports its outstanding
+  // requests TIMEOUT, pins their local ranges and keeps the endpoint (file comment).
+  void DrainLocked(const std::shared_ptr<PeerState>& st) MC_REQUIRES(mu_);
+  // The last request UCX owed a draining peer ended: unpins, and posts what waited.
+  void EndDrainLocked(const std::shared_ptr<PeerState>& st) MC_REQUIRES(mu_);
   void DestroyRkeysLocked(PeerState* st) MC_REQUIRES(mu_);
 
   const UcxApi* const api_;
