@@ -224,6 +224,17 @@ MemoryRegion* MemoryRegistry::Pin(uint64_t addr, uint64_t len, bool remote_only)
   return r;
 }
 
+MemoryRegion* MemoryRegistry::PinHeld(uint64_t addr, uint64_t len) {
+  if (len == 0 || addr + len < addr) return nullptr;
+  ReaderLock lock(&mu_);
+  long i = FindLocked(addr);
+  if (i < 0) return nullptr;
+  MemoryRegion* r = regions_[i].get();
+  if (addr + len > r->end()) return nullptr;
+  r->users.fetch_add(1, std::memory_order_acq_rel);
+  return r;
+}
+
 bool MemoryRegistry::Contains(uint64_t addr, uint64_t len) const {
   if (len == 0 || addr + len < addr) return false;
   ReaderLock lock(&mu_);

@@ -101,6 +101,11 @@ class MemoryRegistry {
   // With remote_only, ranges registered without remote access are not found.
   // len == 0 and wrap-around never match.
   MemoryRegion* Pin(uint64_t addr, uint64_t len, bool remote_only) MC_EXCLUDES(mu_);
+  // Like Pin (remote_only false), and also while a Remove waits for the range's users: for a
+  // caller whose transfer holds a pin on the range and that must keep it past the transfer's
+  // end (a UCX request reported TIMEOUT that UCX still owns), so that the Remove waiting
+  // meanwhile cannot succeed under it.
+  MemoryRegion* PinHeld(uint64_t addr, uint64_t len) MC_EXCLUDES(mu_);
   static void Unpin(MemoryRegion* region) {
     region->users.fetch_sub(1, std::memory_order_release);
   }

@@ -238,6 +238,35 @@ TEST(MemoryRegistryTest, RemoveWaitsForPinnedUser) {
   EXPECT_FALSE(r.Contains(kBase, 1));
 }
 
+// A holder that must keep the range past its transfer's end (ucx_worker.cc, DrainLocked)
+// pins it again while a Remove already waits: PinHeld finds it where Pin does not, and the
+// Remove then fails instead of succeeding once the transfer's own pin goes.
+TEST(MemoryRegistryTest, PinHeldKeepsARangeARemoveIsWaitingFor) {
+  MemoryRegistry r;
+  ASSERT_TRUE(r.Add(kBase, kLen, "cpu:0", true).ok());
+  MemoryRegion* transfer = r.Pin(kBase + 64, 64, false);
+  ASSERT_NE(transfer, nullptr);
+  MemoryRegion* held = nullptr;
+  MemoryRegion* plain = reinterpret_cast<MemoryRegion*>(1);
+  std::thread holder([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Remove is waiting now
+    plain = r.Pin(kBase + 64, 64, false);
+    held = r.PinHeld(kBase + 64, 64);
+    MemoryRegistry::Unpin(transfer);  // the transfer ends; the holder keeps the range
+  });
+  Status s = r.Remove(kBase, 300);
+  holder.join();
+  EXPECT_EQ(plain, nullptr);
+  ASSERT_EQ(held, transfer);
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(r.Contains(kBase, kLen));
+  EXPECT_EQ(r.PinHeld(kBase + kLen - 1, 2), nullptr);  // not wholly inside
+  EXPECT_EQ(r.PinHeld(kBase, 0), nullptr);
+  MemoryRegistry::Unpin(held);
+  EXPECT_TRUE(r.Remove(kBase, 0).ok());
+  EXPECT_EQ(r.PinHeld(kBase, 1), nullptr);
+}
+
 TEST(MemoryRegistryTest, RemoveTimesOutWhilePinnedAndKeepsRegion) {
   MemoryRegistry r;
   ASSERT_TRUE(r.Add(kBase, kLen, "cpu:0", true).ok());

@@ -513,7 +513,7 @@ void UcxWorker::DrainLocked(const std::shared_ptr<PeerState>& st) {
     for (const Slice& s : p->slices) {
       // Pinned before it is reported: the task's own pin goes with the report.
       MemoryRegion* r =
-          config_.registry != nullptr ? config_.registry->Pin(s.local, s.length, false) : nullptr;
+          config_.registry != nullptr ? config_.registry->PinHeld(s.local, s.length) : nullptr;
       if (r != nullptr) st->drain_pins.push_back(r);
       s.Done(TIMEOUT, 0, msg.c_str());
     }
