@@ -59,6 +59,16 @@ class SilentPeer : public TransportTest {
     engine_.reset();
   }
 
+  // Starts `e` (a test's own engine), registers `mine` and opens the target in it.
+  void StartOwn(TransferEngine& e, Buffer& mine, SegmentID* seg) {
+    ASSERT_TRUE(mine.data());
+    ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
+    ASSERT_TRUE(e.RegisterLocalMemory(mine.data(), mine.size()).ok());
+    auto opened = e.OpenSegment(t_.segment);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    *seg = *opened;
+  }
+
   Peer t_;
   std::unique_ptr<TransferEngine> engine_;
   std::unique_ptr<Buffer> local_;
@@ -425,18 +435,15 @@ TEST_P(SilentPeer, TimedOutReadNeverWritesLocalMemoryLater) {
   o.tcp_streams_per_peer = 1;
   o.shm_streams_per_peer = 1;
   Buffer mine(4 * kMiB);  // outlives the engine, and whatever it still does to it
-  ASSERT_TRUE(mine.data());
   TransferEngine e(o);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
-  ASSERT_TRUE(e.RegisterLocalMemory(mine.data(), mine.size()).ok());
-  auto seg = e.OpenSegment(t_.segment);
-  ASSERT_TRUE(seg.ok());
+  SegmentID seg = 0;
+  ASSERT_NO_FATAL_FAILURE(StartOwn(e, mine, &seg));
   ASSERT_EQ(t_.Fill(0, kMiB, 33), "OK");
   // Warm up: the stream's connection exists before the peer stops.
-  ASSERT_TRUE(e.TransferSync({{TransferRequest::READ, mine.data(), *seg, t_.addr, 4096}}).ok());
+  ASSERT_TRUE(e.TransferSync({{TransferRequest::READ, mine.data(), seg, t_.addr, 4096}}).ok());
   ASSERT_TRUE(t_.proc->Stop());
   auto t = Clock::now();
-  Status r = e.TransferSync({{TransferRequest::READ, mine.data(), *seg, t_.addr, kMiB}},
+  Status r = e.TransferSync({{TransferRequest::READ, mine.data(), seg, t_.addr, kMiB}},
                             milliseconds(20000));
   std::printf("[silent peer %s] read from a stopped peer: %s after %.0f ms\n", GetParam().c_str(),
               r.ToString().c_str(), SecondsSince(t) * 1000);
@@ -483,14 +490,11 @@ TEST_P(SilentPeer, StoppedAndResumedAgainAndAgain) {
   EngineOptions o = Options();
   o.slice_timeout_ms = env_int("MC_STOP_RESUME_TIMEOUT_MS", 300);
   Buffer mine(64 * kMiB);  // outlives the engine
-  ASSERT_TRUE(mine.data());
   TransferEngine e(o);
-  ASSERT_TRUE(e.Init("P2PHANDSHAKE", "127.0.0.1", transport()).ok());
-  ASSERT_TRUE(e.RegisterLocalMemory(mine.data(), mine.size()).ok());
-  auto seg = e.OpenSegment(t_.segment);
-  ASSERT_TRUE(seg.ok());
+  SegmentID seg = 0;
+  ASSERT_NO_FATAL_FAILURE(StartOwn(e, mine, &seg));
   // First contact while the peer runs (a transport may contact it to choose itself).
-  ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, mine.data(), *seg, t_.addr, 4096}}).ok());
+  ASSERT_TRUE(e.TransferSync({{TransferRequest::WRITE, mine.data(), seg, t_.addr, 4096}}).ok());
   const int cycles = env_int("MC_STOP_RESUME_CYCLES", 3);
   for (int c = 0; c < cycles; ++c) {
     FillPattern(mine.data(), 16 * kMiB, 40 + c, 0);
@@ -498,13 +502,13 @@ TEST_P(SilentPeer, StoppedAndResumedAgainAndAgain) {
     // 16 requests of 1 MiB: the stopped peer's socket buffers fill, the rest waits in ours.
     std::vector<TransferRequest> batch;
     for (uint64_t i = 0; i < 16; ++i) {
-      batch.push_back({TransferRequest::WRITE, mine.data() + (16 + i) * kMiB, *seg,
+      batch.push_back({TransferRequest::WRITE, mine.data() + (16 + i) * kMiB, seg,
                        t_.addr + (16 + i) * kMiB, kMiB});
     }
     Status r = e.TransferSync(batch, milliseconds(20000));
     EXPECT_EQ(r.code(), Status::Code::kDeadlineExceeded) << "cycle " << c << ": " << r.ToString();
     // Still stopped: a new request goes to a new endpoint, which the peer does not answer.
-    r = e.TransferSync({{TransferRequest::WRITE, mine.data() + 48 * kMiB, *seg,
+    r = e.TransferSync({{TransferRequest::WRITE, mine.data() + 48 * kMiB, seg,
                          t_.addr + 48 * kMiB, kMiB}},
                        milliseconds(20000));
     EXPECT_EQ(r.code(), Status::Code::kDeadlineExceeded) << "cycle " << c << ": " << r.ToString();
@@ -512,7 +516,7 @@ TEST_P(SilentPeer, StoppedAndResumedAgainAndAgain) {
     ASSERT_TRUE(t_.Ping()) << "cycle " << c;
     Status w;
     for (int tries = 0; tries < 3; ++tries) {
-      w = e.TransferSync({{TransferRequest::WRITE, mine.data(), *seg, t_.addr, 16 * kMiB}},
+      w = e.TransferSync({{TransferRequest::WRITE, mine.data(), seg, t_.addr, 16 * kMiB}},
                          milliseconds(10000));
       if (w.ok()) break;
     }
