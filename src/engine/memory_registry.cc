@@ -212,25 +212,15 @@ Result<ExportList> MemoryRegistry::Export(size_t max) {
   return out;
 }
 
-MemoryRegion* MemoryRegistry::Pin(uint64_t addr, uint64_t len, bool remote_only) {
+MemoryRegion* MemoryRegistry::PinIf(uint64_t addr, uint64_t len, bool remote_only,
+                                     bool while_removing) {
   if (len == 0 || addr + len < addr) return nullptr;
   ReaderLock lock(&mu_);
   long i = FindLocked(addr);
   if (i < 0) return nullptr;
   MemoryRegion* r = regions_[i].get();
-  if (addr + len > r->end() || r->removing) return nullptr;
+  if (addr + len > r->end() || (r->removing && !while_removing)) return nullptr;
   if (remote_only && !r->remote_accessible) return nullptr;
-  r->users.fetch_add(1, std::memory_order_acq_rel);
-  return r;
-}
-
-MemoryRegion* MemoryRegistry::PinHeld(uint64_t addr, uint64_t len) {
-  if (len == 0 || addr + len < addr) return nullptr;
-  ReaderLock lock(&mu_);
-  long i = FindLocked(addr);
-  if (i < 0) return nullptr;
-  MemoryRegion* r = regions_[i].get();
-  if (addr + len > r->end()) return nullptr;
   r->users.fetch_add(1, std::memory_order_acq_rel);
   return r;
 }

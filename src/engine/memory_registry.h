@@ -100,12 +100,16 @@ class MemoryRegistry {
   // Returns the region wholly containing [addr, addr+len) with one more user, or nullptr.
   // With remote_only, ranges registered without remote access are not found.
   // len == 0 and wrap-around never match.
-  MemoryRegion* Pin(uint64_t addr, uint64_t len, bool remote_only) MC_EXCLUDES(mu_);
+  MemoryRegion* Pin(uint64_t addr, uint64_t len, bool remote_only) MC_EXCLUDES(mu_) {
+    return PinIf(addr, len, remote_only, /*while_removing=*/false);
+  }
   // Like Pin (remote_only false), and also while a Remove waits for the range's users: for a
   // caller whose transfer holds a pin on the range and that must keep it past the transfer's
   // end (a UCX request reported TIMEOUT that UCX still owns), so that the Remove waiting
   // meanwhile cannot succeed under it.
-  MemoryRegion* PinHeld(uint64_t addr, uint64_t len) MC_EXCLUDES(mu_);
+  MemoryRegion* PinHeld(uint64_t addr, uint64_t len) MC_EXCLUDES(mu_) {
+    return PinIf(addr, len, /*remote_only=*/false, /*while_removing=*/true);
+  }
   static void Unpin(MemoryRegion* region) {
     region->users.fetch_sub(1, std::memory_order_release);
   }
@@ -126,6 +130,8 @@ class MemoryRegistry {
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:
+  MemoryRegion* PinIf(uint64_t addr, uint64_t len, bool remote_only, bool while_removing)
+      MC_EXCLUDES(mu_);
   // Index of the first region with begin > addr, minus one; -1 if none.
   long FindLocked(uint64_t addr) const MC_REQUIRES_SHARED(mu_);
   bool OverlapsLocked(uint64_t addr, uint64_t length) const MC_REQUIRES_SHARED(mu_);
