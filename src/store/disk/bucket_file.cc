@@ -13,12 +13,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <future>
 #include <memory>
-#include <system_error>
 
 #include "common/crc32c.h"
 #include "store/disk/bucket_io.h"
+#include "store/disk/io_helper.h"
 
 namespace mooncake {
 namespace store {
@@ -98,11 +97,11 @@ int PwriteAll(int fd, const char* p, size_t n, uint64_t off) {
 }
 
 // Gathers a file's bytes into aligned chunks written with O_DIRECT: the writing thread's two
-// (ThreadChunks); one is filled here while a helper thread writes the other, so the copy
-// (and the CRC of the next record) overlaps the disk.
+// (ThreadChunks); one is filled here while the thread's IoHelper writes the other, so the
+// copy (and the CRC of the next record) overlaps the disk.
 class DirectWriter {
  public:
-  explicit DirectWriter(int fd) : fd_(fd) {
+  explicit DirectWriter(int fd) : fd_(fd), helper_(IoHelper::ForThisThread()) {
     char* const p = ThreadChunks();
     if (p == nullptr) {
       err_ = ENOMEM;
@@ -138,15 +137,22 @@ class DirectWriter {
   }
 
  private:
-  int Wait() { return in_flight_.valid() ? in_flight_.get() : 0; }
+  // The errno of the write in flight (0 if none, or it succeeded), once it has ended.
+  int Wait() {
+    if (!in_flight_) return 0;
+    helper_->Wait();
+    in_flight_ = false;
+    return written_err_;
+  }
   void Submit(size_t n) {
     if (const int e = Wait(); e != 0) {
       err_ = e;
       return;
     }
-    try {
-      in_flight_ = std::async(std::launch::async, PwriteAll, fd_, bufs_[cur_], n, off_);
-    } catch (const std::system_error&) {  // no thread: written here
+    written_err_ = 0;
+    in_flight_ = helper_->Post(
+        [this, p = bufs_[cur_], n, off = off_] { written_err_ = PwriteAll(fd_, p, n, off); });
+    if (!in_flight_) {  // no helper thread: written here
       if (const int e = PwriteAll(fd_, bufs_[cur_], n, off_); e != 0) {
         err_ = e;
         return;
@@ -158,8 +164,10 @@ class DirectWriter {
   }
 
   const int fd_;
+  IoHelper* const helper_;
   char* bufs_[2] = {nullptr, nullptr};
-  std::future<int> in_flight_;  // the write of bufs_[cur_ ^ 1], if any
+  bool in_flight_ = false;  // the helper writes bufs_[cur_ ^ 1]
+  int written_err_ = 0;     // its errno: set by the helper, read here after Wait
   int cur_ = 0;
   size_t fill_ = 0;
   uint64_t off_ = 0;

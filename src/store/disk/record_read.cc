@@ -8,12 +8,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <system_error>
-#include <thread>
 
 #include "common/crc32c.h"
 #include "store/disk/bucket_file.h"
 #include "store/disk/bucket_io.h"
+#include "store/disk/io_helper.h"
 
 namespace mooncake {
 namespace store {
@@ -198,14 +197,12 @@ void ReadRecordsDirect(std::vector<DirectRead>* reads) {
       cv.notify_all();
     }
   };
-  std::thread helper;
-  if (mem != nullptr) {
-    try {
-      helper = std::thread(io);
-    } catch (const std::system_error&) {  // no thread: one at a time below
-    }
-  }
-  if (!helper.joinable()) {
+  // A helper of this call's own (a thread per request), not the thread's kept one: with the
+  // kept one, same-host batch gets of disk-resident 1 MiB objects ran slower end to end in 11
+  // of 12 interleaved pairs (bench/results/2026-12-06-disk-io-helper.md), ReadMany alone the
+  // same either way; the cause is not found.
+  IoHelper helper;
+  if (mem == nullptr || !helper.Post(io)) {  // one at a time
     for (DirectRead& r : rs) r.status = ReadRecordDirect(r.fd, *r.ref, r.dst);
     return;
   }
@@ -235,7 +232,7 @@ void ReadRecordsDirect(std::vector<DirectRead>* reads) {
     }
     cv.notify_all();
   }
-  helper.join();
+  helper.Wait();
 }
 
 }  // namespace disk

@@ -1,0 +1,113 @@
+// IoHelper: one helper thread per calling thread, one job at a time, stopped when idle.
+#include "store/disk/io_helper.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace mooncake {
+namespace store {
+namespace disk {
+namespace {
+
+using std::chrono::milliseconds;
+
+size_t ThreadsOfThisProcess() {
+  size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Polls `ok` for up to 5 s.
+template <class F>
+bool Eventually(F ok) {
+  for (int i = 0; i < 500 && !ok(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  return ok();
+}
+
+TEST(IoHelper, RunsAThreadsJobsOnOneOtherThreadKeptBetweenJobs) {
+  IoHelper* h = IoHelper::ForThisThread();
+  EXPECT_EQ(IoHelper::ForThisThread(), h);
+  std::thread::id first, second;
+  ASSERT_TRUE(h->Post([&] { first = std::this_thread::get_id(); }));
+  h->Wait();
+  ASSERT_TRUE(h->Post([&] { second = std::this_thread::get_id(); }));
+  h->Wait();
+  EXPECT_NE(first, std::this_thread::get_id());
+  EXPECT_EQ(first, second) << "the helper thread is kept between jobs, not started per job";
+
+  IoHelper* other = nullptr;
+  std::thread([&] { other = IoHelper::ForThisThread(); }).join();
+  EXPECT_NE(other, h) << "each thread has its own helper";
+}
+
+TEST(IoHelper, APostWaitsForThePreviousJobAndWaitSeesWhatTheJobWrote) {
+  IoHelper h;
+  int value = 0;  // plain memory: ordered by Post and Wait alone
+  int seen_by_second = -1;
+  ASSERT_TRUE(h.Post([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    value = 1;
+  }));
+  ASSERT_TRUE(h.Post([&] { seen_by_second = value; }));  // once the first has ended
+  EXPECT_EQ(value, 1);
+  h.Wait();
+  EXPECT_EQ(seen_by_second, 1);
+  h.Wait();  // nothing posted: returns at once
+
+  long sum = 0;
+  for (int i = 1; i <= 2000; ++i) ASSERT_TRUE(h.Post([&sum, i] { sum += i; }));
+  h.Wait();
+  EXPECT_EQ(sum, 2000L * 2001 / 2);
+}
+
+TEST(IoHelper, StopsWhenIdleAndStartsAgainForTheNextJob) {
+  const size_t before = ThreadsOfThisProcess();
+  IoHelper h(milliseconds(50));
+  EXPECT_FALSE(h.running()) << "no thread before the first job";
+  std::thread::id first, second;
+  ASSERT_TRUE(h.Post([&] { first = std::this_thread::get_id(); }));
+  h.Wait();
+  EXPECT_TRUE(h.running());
+  EXPECT_TRUE(Eventually([&] { return !h.running(); })) << "the idle helper did not stop";
+  EXPECT_TRUE(Eventually([&] { return ThreadsOfThisProcess() == before; }));
+  ASSERT_TRUE(h.Post([&] { second = std::this_thread::get_id(); }));
+  h.Wait();
+  EXPECT_NE(second, std::thread::id());
+  EXPECT_NE(second, std::this_thread::get_id());
+  // A job posted just as the helper stops idle still runs: many short pauses around the
+  // idle time.
+  int ran = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(milliseconds(45 + i % 10));
+    ASSERT_TRUE(h.Post([&] { ++ran; }));
+    h.Wait();
+  }
+  EXPECT_EQ(ran, 20);
+}
+
+TEST(IoHelper, AThreadsHelperEndsWithIt) {
+  const size_t before = ThreadsOfThisProcess();
+  std::atomic<bool> ran{false};
+  std::thread t([&] {
+    // Exits with the job perhaps still running: the helper waits for it, then stops.
+    EXPECT_TRUE(IoHelper::ForThisThread()->Post([&] {
+      std::this_thread::sleep_for(milliseconds(20));
+      ran = true;
+    }));
+  });
+  t.join();
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(ThreadsOfThisProcess(), before) << "the helper thread outlived its thread";
+}
+
+}  // namespace
+}  // namespace disk
+}  // namespace store
+}  // namespace mooncake
