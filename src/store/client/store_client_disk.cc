@@ -299,7 +299,7 @@ void StoreClient::Impl::RunOffload(bool final) {
       uint64_t group_bytes = 0;
       auto flush = [&]() {
         if (group.empty()) return;
-        Status s = disk->Write(group);
+        Status s = disk->Write(group, &offload_io);
         if (s.ok()) {
           written.insert(written.end(), group.begin(), group.end());
         } else {

@@ -51,6 +51,7 @@
 #include "store/client/offload_service.h"
 #include "store/common/limits.h"
 #include "store/disk/disk_store.h"
+#include "store/disk/io_helper.h"
 #include "store/rpc/rpc_client.h"
 
 namespace google {
@@ -219,6 +220,7 @@ class StoreClient::Impl {
   void CloseDisk();
   std::unique_ptr<DiskStore> disk;
   std::unique_ptr<OffloadService> offload_service;
+  disk::IoHelper offload_io;  // RunOffload's bucket writes (the worker's, then Close's)
   std::unique_ptr<Worker> offload_worker;
   std::atomic<uint64_t> offload_rpc_reads{0};
   std::atomic<uint64_t> offloaded{0};

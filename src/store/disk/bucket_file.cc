@@ -97,11 +97,11 @@ int PwriteAll(int fd, const char* p, size_t n, uint64_t off) {
 }
 
 // Gathers a file's bytes into aligned chunks written with O_DIRECT: the writing thread's two
-// (ThreadChunks); one is filled here while the thread's IoHelper writes the other, so the
-// copy (and the CRC of the next record) overlaps the disk.
+// (ThreadChunks); one is filled here while `helper` writes the other, so the copy (and the
+// CRC of the next record) overlaps the disk.
 class DirectWriter {
  public:
-  explicit DirectWriter(int fd) : fd_(fd), helper_(IoHelper::ForThisThread()) {
+  DirectWriter(int fd, IoHelper* helper) : fd_(fd), helper_(helper) {
     char* const p = ThreadChunks();
     if (p == nullptr) {
       err_ = ENOMEM;
@@ -310,7 +310,8 @@ uint64_t BucketFileSize(const std::vector<BucketItem>& items) {
 }
 
 Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<BucketItem>& items,
-                   bool sync, std::vector<RecordRef>* refs, uint64_t* file_size, bool direct) {
+                   bool sync, std::vector<RecordRef>* refs, uint64_t* file_size, bool direct,
+                   IoHelper* helper) {
   refs->clear();
   if (items.empty()) return Status::InvalidArgument("a bucket of no objects");
   const std::string final_path = dir + "/" + BucketName(id);
@@ -385,7 +386,8 @@ Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<Bucket
   if (fd >= 0) {
     int err = 0;
     {
-      DirectWriter w(fd);
+      IoHelper own;  // used only when the caller lends none: a thread for this bucket
+      DirectWriter w(fd, helper != nullptr ? helper : &own);
       lay_out([&](const void* p, size_t n) { w.Append(p, n); });
       err = w.Finish(*file_size);
     }

@@ -28,6 +28,8 @@ namespace mooncake {
 namespace store {
 namespace disk {
 
+class IoHelper;  // io_helper.h
+
 constexpr size_t kFileHeaderSize = 64;
 constexpr size_t kRecordHeaderSize = 32;
 constexpr size_t kTrailerSize = 32;
@@ -59,10 +61,12 @@ uint64_t BucketFileSize(const std::vector<BucketItem>& items);
 // order, and `file_size` the file's size. On failure no `<id>.bucket` exists (the .tmp is
 // removed); ENOSPC gives ResourceExhausted, other I/O errors Internal, each naming the file.
 // `direct`: with O_DIRECT, the bytes gathered into aligned 8 MiB chunks (a copy, past the
-// page cache), falling back to the page cache where the file system refuses O_DIRECT.
+// page cache), falling back to the page cache where the file system refuses O_DIRECT; each
+// chunk written on `helper` (io_helper.h) while the next is filled, or on a thread of the
+// call's own when null.
 Status WriteBucket(const std::string& dir, uint64_t id, const std::vector<BucketItem>& items,
                    bool sync, std::vector<RecordRef>* refs, uint64_t* file_size,
-                   bool direct = false);
+                   bool direct = false, IoHelper* helper = nullptr);
 
 // The records of the bucket file at `path`, from its index, or from walking its records
 // when the trailer or index is damaged (`walked` then true; a damaged record ends the walk,

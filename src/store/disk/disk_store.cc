@@ -367,7 +367,7 @@ std::vector<DiskObject> DiskStore::Objects() const {
   return out;
 }
 
-Status DiskStore::Write(const std::vector<Item>& items) {
+Status DiskStore::Write(const std::vector<Item>& items, disk::IoHelper* helper) {
   if (items.empty()) return Status::OK();
   if (items.size() > config_.bucket_keys_limit) {
     return Status::InvalidArgument(std::to_string(items.size()) +
@@ -435,7 +435,7 @@ Status DiskStore::Write(const std::vector<Item>& items) {
   std::vector<disk::RecordRef> refs;
   uint64_t written = 0;
   Status s = disk::WriteBucket(roots_[root].dir, id, bi, config_.fsync == DiskFsyncPolicy::kBucket,
-                               &refs, &written, config_.direct_io);
+                               &refs, &written, config_.direct_io, helper);
   std::vector<std::string> to_delete;
   std::vector<uint32_t> logs;
   {

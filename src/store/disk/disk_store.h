@@ -71,8 +71,10 @@ class DiskStore {
   // already stored is replaced (the older copy removed). ResourceExhausted when the bytes,
   // the keys or every root's free space would be exceeded (evict first, or keep the
   // objects in memory); InvalidArgument for a batch over the bucket limits or a bad key;
-  // Internal on an I/O error. On any error nothing was stored.
-  Status Write(const std::vector<Item>& items) MC_EXCLUDES(mu_);
+  // Internal on an I/O error. On any error nothing was stored. `helper`: the thread that
+  // writes the direct chunks (WriteBucket); null: one started for this call.
+  Status Write(const std::vector<Item>& items, disk::IoHelper* helper = nullptr)
+      MC_EXCLUDES(mu_);
 
   // The size of a stored object, or NotFound.
   Result<uint64_t> Size(const std::string& key) const MC_EXCLUDES(mu_);

@@ -7,11 +7,6 @@ namespace mooncake {
 namespace store {
 namespace disk {
 
-IoHelper* IoHelper::ForThisThread() {
-  static thread_local IoHelper helper;
-  return &helper;
-}
-
 IoHelper::~IoHelper() {
   {
     MutexLock l(&mu_);

@@ -1,10 +1,9 @@
-// IoHelper: a helper thread for disk I/O beside its owner's copies, one job at a time.
-// ForThisThread's is kept between jobs, and stops once idle for a while: a bucket's chunk
-// writes go to it while the next chunk is filled (a thread started per 8 MiB chunk cost
-// 0.5-1.8 ms on a busy 2-core VM, up to a third of the write:
-// bench/results/2026-12-06-disk-io-helper.md), and an idle thread keeps nothing. A request's
-// record reads use one of their own (a thread per request: record_read.cc says why).
-// Internal to the disk folder.
+// IoHelper: a helper thread for disk I/O beside its owner's copies, one job at a time, kept
+// between jobs and stopped once idle for a while. The offload worker keeps one for its bucket
+// writes (DiskStore::Write's `helper`): each 8 MiB chunk is written on it while the next is
+// filled; a thread started per chunk cost 0.5-1.8 ms on a busy 2-core VM, up to a third of the
+// write (bench/results/2026-12-06-disk-io-helper.md). Owned by an object, never per thread
+// (thread_local): a process forked while such a thread ran could not end a thread-local one.
 #pragma once
 
 #include <chrono>
@@ -21,14 +20,13 @@ class IoHelper {
  public:
   static constexpr std::chrono::milliseconds kIdleStop{2000};
 
-  // The calling thread's helper. Only that thread may call Post and Wait on it.
-  static IoHelper* ForThisThread();
-
   explicit IoHelper(std::chrono::milliseconds idle_stop = kIdleStop) : idle_stop_(idle_stop) {}
   ~IoHelper();  // waits for a posted job, then stops the thread
   IoHelper(const IoHelper&) = delete;
   IoHelper& operator=(const IoHelper&) = delete;
 
+  // Post and Wait: called by one thread at a time (another may follow once the first is done,
+  // as Close's final flush follows the stopped offload worker).
   // Runs `job` on the helper thread, started if it is not running; false (and `job` is not
   // run) when no thread can be started. One job at a time: a Post waits for the previous job
   // to end first.
@@ -48,7 +46,7 @@ class IoHelper {
   bool busy_ MC_GUARDED_BY(mu_) = false;     // a job posted and not ended
   bool running_ MC_GUARDED_BY(mu_) = false;  // a thread runs Run (or is about to)
   bool stop_ MC_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // the owner's only: started and joined by Post and the destructor
+  std::thread thread_;  // the owner's: started and joined by Post and the destructor
 };
 
 }  // namespace disk

@@ -197,10 +197,11 @@ void ReadRecordsDirect(std::vector<DirectRead>* reads) {
       cv.notify_all();
     }
   };
-  // A helper of this call's own (a thread per request), not the thread's kept one: with the
-  // kept one, same-host batch gets of disk-resident 1 MiB objects ran slower end to end in 11
-  // of 12 interleaved pairs (bench/results/2026-12-06-disk-io-helper.md), ReadMany alone the
-  // same either way; the cause is not found.
+  // A helper of this call's own (a thread per request), not a kept one as the offload
+  // worker's bucket writes have: with a kept one (per thread), same-host batch gets of
+  // disk-resident 1 MiB objects ran slower end to end in 11 of 12 interleaved pairs
+  // (bench/results/2026-12-06-disk-io-helper.md), ReadMany alone the same either way; the
+  // cause is not found.
   IoHelper helper;
   if (mem == nullptr || !helper.Post(io)) {  // one at a time
     for (DirectRead& r : rs) r.status = ReadRecordDirect(r.fd, *r.ref, r.dst);
