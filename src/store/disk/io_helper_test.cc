@@ -3,10 +3,15 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <thread>
+
+#include "store/disk/bucket_file.h"
+#include "store/disk/disk_test_util.h"
 
 namespace mooncake {
 namespace store {
@@ -107,6 +112,38 @@ TEST(IoHelper, ItsThreadEndsWithItAfterTheJobInFlight) {
   }  // destroyed with the job perhaps still running: it waits for it, then stops the thread
   EXPECT_TRUE(ran.load());
   EXPECT_EQ(ThreadsOfThisProcess(), before) << "the helper thread outlived its IoHelper";
+}
+
+// A chunk write the helper thread gets refused is not lost: RLIMIT_FSIZE set to the bucket
+// file's own size refuses the direct write of its padded last chunk (EINVAL: the kernel cuts
+// it short, and a direct write must be whole blocks), the bucket goes through the page cache
+// instead (WriteBucket's fallback), and every byte reads back. Were the helper's errno
+// dropped, the file would be cut to its size with the last chunk missing.
+TEST(IoHelper, AChunkWriteRefusedOnTheHelperIsNotLost) {
+  TempDir d;
+  auto opened = DiskStore::Open(Config({d.path()}));
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  DiskStore* s = opened->get();
+  IoHelper h;
+  const std::string big = Value((20 << 20) + 1000, 1);  // three 8 MiB chunks
+  const uint64_t file_size = BucketFileSize({BucketItem{"big", 1, big.data(), big.size()}});
+  ASSERT_NE(file_size % 4096, 0u) << "the last chunk must be padded past the file's end";
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* prev = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit cap = old;
+  cap.rlim_cur = file_size;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &cap), 0);
+  Status st = s->Write({{"big", 1, big.data(), big.size()}}, &h);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, prev);
+  ASSERT_TRUE(st.ok()) << st.message();
+  Status read;
+  EXPECT_TRUE(ReadAll(s, "big", &read) == big) << read.message();
+  // The same helper writes the next bucket.
+  const std::string other = Value(9 << 20, 2);
+  ASSERT_TRUE(s->Write({{"other", 2, other.data(), other.size()}}, &h).ok());
+  EXPECT_TRUE(ReadAll(s, "other") == other);
 }
 
 }  // namespace
