@@ -1,6 +1,5 @@
 #include "store/disk/io_helper.h"
 
-#include <memory>
 #include <system_error>
 
 namespace mooncake {
