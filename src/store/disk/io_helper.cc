@@ -59,13 +59,9 @@ void IoHelper::Run() {
     {
       MutexLock l(&mu_);
       const auto idle_until = std::chrono::steady_clock::now() + idle_stop_;
-      while (!stop_ && !busy_) {
-        if (!cv_.WaitUntil(&mu_, idle_until) && !busy_) {  // idle long enough: stop
-          running_ = false;
-          return;
-        }
+      while (!stop_ && !busy_ && cv_.WaitUntil(&mu_, idle_until)) {
       }
-      if (!busy_) {  // stopping, nothing posted
+      if (!busy_) {  // stopping, or idle long enough
         running_ = false;
         return;
       }
