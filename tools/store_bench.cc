@@ -39,6 +39,9 @@ DEFINE_uint64(block_size, 1 << 20, "bench: bytes per object");
 DEFINE_int32(batch_size, 16, "bench: objects per batch call");
 DEFINE_double(duration, 3, "bench: seconds of the timed loop");
 DEFINE_uint64(working_set, 256ull << 20, "bench: bytes of objects kept in the pool");
+DEFINE_uint32(key_bytes, 0,
+              "bench: pad each key to at least this many bytes (serving systems name blocks by "
+              "hashes: 64 or more); 0: short keys (bench-R-I)");
 DEFINE_bool(json, false, "bench: print one JSON result line");
 DEFINE_int32(fills, 0,
              "bench, put: time N fills of --working_set each (the pool emptied between them, "
@@ -107,7 +110,9 @@ int Bench() {
   auto keys_of = [&](size_t round) {
     std::vector<std::string> keys;
     for (size_t i = 0; i < batch; ++i) {
-      keys.push_back("bench-" + std::to_string(round) + "-" + std::to_string(i));
+      std::string k = "bench-" + std::to_string(round) + "-" + std::to_string(i);
+      if (k.size() < FLAGS_key_bytes) k.insert(0, FLAGS_key_bytes - k.size(), 'k');
+      keys.push_back(std::move(k));
     }
     return keys;
   };
