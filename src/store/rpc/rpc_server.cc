@@ -166,6 +166,10 @@ void RpcServer::RunWorker() {
     }
     job->reply.assign(kFrameHeaderBytes, '\0');
     RpcStatus st = handler_(job->method, job->payload.data(), job->payload.size(), &job->reply);
+    if (st == kWaitForWake) {  // no waiting here: "nothing now" at once
+      st = RpcStatus::kOk;
+      job->reply.resize(kFrameHeaderBytes);
+    }
     FrameHeader h;
     h.method = job->method;
     h.status = static_cast<uint16_t>(st);
@@ -269,7 +273,7 @@ void RpcServer::RunLoop(Loop* loop) {
   auto last_sweep = Clock::now();
   while (!stop_.load()) {
     // Connections with requests left from their last turn: take new events without sleeping.
-    const int wait_ms = loop->ready.empty() ? 500 : 0;
+    const int wait_ms = WaitTimeoutMs(loop, loop->ready.empty() ? 500 : 0);
     int n = epoll_wait(loop->ep, events.data(), static_cast<int>(events.size()), wait_ms);
     if (stop_.load()) break;
     for (int i = 0; i < n; ++i) {
@@ -284,6 +288,7 @@ void RpcServer::RunLoop(Loop* loop) {
       }
     }
     ServeReady(loop);
+    RunWaiting(loop);
     const auto now = Clock::now();
     if (now - last_sweep >= std::chrono::milliseconds(500)) {
       last_sweep = now;
@@ -300,30 +305,33 @@ void RpcServer::TakeReplies(Loop* loop) {
     MutexLock l(&loop->done_mu);
     done.swap(loop->done);
   }
-  for (auto& job : done) {
-    auto it = loop->conns.find(job->fd);
-    if (it == loop->conns.end() || it->second->id != job->conn_id) continue;  // gone
-    Conn* c = it->second.get();
-    c->busy = false;
-    c->job_bytes = 0;
-    Charge(loop, c);
-    if (c->sent == c->out.size()) {
-      c->out = std::move(job->reply);
-    } else {
-      // Replies of its earlier requests are still unsent (the socket did not take them all):
-      // this one goes after them.
-      c->out.erase(0, c->sent);
-      c->out += job->reply;
-    }
-    c->sent = 0;
-    Account(c);
-    c->last_active = Clock::now();
-    if (!Flush(c) || !Serve(loop, c) || Finished(c)) {
-      Close(loop, c);
-      continue;
-    }
-    Rearm(loop, c);
+  for (auto& job : done) Answer(loop, std::move(job));
+}
+
+void RpcServer::Answer(Loop* loop, std::unique_ptr<Job> job) {
+  auto it = loop->conns.find(job->fd);
+  if (it == loop->conns.end() || it->second->id != job->conn_id) return;  // gone
+  Conn* c = it->second.get();
+  c->busy = false;
+  c->waiting = false;
+  c->job_bytes = 0;
+  Charge(loop, c);
+  if (c->sent == c->out.size()) {
+    c->out = std::move(job->reply);
+  } else {
+    // Replies of its earlier requests are still unsent (the socket did not take them all):
+    // this one goes after them.
+    c->out.erase(0, c->sent);
+    c->out += job->reply;
   }
+  c->sent = 0;
+  Account(c);
+  c->last_active = Clock::now();
+  if (!Flush(c) || !Serve(loop, c) || Finished(c)) {
+    Close(loop, c);
+    return;
+  }
+  Rearm(loop, c);
 }
 
 void RpcServer::OnEvent(Loop* loop, uint64_t tag, uint32_t ev) {
@@ -332,6 +340,10 @@ void RpcServer::OnEvent(Loop* loop, uint64_t tag, uint32_t ev) {
   // Gone, or closed earlier in this batch (room, a hog) and its fd taken by a new one.
   if (it == loop->conns.end() || EventTag(fd, it->second->id) != tag) return;
   Conn* c = it->second.get();
+  if (c->waiting && (ev & EPOLLRDHUP) && !(ev & (EPOLLERR | EPOLLHUP))) {
+    EndWaiting(loop, c);  // c may be closed after this
+    return;
+  }
   bool ok = true;
   if (ev & (EPOLLERR | EPOLLHUP)) {
     ok = false;  // both directions gone: no reply can reach the client
@@ -468,6 +480,9 @@ RpcServer::Conn* RpcServer::Victim(Loop* loop, bool* abuser_chosen) {
   using Rank = std::pair<int, double>;
   auto rank = [&](const auto& entry) -> std::optional<Rank> {
     const Conn& c = *entry.second;
+    if (c.waiting) {  // as an idle one: closing it loses nothing
+      return Rank{0, -std::chrono::duration<double>(c.last_active.time_since_epoch()).count()};
+    }
     if (c.busy) return std::nullopt;
     auto pending = c.pending_total;
     if (c.partial_since != Clock::time_point::max()) pending += now - c.partial_since;

@@ -56,6 +56,19 @@
 // drops every held reply. A held connection keeps no deadline of its own, but a next request
 // it has begun to send behind the held one still has Options::request_deadline (as behind a
 // request on the worker): durability is expected well within it.
+// Waiting requests (long polls: the master's OffloadFetch, src/store/master/master_rpc.cc).
+// A handler with nothing to answer yet may return kWaitForWake after AskToWait(out, topic,
+// wait): the request waits on its loop (no thread held, nothing sent) until WakeWaiting(topic)
+// is called, when the handler runs again on the loop's thread (and may ask to wait again, its
+// first deadline kept), or until its deadline (at most Options::max_wait), when the answer is
+// kOk with an empty payload (the method's response with every field at its default: "nothing
+// now"). A wake is never lost: WakeWaiting before the request waits (after its handler ran)
+// still reruns it. While it waits its connection is busy, as with a request on the worker
+// (one per connection, its bytes charged to it), but watched for its client's FIN (its
+// request then answered "nothing", the connection then closed as usual) and, at the cap, a
+// victim as an idle one (a client holding many connections waiting gains nothing); a
+// connection closed meanwhile drops its waiting request. With max_wait zero, or from a slow method (the
+// worker), kWaitForWake is answered at once as at the deadline.
 // The victim choice at the cap is common/admission.h's (with the ranks above); the cap itself
 // is counted across loops without a lock (open_connections()). The port is bound by ListenTcp
 // (common/net.h), without SO_REUSEPORT: a port in use is refused.
@@ -93,7 +106,16 @@ class RpcServer {
     // Called on the handler's thread right after the handler returned (loop or worker): the
     // log position the reply waits for (0: send it now). Null: replies are never held.
     std::function<uint64_t(uint16_t method, RpcStatus status)> hold_position;
+    // The longest a request may wait for WakeWaiting (the header comment); 0: none waits.
+    std::chrono::milliseconds max_wait{0};
   };
+
+  // A handler's answer "nothing yet" (never on the wire): *out holds AskToWait's words.
+  static constexpr RpcStatus kWaitForWake = static_cast<RpcStatus>(0xffff);
+  // Writes into *out (which must hold nothing of this request's yet) that the request waits
+  // for WakeWaiting(topic), at most `wait` (and Options::max_wait); return kWaitForWake.
+  static void AskToWait(std::string* out, const std::string& topic,
+                        std::chrono::milliseconds wait);
 
   RpcServer(Options options, Handler handler);
   ~RpcServer();
@@ -130,6 +152,11 @@ class RpcServer {
   void ResetHeld(uint64_t durable);
   size_t held_replies() const;  // replies held now
 
+  // Reruns the handlers of the requests waiting on `topic` (the header comment). Thread-safe,
+  // cheap: no lock shared with the loops' handlers (a lock per loop, briefly).
+  void WakeWaiting(const std::string& topic);
+  size_t waiting_requests() const { return waiting_.load(); }
+
  private:
   using Clock = std::chrono::steady_clock;
   struct Conn;
@@ -139,6 +166,19 @@ class RpcServer {
   // RunLoop's parts: the worker's replies; one connection's epoll event; the sweep that
   // closes connections past their deadlines.
   void TakeReplies(Loop* loop);
+  // A reply (the worker's, a released one, a waiting request's) to its connection, if it is
+  // still open: sent, and the connection's next requests served.
+  void Answer(Loop* loop, std::unique_ptr<Job> job);
+  // Waiting requests (rpc_server_wait.cc): the one c's handler just asked to wait (false: it
+  // is answered now, at base in c->out); the loop's turn for them (woken: rerun; past their
+  // deadline: answered); the epoll timeout their deadlines allow; a closed connection's.
+  bool StartWaiting(Loop* loop, Conn* c, const FrameHeader& h, const char* payload,
+                    size_t base, uint64_t wakes_before);
+  void RunWaiting(Loop* loop);
+  int WaitTimeoutMs(Loop* loop, int wait_ms) const;
+  void DropWaiting(Loop* loop, const Conn* c);
+  // c's waiting request answered now with "nothing" (its client half-closed or closed).
+  void EndWaiting(Loop* loop, Conn* c);
   void OnEvent(Loop* loop, uint64_t tag, uint32_t events);
   void CloseLate(Loop* loop, Clock::time_point now);
   void RunWorker();
@@ -166,6 +206,8 @@ class RpcServer {
   // to the worker; the bytes handled dropped and the pending time accounted.
   bool RefuseFrame(Conn* c, HeaderCheck check, const FrameHeader& h, size_t at);
   void HandOff(Loop* loop, Conn* c, const FrameHeader& h, const char* payload);
+  // A job for c's request h (its payload, if any, copied by the caller).
+  static std::unique_ptr<Job> JobFor(Loop* loop, const Conn* c, const FrameHeader& h);
   // The reply just appended to c->out at base, held at pos: true when it is parked (taken
   // out of c->out, c busy until it is released), false when it stays to be sent now.
   bool HoldInline(Loop* loop, Conn* c, const FrameHeader& h, size_t base, uint64_t pos);
@@ -190,6 +232,8 @@ class RpcServer {
   std::atomic<size_t> buffered_{0};
   std::atomic<size_t> held_{0};
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<size_t> waiting_{0};  // requests waiting, on every loop
+  std::atomic<uint64_t> wakes_{0};  // WakeWaiting calls
   struct Worker;
   std::unique_ptr<Worker> worker_;
   struct Holds;

@@ -140,7 +140,15 @@ bool RpcServer::Serve(Loop* loop, Conn* c) {
     }
     const size_t base = c->out.size();
     c->out.resize(base + kFrameHeaderBytes);
+    const uint64_t wakes = wakes_.load();
     RpcStatus st = handler_(h.method, payload, h.length, &c->out);
+    if (st == kWaitForWake) {
+      if (StartWaiting(loop, c, h, payload, base, wakes)) {
+        at += kFrameHeaderBytes + h.length;
+        break;
+      }
+      st = RpcStatus::kOk;  // "nothing now", at once (StartWaiting emptied the payload)
+    }
     FrameHeader r{h.method, static_cast<uint16_t>(st), h.seq,
                   static_cast<uint32_t>(c->out.size() - base - kFrameHeaderBytes)};
     EncodeHeader(&c->out[base], r);
@@ -188,14 +196,20 @@ bool RpcServer::RefuseFrame(Conn* c, HeaderCheck check, const FrameHeader& h, si
   return true;
 }
 
-bool RpcServer::HoldInline(Loop* loop, Conn* c, const FrameHeader& h, size_t base,
-                           uint64_t pos) {
+std::unique_ptr<RpcServer::Job> RpcServer::JobFor(Loop* loop, const Conn* c,
+                                                  const FrameHeader& h) {
   auto job = std::make_unique<Job>();
   job->loop = loop;
   job->fd = c->fd;
   job->conn_id = c->id;
   job->method = h.method;
   job->seq = h.seq;
+  return job;
+}
+
+bool RpcServer::HoldInline(Loop* loop, Conn* c, const FrameHeader& h, size_t base,
+                           uint64_t pos) {
+  auto job = JobFor(loop, c, h);
   job->reply.assign(c->out, base, std::string::npos);
   c->out.resize(base);
   // Set before Park: once parked, a release on another thread may deliver it at once (the
@@ -210,12 +224,7 @@ bool RpcServer::HoldInline(Loop* loop, Conn* c, const FrameHeader& h, size_t bas
 }
 
 void RpcServer::HandOff(Loop* loop, Conn* c, const FrameHeader& h, const char* payload) {
-  auto job = std::make_unique<Job>();
-  job->loop = loop;
-  job->fd = c->fd;
-  job->conn_id = c->id;
-  job->method = h.method;
-  job->seq = h.seq;
+  auto job = JobFor(loop, c, h);
   job->payload.assign(payload, h.length);
   c->busy = true;
   c->job_bytes = h.length;  // still this connection's, charged until the reply comes
@@ -277,6 +286,8 @@ void RpcServer::Rearm(Loop* loop, Conn* c) {
   uint32_t want;
   if (c->sent < c->out.size()) {
     want = EPOLLOUT;
+  } else if (c->waiting) {
+    want = EPOLLRDHUP;  // its client gone: answered now (EndWaiting), then closed
   } else if (c->busy || c->eof) {
     want = 0;  // errors only: a client gone meanwhile fails the reply's send
   } else if (c->more) {
@@ -300,6 +311,7 @@ void RpcServer::Rearm(Loop* loop, Conn* c) {
 
 void RpcServer::Close(Loop* loop, Conn* c) {
   const int fd = c->fd;
+  if (c->busy) DropWaiting(loop, c);
   buffered_ -= c->in.size();
   held_ -= c->held;
   loop->charged -= c->charged;

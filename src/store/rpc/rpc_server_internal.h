@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -59,7 +60,8 @@ struct RpcServer::Conn {
   std::string in;      // bytes received, not yet handled
   std::string out;     // reply bytes not yet sent
   size_t sent = 0;     // of out
-  bool busy = false;   // a request is on the worker, or its reply is held (Holds)
+  bool busy = false;   // a request is on the worker, or its reply is held (Holds), or waits
+  bool waiting = false;  // busy with a waiting request (Loop::waiting)
   bool eof = false;    // the client sent FIN: serve what came, then close
   bool close_after_flush = false;
   bool more = false;    // requests left in `in` when its turn ended (Serve's budget)
@@ -83,6 +85,12 @@ struct RpcServer::Job {
   uint32_t seq;
   std::string payload;
   std::string reply;  // the whole frame, filled by the worker (or the loop, for a held one)
+  // A waiting request (rpc_server_wait.cc): what it waits on, until when; the wake count
+  // before its handler ran, and whether the loop has looked at it since it began to wait.
+  std::string topic;
+  Clock::time_point deadline;
+  uint64_t wakes = 0;
+  bool fresh = false;
 };
 
 // Replies held until their log position is durable (rpc_server.h), with what decides it.
@@ -105,6 +113,12 @@ struct RpcServer::Loop {
   Mutex done_mu;
   std::vector<std::unique_ptr<Job>> done MC_GUARDED_BY(done_mu);
   std::string scratch;
+  // Requests waiting for a wake (Job::topic), and the topics woken since the loop last
+  // looked (WakeWaiting, any thread).
+  std::vector<std::unique_ptr<Job>> waiting;
+  Mutex woken_mu;
+  std::unordered_set<std::string> woken MC_GUARDED_BY(woken_mu);
+  std::atomic<bool> any_woken{false};
   // Connections whose turn ended with requests left (Conn::more) and their replies sent:
   // served again after the next epoll_wait, which then does not sleep. {fd, Conn::id}.
   std::vector<std::pair<int, uint64_t>> ready;
