@@ -458,6 +458,9 @@ void HaMaster::Campaign() {
         });
     m->SetChangeSink(w.get());
     if (options_.events != nullptr) m->SetEventSink(options_.events);
+    if (server_ != nullptr) {
+      m->SetDiskWorkWaker([s = server_](const std::string& c) { s->WakeWaiting(c); });
+    }
     std::lock_guard<std::mutex> l(mu_);
     writer_ = std::move(w);
     writer_failed_ = false;
@@ -465,6 +468,9 @@ void HaMaster::Campaign() {
   } else {
     auto fresh = std::make_shared<MasterService>(options_.config);  // nothing replicated
     if (options_.events != nullptr) fresh->SetEventSink(options_.events);
+    if (server_ != nullptr) {
+      fresh->SetDiskWorkWaker([s = server_](const std::string& c) { s->WakeWaiting(c); });
+    }
     if (options_.before_serving) {
       Status p = options_.before_serving(fresh.get());
       if (!p.ok()) return StepDown("cannot serve: " + p.message());
@@ -579,7 +585,10 @@ void HaMaster::StepDown(const std::string& why) {
     m = master_;
     failure_ = why;
   }
-  if (m) m->SetEventSink(nullptr);  // a master that does not lead reports no events
+  if (m) {
+    m->SetEventSink(nullptr);  // a master that does not lead reports no events
+    m->SetDiskWorkWaker(nullptr);  // nor wakes offload fetches (the server may stop next)
+  }
   if (w) {
     m->SetChangeSink(nullptr);  // waits for a change being logged; none is logged after
     w->Stop();

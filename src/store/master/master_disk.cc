@@ -155,6 +155,7 @@ void MasterService::DiskForgetLocked(const std::string& key) {
     Disk& disk = *d->second;
     disk.keys -= std::min<uint64_t>(disk.keys, 1);
     disk.bytes -= std::min(disk.bytes, it->second.size);
+    if (disk.removals.empty() && disk_waker_) disk_waker_(disk.client_id);
     if (disk.removals.size() >= kMaxRemovalsPerDisk) {
       disk.removals.pop_front();
       ++disk.removals_base;
@@ -203,6 +204,9 @@ bool MasterService::QueueOffloadLocked(const std::string& key, const Object& obj
       ++counters_.disk.queue_full;
       return false;
     }
+    // An empty queue: the disk's client may be waiting for work (a fetch finding any takes
+    // it all, up to its bounds, and asks again at once).
+    if (d.queue.empty() && disk_waker_) disk_waker_(d.client_id);
     d.queue.emplace_back(key, obj.version);
     d.queued[key] = obj.version;  // an older version's entry, if any, is now stale
     ++counters_.disk.queued;
@@ -278,6 +282,7 @@ bool MasterService::FillDiskLocked(const std::string& key, bool count_read,
         it->second.reads >= config_.offload.promotion_threshold &&
         owner.promotions.size() < config_.offload.promotion_queue_limit &&
         objects_.find(key) == objects_.end() && owner.promoting.insert(key).second) {
+      if (owner.promotions.empty() && disk_waker_) disk_waker_(owner.client_id);
       owner.promotions.emplace_back(key, it->second.version);
       ++counters_.disk.promotions_queued;
     }

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "store/master/master_rpc.h"
 #include "store/master/master_service_test_fixture.h"
+#include "store/rpc/rpc_server.h"
 
 namespace mooncake {
 namespace store {
@@ -527,6 +529,86 @@ TEST_F(MasterDiskTest, TheQueueIsBounded) {
   for (int i = 0; i < 5; ++i) ASSERT_EQ(Put("c1", "k" + std::to_string(i), 100), kOk);
   EXPECT_EQ(Ping("c1").offload_waiting(), 2u);
   EXPECT_EQ(Metrics()["master_offload_queue_full_total"], 3u);
+}
+
+}  // namespace
+}  // namespace store
+}  // namespace mooncake
+
+namespace mooncake {
+namespace store {
+namespace {
+
+// The long poll's side at the master: the disk's client is woken when its disk gets work
+// where it had none (objects, removals), and ServeMasterRpc lets an OffloadFetch with
+// nothing to send wait only when it asks to and a waker is set.
+class MasterDiskWakeTest : public MasterDiskTest {
+ protected:
+  void Wake() {
+    master_->SetDiskWorkWaker([this](const std::string& c) { woken_.push_back(c); });
+  }
+  // ServeMasterRpc's answer to an OffloadFetch of `client` asking to wait `wait_ms`.
+  RpcStatus ServeFetch(const std::string& client, uint32_t wait_ms, rpc::OffloadFetchResponse* resp,
+                       std::string* raw) {
+    rpc::OffloadFetchRequest req;
+    req.set_client_id(client);
+    req.set_wait_ms(wait_ms);
+    const std::string wire = req.SerializeAsString();
+    raw->clear();
+    const RpcStatus st = ServeMasterRpc(master_.get(), static_cast<uint16_t>(MasterMethod::kOffloadFetch),
+                                        wire.data(), wire.size(), raw);
+    if (st == RpcStatus::kOk) {
+      EXPECT_TRUE(resp->ParseFromString(*raw));
+    }
+    return st;
+  }
+  std::vector<std::string> woken_;
+};
+
+TEST_F(MasterDiskWakeTest, AClientIsWokenWhenItsDiskGetsWorkWhereItHadNone) {
+  MakeOffload();
+  Wake();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 1 << 20), kOk);
+  ASSERT_EQ(Mount("c2", "seg2", 0x20000000, 1 << 20), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  // Puts land in c1's or c2's segment; only c1 has a disk, woken once for its first object.
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(Put("w", "k" + std::to_string(i), 100), kOk);
+  ASSERT_GE(Ping("c1").offload_waiting(), 1u);
+  EXPECT_EQ(woken_, std::vector<std::string>{"c1"});
+  auto keys = OffloadAll("c1");
+  ASSERT_FALSE(keys.empty());
+  woken_.clear();
+  // Its queue empty again: the next object wakes it again.
+  for (int i = 8; i < 16 && woken_.empty(); ++i) ASSERT_EQ(Put("w", "k" + std::to_string(i), 100), kOk);
+  EXPECT_EQ(woken_, std::vector<std::string>{"c1"});
+  (void)OffloadAll("c1");
+  woken_.clear();
+  // A removal of what its disk holds wakes it (none were pending).
+  ASSERT_EQ(Remove(keys[0], true), kOk);
+  EXPECT_EQ(woken_, std::vector<std::string>{"c1"});
+}
+
+TEST_F(MasterDiskWakeTest, AFetchWithNothingWaitsOnlyWhenItAsksAndAWakerIsSet) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 1 << 20), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  rpc::OffloadFetchResponse resp;
+  std::string raw;
+  // No waker (a master whose server cannot wake it): answered now, even asked to wait.
+  EXPECT_EQ(ServeFetch("c1", 100, &resp, &raw), RpcStatus::kOk);
+  EXPECT_EQ(resp.items_size(), 0);
+  Wake();
+  // Not asked to wait: answered now.
+  EXPECT_EQ(ServeFetch("c1", 0, &resp, &raw), RpcStatus::kOk);
+  // Asked, nothing to send: waits on the client's id.
+  EXPECT_EQ(ServeFetch("c1", 100, &resp, &raw), RpcServer::kWaitForWake);
+  EXPECT_NE(raw.find("c1"), std::string::npos);
+  // Work queued: answered with it.
+  ASSERT_EQ(Put("w", "k", 100), kOk);
+  EXPECT_EQ(ServeFetch("c1", 100, &resp, &raw), RpcStatus::kOk);
+  EXPECT_EQ(resp.items_size(), 1);
+  // A client without a disk is told so at once, never kept waiting.
+  EXPECT_EQ(ServeFetch("nobody", 100, &resp, &raw), RpcStatus::kOk);
 }
 
 }  // namespace

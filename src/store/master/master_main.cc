@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
   mooncake::store::RpcServer::Options rpc_options;
   rpc_options.threads = rpc_threads;
   rpc_options.slow = &mooncake::store::IsSlowMasterMethod;
+  rpc_options.max_wait = std::chrono::milliseconds(1000);  // OffloadFetch's long poll
   if (ha_ptr != nullptr) {
     // Replies wait until their changes are durable in etcd (ha_master.h).
     rpc_options.hold_position = [ha_ptr](uint16_t method, mooncake::store::RpcStatus st) {
@@ -199,6 +200,10 @@ int main(int argc, char** argv) {
         if (ha_ptr != nullptr) return ha_ptr->Serve(method, data, n, out);
         return mooncake::store::ServeMasterRpc(alone_ptr, method, data, n, out);
       });
+  if (alone_ptr != nullptr) {
+    // Offload fetches wait for work instead of polling (cleared before the server stops).
+    alone_ptr->SetDiskWorkWaker([&server](const std::string& client) { server.WakeWaiting(client); });
+  }
   started = server.Start(FLAGS_rpc_address, rpc_port);
   if (!started.ok()) return Fail(started.message() + " (choose another port with --rpc_port)");
   if (ha_ptr != nullptr) ha_ptr->Start(&server);
@@ -235,6 +240,7 @@ int main(int argc, char** argv) {
   }
   LOG(INFO) << "Master service stopping";
   if (ha_ptr != nullptr) ha_ptr->Stop();  // steps down first: the lease is revoked
+  if (alone) alone->SetDiskWorkWaker(nullptr);
   server.Stop();
   if (alone) alone->SetEventSink(nullptr);
   http->SetKvEventsStatus(nullptr);

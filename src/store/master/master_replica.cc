@@ -28,6 +28,16 @@ void MasterService::SetEventSink(ObjectEventSink* events) {
   events_ = events;
 }
 
+void MasterService::SetDiskWorkWaker(std::function<void(const std::string&)> waker) {
+  MutexLock lock(&mu_);
+  disk_waker_ = std::move(waker);
+}
+
+bool MasterService::CanWakeDiskWork() const {
+  MutexLock lock(&mu_);
+  return static_cast<bool>(disk_waker_);
+}
+
 void MasterService::ForEachCompleteKey(const std::function<void(const std::string&)>& fn) const {
   MutexLock lock(&mu_);
   for (const auto& [key, obj] : objects_) {

@@ -9,6 +9,7 @@
 
 #include "master.pb.h"
 #include "mooncake/store/error_code.h"
+#include "store/rpc/rpc_server.h"
 
 namespace mooncake {
 namespace store {
@@ -101,6 +102,23 @@ RpcStatus ServeInto(const char* data, size_t n, std::string* out, const char* na
   return RpcStatus::kOk;
 }
 
+// OffloadFetch: with nothing to send and the request willing to wait, the call waits on the
+// server for the client's disk to get work (MasterService::SetDiskWorkWaker wakes it).
+RpcStatus ServeOffloadFetch(const char* data, size_t n, std::string* out, MasterService* m) {
+  google::protobuf::Arena arena(ArenaFor(n));
+  auto* req = ParseOnArena<rpc::OffloadFetchRequest>(data, n, out, "OffloadFetch", &arena);
+  if (req == nullptr) return RpcStatus::kBadRequest;
+  const rpc::OffloadFetchResponse resp = m->OffloadFetch(*req);
+  if (req->wait_ms() > 0 && resp.code() == 0 && resp.items_size() == 0 &&
+      resp.removals_size() == 0 && resp.promotions_size() == 0 && !resp.disk_unknown() &&
+      m->CanWakeDiskWork()) {
+    RpcServer::AskToWait(out, req->client_id(), std::chrono::milliseconds(req->wait_ms()));
+    return RpcServer::kWaitForWake;
+  }
+  resp.AppendToString(out);
+  return RpcStatus::kOk;
+}
+
 #define MC_METHOD(Name, Req)                                                             \
   case MasterMethod::k##Name:                                                            \
     return Serve<rpc::Req>(data, n, out, #Name,                                          \
@@ -135,7 +153,8 @@ RpcStatus Dispatch(MasterService* master, uint16_t method, const char* data, siz
     MC_METHOD(FetchTasks, FetchTasksRequest);
     MC_METHOD(FinishTask, FinishTaskRequest);
     MC_METHOD(MountLocalDisk, MountLocalDiskRequest);
-    MC_METHOD(OffloadFetch, OffloadFetchRequest);
+    case MasterMethod::kOffloadFetch:
+      return ServeOffloadFetch(data, n, out, master);
     MC_METHOD(OffloadDone, OffloadDoneRequest);
     MC_METHOD(EvictDisk, EvictDiskRequest);
     case MasterMethod::kOffloadRead:

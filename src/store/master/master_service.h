@@ -261,6 +261,12 @@ class MasterService {
   // Object events from now on go to `events` (null: none); a standby reports none (Apply
   // makes no events), so the HA layer sets it on the master it promotes.
   void SetEventSink(ObjectEventSink* events);
+  // Called (under the master's lock: it must not call the master) with a client's id when
+  // its disk gets work where it had none (objects to write, removals, promotions), so that
+  // an OffloadFetch waiting for it (RpcServer::WakeWaiting) is answered at once. Null: none;
+  // OffloadFetch then never waits (CanWakeDiskWork).
+  void SetDiskWorkWaker(std::function<void(const std::string& client_id)> waker);
+  bool CanWakeDiskWork() const;
   // Calls fn(key) for every complete object, under the lock (fn must not call the master).
   void ForEachCompleteKey(const std::function<void(const std::string&)>& fn) const;
   // The sequence number of the last entry this thread's calls appended since the last take
@@ -472,6 +478,7 @@ class MasterService {
   mutable Mutex mu_;  // every member below
   ChangeSink* sink_ MC_GUARDED_BY(mu_) = nullptr;
   ObjectEventSink* events_ MC_GUARDED_BY(mu_) = nullptr;
+  std::function<void(const std::string&)> disk_waker_ MC_GUARDED_BY(mu_);
   uint64_t next_version_ MC_GUARDED_BY(mu_) = 1;  // above every version given or applied
                                                   // (the constructor says where it starts)
   bool standby_ MC_GUARDED_BY(mu_) = false;
