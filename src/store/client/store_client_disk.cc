@@ -13,10 +13,17 @@ namespace mooncake {
 namespace store {
 namespace {
 
-// How often an idle offload worker asks the master for work (one OffloadFetch, as cheap as
-// a ping; 20 a second per client with a disk). A burst's first bucket waits for it: a
-// 512 MiB burst of 1 MiB puts into a 128 MiB holder offloaded at 0.84-0.93 GB/s with 200 ms,
-// 1.08-1.19 with 50 ms, 1.05-1.26 with 20 ms (bench/disk_tier_bench.py, 2026-12-05).
+// An idle offload worker's OffloadFetch waits at the master up to kOffloadWait for this
+// client's disk to get work and is answered as soon as it has some (a long poll:
+// RpcServer::WakeWaiting), so a burst's first bucket starts within a round trip of its first
+// put. A master that does not wait (an older one) is asked again every kOffloadPoll, as
+// before the long poll: a burst's first bucket then waits up to that long (a 512 MiB burst
+// of 1 MiB puts into a 128 MiB holder offloaded at 0.84-0.93 GB/s with 200 ms, 1.08-1.19
+// with 50 ms, 1.05-1.26 with 20 ms: bench/disk_tier_bench.py, 2026-12-05). Close waits for
+// a fetch in flight: up to kOffloadWait. A turn that waited pokes the next at once, so the
+// worker always has a fetch waiting, and what it checks each turn (dropped keys to report,
+// the disk's watermarks) is checked at least every kOffloadWait.
+constexpr std::chrono::milliseconds kOffloadWait{100};
 constexpr std::chrono::milliseconds kOffloadPoll{50};
 
 // The host of an engine segment name: "host:port", "[v6]:port" or "host".
@@ -73,9 +80,8 @@ int StoreClient::Impl::StartDisk(std::string* message) {
                    : "enable_ssd_offload: mounting the disk at the master failed";
     return rc;
   }
-  // Poked by the heartbeat when the master holds work for this disk, and asking on its own
-  // every kOffloadPoll: a burst of puts into a pool full of objects waiting for this disk
-  // would otherwise wait up to a heartbeat (1 s) for the first write.
+  // Turn after turn, each waiting at the master for work (kOffloadWait), else every
+  // kOffloadPoll; poked by the heartbeat when the master holds work for this disk.
   offload_worker = std::make_unique<Worker>([this] { RunOffload(); }, kOffloadPoll);
   offload_worker->Start();
   LOG(INFO) << "disk tier: store " << disk->id() << " over " << cfg->roots.size()
@@ -228,6 +234,9 @@ void StoreClient::Impl::RunOffload(bool final) {
     }
   }
   const auto until = std::chrono::steady_clock::now() + opt.rpc_timeout;
+  // The long poll's wait, well inside the call's own timeout; none for Close's last run.
+  const auto wait = final ? std::chrono::milliseconds(0)
+                          : std::min(kOffloadWait, opt.rpc_timeout / 4);
   bool worked = false;
   int idle_polls = 0;
   for (int round = 0; round < 10000 && (final ? std::chrono::steady_clock::now() < until
@@ -241,9 +250,12 @@ void StoreClient::Impl::RunOffload(bool final) {
     req.set_max_bytes(std::min<uint64_t>(cfg.bucket_size_limit,
                                          std::max<uint64_t>(opt.global_segment_size / 4, 1)));
     req.set_removals_done(removals_done);
+    req.set_wait_ms(static_cast<uint32_t>(wait.count()));
     rpc::OffloadFetchResponse resp;
+    const auto asked = std::chrono::steady_clock::now();
     if (Status fs = master->OffloadFetch(req, &resp); !fs.ok()) {
-      // The worker asks every 50 ms: a master away is said once every 10 s, not each time.
+      // The worker asks again every kOffloadPoll: a master away is said once every 10 s,
+      // not each time.
       const auto now = std::chrono::steady_clock::now();
       if (now - offload_fetch_logged >= std::chrono::seconds(10)) {
         offload_fetch_logged = now;
@@ -271,9 +283,15 @@ void StoreClient::Impl::RunOffload(bool final) {
     for (const auto& p : resp.promotions()) Promote(p.key(), p.version(), p.size());
     if (resp.items_size() == 0) {
       if (resp.removals_size() > 0 || resp.promotions_size() > 0) continue;
-      // After work, stay a little: puts arriving while the pool is full of objects waiting
-      // for this disk would otherwise wait for the next heartbeat.
-      if (worked && idle_polls++ < 25 && !final) {
+      if (final) break;
+      if (std::chrono::steady_clock::now() - asked >= wait / 2) {
+        offload_worker->Poke();  // it waited for work: the next turn waits again at once
+        break;
+      }
+      // A master that answers at once (no long poll): after work, asked again every 20 ms
+      // for a while (puts arriving while the pool is full of objects waiting for this disk
+      // would otherwise wait for the next heartbeat), else every kOffloadPoll.
+      if (worked && idle_polls++ < 25) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
