@@ -241,7 +241,15 @@ int StoreClient::Impl::Close() {
   if (task_worker) task_worker->Stop();  // a task running ends first (engine timeouts bound it)
   if (offload_worker) {
     // What waits for this client's disk is written before its memory leaves (bounded by
-    // rpc_timeout): a restart on the same directory finds it.
+    // rpc_timeout): a restart on the same directory finds it. The worker's fetch waiting at
+    // the master (a long poll) is answered first, so the worker stops at once.
+    if (offload_master_waits.load() && master) {
+      rpc::OffloadFetchRequest end;
+      end.set_client_id(client_id);
+      end.set_end_wait(true);
+      rpc::OffloadFetchResponse ended;
+      (void)master->OffloadFetch(end, &ended);
+    }
     offload_worker->Stop();
     if (disk_mounted.load() && !disk_unmounted.load() && master) RunOffload(/*final=*/true);
   }

@@ -222,6 +222,9 @@ class StoreClient::Impl {
   std::unique_ptr<OffloadService> offload_service;
   disk::IoHelper offload_io;  // RunOffload's bucket writes (the worker's, then Close's)
   std::unique_ptr<Worker> offload_worker;
+  // The master has held an offload fetch waiting (a long poll): Close ends its wait
+  // (OffloadFetchRequest.end_wait) before it stops the worker.
+  std::atomic<bool> offload_master_waits{false};
   std::atomic<uint64_t> offload_rpc_reads{0};
   std::atomic<uint64_t> offloaded{0};
   std::atomic<bool> disk_mounted{false};

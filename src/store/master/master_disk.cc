@@ -2,6 +2,7 @@
 // for them, the disk replicas they report, and what readers are told of them.
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include <glog/logging.h>
 
@@ -288,6 +289,21 @@ bool MasterService::FillDiskLocked(const std::string& key, bool count_read,
     }
   }
   return true;
+}
+
+void MasterService::EndDiskWait(const std::string& client_id) {
+  MutexLock lock(&mu_);
+  auto it = disk_of_client_.find(client_id);
+  if (it == disk_of_client_.end()) return;
+  disks_.at(it->second)->wait_ended = true;
+  if (disk_waker_) disk_waker_(client_id);  // its waiting fetch runs again and sees the flag
+}
+
+bool MasterService::TakeDiskWaitEnded(const std::string& client_id) {
+  MutexLock lock(&mu_);
+  auto it = disk_of_client_.find(client_id);
+  if (it == disk_of_client_.end()) return false;
+  return std::exchange(disks_.at(it->second)->wait_ended, false);
 }
 
 uint32_t MasterService::OffloadWaitingLocked(const std::string& client) const {

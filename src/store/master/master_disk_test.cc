@@ -549,10 +549,11 @@ class MasterDiskWakeTest : public MasterDiskTest {
   }
   // ServeMasterRpc's answer to an OffloadFetch of `client` asking to wait `wait_ms`.
   RpcStatus ServeFetch(const std::string& client, uint32_t wait_ms, rpc::OffloadFetchResponse* resp,
-                       std::string* raw) {
+                       std::string* raw, bool end_wait = false) {
     rpc::OffloadFetchRequest req;
     req.set_client_id(client);
     req.set_wait_ms(wait_ms);
+    req.set_end_wait(end_wait);
     const std::string wire = req.SerializeAsString();
     raw->clear();
     const RpcStatus st = ServeMasterRpc(master_.get(), static_cast<uint16_t>(MasterMethod::kOffloadFetch),
@@ -609,6 +610,28 @@ TEST_F(MasterDiskWakeTest, AFetchWithNothingWaitsOnlyWhenItAsksAndAWakerIsSet) {
   EXPECT_EQ(resp.items_size(), 1);
   // A client without a disk is told so at once, never kept waiting.
   EXPECT_EQ(ServeFetch("nobody", 100, &resp, &raw), RpcStatus::kOk);
+}
+
+TEST_F(MasterDiskWakeTest, AClosingClientEndsItsWaitAndFetchesNothing) {
+  MakeOffload();
+  ASSERT_EQ(Mount("c1", "seg1", 0x10000000, 1 << 20), kOk);
+  ASSERT_EQ(MountDisk("c1", kStore1).code(), kOk);
+  Wake();
+  rpc::OffloadFetchResponse resp;
+  std::string raw;
+  ASSERT_EQ(ServeFetch("c1", 100, &resp, &raw), RpcServer::kWaitForWake);
+  // Close's end_wait: the waiting fetch is woken, and its rerun answers at once (once).
+  EXPECT_EQ(ServeFetch("c1", 0, &resp, &raw, /*end_wait=*/true), RpcStatus::kOk);
+  EXPECT_EQ(resp.items_size(), 0);
+  EXPECT_EQ(woken_, std::vector<std::string>{"c1"});
+  EXPECT_EQ(ServeFetch("c1", 100, &resp, &raw), RpcStatus::kOk);
+  EXPECT_EQ(ServeFetch("c1", 100, &resp, &raw), RpcServer::kWaitForWake);
+  // It fetches nothing: work queued stays for the writer.
+  ASSERT_EQ(Put("w", "k", 100), kOk);
+  EXPECT_EQ(ServeFetch("c1", 0, &resp, &raw, /*end_wait=*/true), RpcStatus::kOk);
+  EXPECT_EQ(resp.items_size(), 0);
+  EXPECT_EQ(Ping("c1").offload_waiting(), 1u);
+  EXPECT_EQ(Fetch("c1").items_size(), 1);
 }
 
 }  // namespace

@@ -108,10 +108,17 @@ RpcStatus ServeOffloadFetch(const char* data, size_t n, std::string* out, Master
   google::protobuf::Arena arena(ArenaFor(n));
   auto* req = ParseOnArena<rpc::OffloadFetchRequest>(data, n, out, "OffloadFetch", &arena);
   if (req == nullptr) return RpcStatus::kBadRequest;
+  if (req->end_wait()) {  // a closing client: nothing fetched (its writer may still run)
+    m->EndDiskWait(req->client_id());
+    rpc::OffloadFetchResponse done;
+    done.set_code(ToInt(ErrorCode::OK));
+    done.AppendToString(out);
+    return RpcStatus::kOk;
+  }
   const rpc::OffloadFetchResponse resp = m->OffloadFetch(*req);
   if (req->wait_ms() > 0 && resp.code() == 0 && resp.items_size() == 0 &&
       resp.removals_size() == 0 && resp.promotions_size() == 0 && !resp.disk_unknown() &&
-      m->CanWakeDiskWork()) {
+      m->CanWakeDiskWork() && !m->TakeDiskWaitEnded(req->client_id())) {
     RpcServer::AskToWait(out, req->client_id(), std::chrono::milliseconds(req->wait_ms()));
     return RpcServer::kWaitForWake;
   }

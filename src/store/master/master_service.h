@@ -267,6 +267,10 @@ class MasterService {
   // OffloadFetch then never waits (CanWakeDiskWork).
   void SetDiskWorkWaker(std::function<void(const std::string& client_id)> waker);
   bool CanWakeDiskWork() const;
+  // OffloadFetchRequest.end_wait: the client's waiting fetch answered now, and its next one
+  // not kept waiting (ServeOffloadFetch asks TakeDiskWaitEnded before it lets one wait).
+  void EndDiskWait(const std::string& client_id);
+  bool TakeDiskWaitEnded(const std::string& client_id);
   // Calls fn(key) for every complete object, under the lock (fn must not call the master).
   void ForEachCompleteKey(const std::function<void(const std::string&)>& fn) const;
   // The sequence number of the last entry this thread's calls appended since the last take
