@@ -19,10 +19,11 @@ namespace {
 // put. A master that does not wait (an older one) is asked again every kOffloadPoll, as
 // before the long poll: a burst's first bucket then waits up to that long (a 512 MiB burst
 // of 1 MiB puts into a 128 MiB holder offloaded at 0.84-0.93 GB/s with 200 ms, 1.08-1.19
-// with 50 ms, 1.05-1.26 with 20 ms: bench/disk_tier_bench.py, 2026-12-05). Close ends the
-// wait of a fetch in flight (OffloadFetchRequest.end_wait) before it stops the worker. A turn that waited pokes the next at once, so the
-// worker always has a fetch waiting, and what it checks each turn (dropped keys to report,
-// the disk's watermarks) is checked at least every kOffloadWait.
+// with 50 ms, 1.05-1.26 with 20 ms: bench/disk_tier_bench.py, 2026-12-05). A turn that
+// waited pokes the next at once, so the worker always has a fetch waiting, and what it
+// checks each turn (dropped keys to report, the disk's watermarks) is checked at least every
+// kOffloadWait. Close ends the wait of a fetch in flight (OffloadFetchRequest.end_wait)
+// before it stops the worker.
 constexpr std::chrono::milliseconds kOffloadWait{100};
 constexpr std::chrono::milliseconds kOffloadPoll{50};
 
