@@ -19,6 +19,28 @@ void SetIfUnset(const char* name, const std::string& value, const std::string& f
   log->push_back(std::string(name) + "=" + value + (from.empty() ? "" : " (from " + from + ")"));
 }
 
+// The defaults that depend on nothing. setenv beside another thread's getenv is undefined
+// (setenv may move `environ`): a program loading UCX in one engine's Init while other threads
+// log (glog's mktime reads TZ) crashed in getenv (Load.SixtyFourEnginesOpenOneTargetAtOnce,
+// ucx_sm, under ASan in CI). So these are set once when this library is loaded, before any
+// engine's threads run; ApplyEnvironment then finds them set, and changes the environment
+// only for the MC_* variables a user set (RDMA settings).
+void SetDefaults(std::vector<std::string>* log) {
+  SetIfUnset("UCX_KEEPALIVE_INTERVAL", "1s", "", log);
+  SetIfUnset("UCX_ERROR_SIGNALS", "", "", log);
+  SetIfUnset("UCX_HANDLE_ERRORS", "none", "", log);
+  SetIfUnset("UCX_MEM_EVENTS", "no", "", log);
+  // UCX prints its warnings and errors on stdout unless told otherwise: the application's
+  // stdout is its own (a pipe of results, a protocol with a parent process), so they go to
+  // stderr beside this engine's log lines.
+  SetIfUnset("UCX_LOG_FILE", "stderr", "", log);
+}
+
+__attribute__((constructor)) void SetDefaultsAtLoad() {
+  std::vector<std::string> ignored;
+  SetDefaults(&ignored);
+}
+
 }  // namespace
 
 std::vector<std::string> ApplyEnvironment() {
@@ -44,14 +66,7 @@ std::vector<std::string> ApplyEnvironment() {
                "MC_IB_PCI_RELAXED_ORDERING", &log);
   }
   if (const char* v = Get("MC_RETRY_CNT")) SetIfUnset("UCX_RC_RETRY_COUNT", v, "MC_RETRY_CNT", &log);
-  SetIfUnset("UCX_KEEPALIVE_INTERVAL", "1s", "", &log);
-  SetIfUnset("UCX_ERROR_SIGNALS", "", "", &log);
-  SetIfUnset("UCX_HANDLE_ERRORS", "none", "", &log);
-  SetIfUnset("UCX_MEM_EVENTS", "no", "", &log);
-  // UCX prints its warnings and errors on stdout unless told otherwise: the application's
-  // stdout is its own (a pipe of results, a protocol with a parent process), so they go to
-  // stderr beside this engine's log lines.
-  SetIfUnset("UCX_LOG_FILE", "stderr", "", &log);
+  SetDefaults(&log);  // set at load already, unless the program unset them since
   return log;
 }
 
