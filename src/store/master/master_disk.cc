@@ -299,11 +299,12 @@ void MasterService::EndDiskWait(const std::string& client_id) {
   if (disk_waker_) disk_waker_(client_id);  // its waiting fetch runs again and sees the flag
 }
 
-bool MasterService::TakeDiskWaitEnded(const std::string& client_id) {
+bool MasterService::MayWaitForDiskWork(const std::string& client_id) {
   MutexLock lock(&mu_);
+  if (!disk_waker_) return false;  // nothing would wake it
   auto it = disk_of_client_.find(client_id);
   if (it == disk_of_client_.end()) return false;
-  return std::exchange(disks_.at(it->second)->wait_ended, false);
+  return !std::exchange(disks_.at(it->second)->wait_ended, false);
 }
 
 uint32_t MasterService::OffloadWaitingLocked(const std::string& client) const {

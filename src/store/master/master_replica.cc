@@ -33,11 +33,6 @@ void MasterService::SetDiskWorkWaker(std::function<void(const std::string&)> wak
   disk_waker_ = std::move(waker);
 }
 
-bool MasterService::CanWakeDiskWork() const {
-  MutexLock lock(&mu_);
-  return static_cast<bool>(disk_waker_);
-}
-
 void MasterService::ForEachCompleteKey(const std::function<void(const std::string&)>& fn) const {
   MutexLock lock(&mu_);
   for (const auto& [key, obj] : objects_) {

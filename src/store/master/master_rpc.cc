@@ -118,7 +118,7 @@ RpcStatus ServeOffloadFetch(const char* data, size_t n, std::string* out, Master
   const rpc::OffloadFetchResponse resp = m->OffloadFetch(*req);
   if (req->wait_ms() > 0 && resp.code() == 0 && resp.items_size() == 0 &&
       resp.removals_size() == 0 && resp.promotions_size() == 0 && !resp.disk_unknown() &&
-      m->CanWakeDiskWork() && !m->TakeDiskWaitEnded(req->client_id())) {
+      m->MayWaitForDiskWork(req->client_id())) {
     RpcServer::AskToWait(out, req->client_id(), std::chrono::milliseconds(req->wait_ms()));
     return RpcServer::kWaitForWake;
   }

@@ -263,14 +263,13 @@ class MasterService {
   void SetEventSink(ObjectEventSink* events);
   // Called (under the master's lock: it must not call the master) with a client's id when
   // its disk gets work where it had none (objects to write, removals, promotions), so that
-  // an OffloadFetch waiting for it (RpcServer::WakeWaiting) is answered at once. Null: none;
-  // OffloadFetch then never waits (CanWakeDiskWork).
+  // an OffloadFetch waiting for it (RpcServer::WakeWaiting) is answered at once. Null: none.
   void SetDiskWorkWaker(std::function<void(const std::string& client_id)> waker);
-  bool CanWakeDiskWork() const;
-  // OffloadFetchRequest.end_wait: the client's waiting fetch answered now, and its next one
-  // not kept waiting (ServeOffloadFetch asks TakeDiskWaitEnded before it lets one wait).
+  // Whether an OffloadFetch of `client_id` with nothing to send may wait for work: a waker is
+  // set, and the client has not ended its waits (EndDiskWait: one fetch after it answers now).
+  bool MayWaitForDiskWork(const std::string& client_id);
+  // OffloadFetchRequest.end_wait: the client's waiting fetch is woken and answered now.
   void EndDiskWait(const std::string& client_id);
-  bool TakeDiskWaitEnded(const std::string& client_id);
   // Calls fn(key) for every complete object, under the lock (fn must not call the master).
   void ForEachCompleteKey(const std::function<void(const std::string&)>& fn) const;
   // The sequence number of the last entry this thread's calls appended since the last take

@@ -93,7 +93,8 @@ struct MasterService::Disk {
   // --promotion_on_hit: keys (and the version on this disk) to bring back to memory.
   std::deque<std::pair<std::string, uint64_t>> promotions;
   std::unordered_set<std::string> promoting;
-  // The client is closing (OffloadFetchRequest.end_wait): its next fetch does not wait.
+  // The client is closing (OffloadFetchRequest.end_wait): its next fetch does not wait
+  // (MayWaitForDiskWork).
   bool wait_ended = false;
   uint64_t keys = 0, bytes = 0;  // its disk replicas
   MasterService::Clock::time_point detached_at{};
