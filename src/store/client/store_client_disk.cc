@@ -26,6 +26,13 @@ namespace {
 // before it stops the worker.
 constexpr std::chrono::milliseconds kOffloadWait{100};
 constexpr std::chrono::milliseconds kOffloadPoll{50};
+// A promotion the master found no room for (its pool full of objects waiting for this disk,
+// offload_on_evict) is tried again after each bucket write this client reports, which frees
+// their memory, else every kPromotionRetry; after kPromotionKeep it is let go (a later read
+// queues it again). At most kPromotionsKept wait (the master's queue is bounded too).
+constexpr std::chrono::milliseconds kPromotionRetry{500};
+constexpr std::chrono::seconds kPromotionKeep{30};
+constexpr size_t kPromotionsKept = 1024;
 
 // The host of an engine segment name: "host:port", "[v6]:port" or "host".
 std::string HostOf(const std::string& name) {
@@ -281,7 +288,13 @@ void StoreClient::Impl::RunOffload(bool final) {
       if (!disk->RemoveUpTo(rm).ok()) break;  // not durable: not acknowledged, sent again
       removals_done = resp.removals_end();
     }
-    for (const auto& p : resp.promotions()) Promote(p.key(), p.version(), p.size());
+    for (const auto& p : resp.promotions()) {
+      if (Promote(p.key(), p.version(), p.size())) continue;
+      if (refused_promotions.size() >= kPromotionsKept) refused_promotions.pop_front();
+      refused_promotions.push_back(
+          {p.key(), p.version(), p.size(), std::chrono::steady_clock::now()});
+    }
+    if (!final) RetryPromotions(false);
     if (resp.items_size() == 0) {
       if (resp.removals_size() > 0 || resp.promotions_size() > 0) continue;
       if (final) break;
@@ -382,15 +395,29 @@ void StoreClient::Impl::RunOffload(bool final) {
       }
     }
     if (!refused.empty()) (void)disk->RemoveUpTo(refused);
+    if (!final) RetryPromotions(true);  // their memory is free now: room for promotions
   }
   if (!closed.load()) {
     if (const uint64_t excess = disk->WatermarkExcess(); excess > 0) EvictFromDisk(this, excess);
   }
 }
 
-void StoreClient::Impl::Promote(const std::string& key, uint64_t version, uint64_t size) {
+void StoreClient::Impl::RetryPromotions(bool after_write) {
+  if (refused_promotions.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!after_write && now - promotions_tried < kPromotionRetry) return;
+  promotions_tried = now;
+  std::deque<RefusedPromotion> again;
+  again.swap(refused_promotions);
+  for (auto& p : again) {
+    if (closed.load() || now - p.since >= kPromotionKeep) continue;
+    if (!Promote(p.key, p.version, p.size)) refused_promotions.push_back(std::move(p));
+  }
+}
+
+bool StoreClient::Impl::Promote(const std::string& key, uint64_t version, uint64_t size) {
   auto on_disk = disk->Size(key);
-  if (!on_disk.ok() || *on_disk != size) return;  // not this value (a master's mistake)
+  if (!on_disk.ok() || *on_disk != size) return true;  // not this value (a master's mistake)
   rpc::PutStartRequest req;
   req.set_client_id(client_id);
   req.set_promote_version(version);
@@ -402,8 +429,13 @@ void StoreClient::Impl::Promote(const std::string& key, uint64_t version, uint64
   rpc::PutStartResponse resp;
   if (Checked("PutStart (promotion)", master->PutStart(req, &resp)) != 0 || resp.code() != 0 ||
       resp.results_size() != 1 || resp.results(0).code() != 0) {
-    VLOG(1) << "disk tier: promotion of " << key << " not started";
-    return;
+    // No room: tried again later. Otherwise (the master away, a memory replica again,
+    // a newer value, the key gone) there is nothing to promote.
+    const bool no_room = resp.results_size() == 1 &&
+                         resp.results(0).code() == ToInt(ErrorCode::NO_AVAILABLE_HANDLE);
+    VLOG(1) << "disk tier: promotion of " << key << " not started"
+            << (no_room ? " (no room yet)" : "");
+    return !no_room;
   }
   // The value from the disk (checked) into the new replica: read straight into it when it
   // lies in this client's own segment, else staged and written with the engine.
@@ -439,6 +471,7 @@ void StoreClient::Impl::Promote(const std::string& key, uint64_t version, uint64
   rpc::CodesResponse done;
   (void)Checked("PutEnd (promotion)",
                 ok ? master->PutEnd(end, &done) : master->PutRevoke(end, &done));
+  return true;
 }
 
 void StoreClient::Impl::CloseDisk() {

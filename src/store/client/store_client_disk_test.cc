@@ -326,6 +326,73 @@ TEST(StoreClientDiskPromotion, AnObjectReadOftenFromDiskComesBackToMemoryByteExa
   EXPECT_EQ(b->offload_rpc_reads(), before);
 }
 
+// A promotion the owner's pool has no room for (here every byte hard-pinned) is kept by the
+// owner and tried again: once room comes (a pinned object removed), the object is back in
+// memory without another read.
+TEST(StoreClientDiskPromotion, APromotionRefusedForRoomIsTriedAgainWhenRoomComes) {
+  ::setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "67108864", 1);
+  ::setenv("MOONCAKE_OFFLOAD_FSYNC", "none", 1);
+  MasterConfig c = OffloadMaster();
+  c.offload.promotion_on_hit = true;
+  c.offload.promotion_threshold = 1;
+  auto master = std::make_shared<InProcessMaster>(c);
+  TempDir d;
+  StoreClientOptions o;
+  o.local_hostname = "127.0.0.1";
+  o.global_segment_size = 4 * MiB;
+  o.master = master;
+  o.heartbeat_interval = milliseconds(50);
+  o.enable_offload = true;
+  o.offload_path = d.path();
+  int code = 0;
+  std::string msg;
+  auto a = StoreClient::Create(o, &code, &msg);
+  ASSERT_NE(a, nullptr) << msg;
+  auto b = testing::MakeClient(master, 0);
+  std::vector<char> value = Bytes(MiB, 77);
+  ASSERT_EQ(b->Put("cold", {{value.data(), MiB}}, ReplicateConfig{}), 0);
+  auto where = [&](const std::string& k) {
+    auto r = b->BatchQueryReplicas({k});
+    bool mem = false, disk = false;
+    for (const auto& x : r[0].replicas) (x.disk ? disk : mem) = true;
+    return std::make_pair(mem, disk);
+  };
+  ASSERT_TRUE(WaitFor([&] { return where("cold").second; }));  // written to the disk
+  // Pinned objects push it out of memory and then hold every MiB of the pool.
+  ReplicateConfig pinned;
+  pinned.with_hard_pin = true;
+  std::vector<char> filler = Bytes(MiB, 5);
+  int pins = 0;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       pins < 4 && std::chrono::steady_clock::now() < until;) {
+    if (b->Put("pin" + std::to_string(pins), {{filler.data(), MiB}}, pinned) == 0) {
+      ++pins;
+    } else {
+      std::this_thread::sleep_for(milliseconds(20));  // "cold" leaves once its lease ends
+    }
+  }
+  ASSERT_GE(pins, 3);
+  ASSERT_EQ(where("cold"), std::make_pair(false, true));
+  std::vector<char> out(MiB);
+  ASSERT_EQ(b->Get("cold", {{out.data(), MiB}}), static_cast<int64_t>(MiB));  // from the disk
+  EXPECT_EQ(out, value);
+  // Handed to the owner, refused for room: still disk-only while the pool stays full.
+  ASSERT_TRUE(WaitFor([&] {
+    return master->service().MetricsText().find("master_promotion_started_total 1") !=
+           std::string::npos;
+  }));
+  std::this_thread::sleep_for(milliseconds(700));
+  ASSERT_EQ(where("cold"), std::make_pair(false, true));
+  // Room again: promoted without another read.
+  ASSERT_EQ(b->Remove("pin0"), 0);
+  EXPECT_TRUE(WaitFor([&] { return where("cold").first; }, 5000));
+  const uint64_t before = b->offload_rpc_reads();
+  std::fill(out.begin(), out.end(), 0);
+  ASSERT_EQ(b->Get("cold", {{out.data(), MiB}}), static_cast<int64_t>(MiB));
+  EXPECT_EQ(out, value);
+  EXPECT_EQ(b->offload_rpc_reads(), before);  // from memory
+}
+
 }  // namespace
 }  // namespace store
 }  // namespace mooncake

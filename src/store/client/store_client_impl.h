@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -204,7 +205,11 @@ class StoreClient::Impl {
   // final: Close's last run (ends with the queue, or after rpc_timeout).
   void RunOffload(bool final = false);
   // --promotion_on_hit: the disk's value of `key` back into memory (a put of that version).
-  void Promote(const std::string& key, uint64_t version, uint64_t size);
+  // A promotion the master handed this disk's owner: its value read back into memory.
+  // False when the master found no room for it (the pool full of objects waiting for
+  // this disk, say): RunOffload keeps it and tries again (RetryPromotions).
+  bool Promote(const std::string& key, uint64_t version, uint64_t size);
+  void RetryPromotions(bool after_write);
   // Reads keys[i] (i in `which`, each with a disk replica in its result) from their owners'
   // disks into parts[i]: out[i] the size or a negative code (store_client_disk_read.cc).
   void ReadFromDisks(const std::vector<std::string>& keys, const std::vector<size_t>& which,
@@ -232,6 +237,15 @@ class StoreClient::Impl {
   std::atomic<int64_t> disk_unmount_at_ns{0};  // its grace's end (steady clock; 0: none)
   int SendDiskMount(bool offloading, bool unmount);
   uint64_t removals_done = 0;  // the offload worker's
+  // Promotions refused for room, tried again after each bucket write reported (room freed)
+  // and at most every kPromotionRetry otherwise, for kPromotionKeep; the offload worker's.
+  struct RefusedPromotion {
+    std::string key;
+    uint64_t version, size;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::deque<RefusedPromotion> refused_promotions;
+  std::chrono::steady_clock::time_point promotions_tried;
   std::chrono::steady_clock::time_point last_disk_check;  // the heartbeat's
   // When RunOffload last logged a failed OffloadFetch (the offload worker's; Close's last
   // run comes after the worker stopped).
