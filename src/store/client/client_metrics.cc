@@ -224,6 +224,14 @@ void ClientMetrics::ObserveOp(OpKind kind, const char* op_name, uint64_t bytes, 
   DLOG(WARNING) << "client metrics: unknown op_name " << op_name;
 }
 
+void ClientMetrics::ObserveSsd(OpKind kind, uint64_t keys, uint64_t bytes, uint64_t us) {
+  for (Op* op : {kind == OpKind::kRead ? &ssd_read_ : &ssd_write_, &ssd_total_}) {
+    op->count.fetch_add(keys, std::memory_order_relaxed);
+    op->bytes.fetch_add(bytes, std::memory_order_relaxed);
+    op->latency.Observe(us);
+  }
+}
+
 std::string ClientMetrics::Labels(const char* extra_name, const char* extra_value) const {
   // Upstream orders static labels by name, then the dynamic one.
   std::string l = "{client_mode=\"" + PromLabelValue(client_mode_) + "\"";
@@ -305,6 +313,25 @@ std::string ClientMetrics::Prometheus() const {
            "histogram", &out);
     out += lat;
   }
+  struct Ssd {
+    const char* name;
+    const char* what;
+    const Op* op;
+  };
+  for (const Ssd& d : {Ssd{"read", "read from", &ssd_read_}, Ssd{"write", "written to", &ssd_write_},
+                       Ssd{"total", "read from and written to", &ssd_total_}}) {
+    const std::string base = std::string("mooncake_ssd_") + d.name;
+    Header((base + "_bytes_total").c_str(), (std::string("Bytes ") + d.what + " SSD").c_str(),
+           "counter", &out);
+    Sample(base + "_bytes_total", labels, d.op->bytes.load(std::memory_order_relaxed), &out);
+    Header((base + "_ops_total").c_str(),
+           (std::string("Objects (keys) ") + d.what + " SSD").c_str(), "counter", &out);
+    Sample(base + "_ops_total", labels, d.op->count.load(std::memory_order_relaxed), &out);
+    Header((base + "_latency_us").c_str(),
+           "SSD latency per batch (us): a bucket written, a batch of records read", "histogram",
+           &out);
+    d.op->latency.Write(base + "_latency_us", labels, &out);
+  }
   return out;
 }
 
@@ -351,6 +378,13 @@ std::string ClientMetrics::Summary() const {
              ops[i].latency.Tail() + "\n";
     }
     if (!seen) out += "No data\n";
+  }
+  out += "\n=== SSD Metrics Summary ===\n";
+  for (const auto& [name, op] : {std::pair<const char*, const Op*>{"SSD Read", &ssd_read_},
+                                 {"SSD Write", &ssd_write_}, {"SSD Total", &ssd_total_}}) {
+    out += std::string(name) + ": " + ByteSizeString(op->bytes.load(std::memory_order_relaxed)) +
+           ", ops=" + std::to_string(op->count.load(std::memory_order_relaxed)) + ", latency " +
+           op->latency.Brief() + "\n";
   }
   return out;
 }

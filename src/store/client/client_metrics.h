@@ -4,6 +4,11 @@
 //   mooncake_transfer_{put,get,batch_put,batch_get}_latency   histograms (us): whole calls
 //   mooncake_client_rpc_count / _latency {rpc_name}      the master calls (latency: answered ones)
 //   mooncake_transfer_{read,write}_operation_{count,bytes,latency} {op_name}  the Python API
+//   mooncake_ssd_{read,write,total}_{bytes,ops}_total, mooncake_ssd_{read,write,total}_latency_us
+//                                                        the disk tier: per bucket written, per
+//                                                        batch of records read (always listed,
+//                                                        as upstream; upstream's quantile
+//                                                        summaries *_latency_summary_us are not)
 // Every series carries client_mode ("real" or "dummy"), and cluster_id when MC_STORE_CLUSTER_ID
 // is set. Latency buckets are upstream's (us): 50 .. 20,000,000. Summary() is upstream's
 // human-readable report (/metrics/summary, the periodic log).
@@ -79,6 +84,8 @@ class ClientMetrics {
 
   // One call of the Python API (op_name: upstream's interface names, e.g. "get_into").
   void ObserveOp(OpKind kind, const char* op_name, uint64_t bytes, uint64_t us);
+  // One disk tier call (DiskStore::IoObserver): a bucket written, or a batch of records read.
+  void ObserveSsd(OpKind kind, uint64_t keys, uint64_t bytes, uint64_t us);
 
   std::string Prometheus() const;  // text format 0.0.4
   std::string Summary() const;
@@ -105,6 +112,7 @@ class ClientMetrics {
   std::array<std::atomic<uint64_t>, kRpcs> rpc_count_{};
   std::array<LatencyHistogram, kRpcs> rpc_latency_;
   std::array<Op, kOps> read_ops_, write_ops_;
+  Op ssd_read_, ssd_write_, ssd_total_;  // count: keys
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -146,6 +146,43 @@ TEST(ClientMetrics, SummaryHasUpstreamsSections) {
   EXPECT_FALSE(Has(ClientMetrics::Create(quiet, "real")->Summary(), "Throughput"));
 }
 
+TEST(ClientMetrics, TheDiskTiersReadsAndWritesUnderUpstreamsSsdNames) {
+  auto m = Metrics();
+  std::string p = m->Prometheus();
+  // Listed before any disk I/O, as upstream's.
+  for (const char* line : {"# TYPE mooncake_ssd_read_bytes_total counter\n",
+                           "mooncake_ssd_write_ops_total{client_mode=\"real\"} 0\n",
+                           "# TYPE mooncake_ssd_total_latency_us histogram\n",
+                           "mooncake_ssd_read_latency_us_count{client_mode=\"real\"} 0\n"}) {
+    EXPECT_TRUE(Has(p, line)) << line << "\n---\n" << p;
+  }
+  m->ObserveSsd(OpKind::kWrite, 16, 16 * MiB, 30000);  // a bucket of 16 objects
+  m->ObserveSsd(OpKind::kRead, 3, 3 * MiB, 900);       // a batch of 3 read back
+  m->ObserveSsd(OpKind::kRead, 1, 4096, 60);
+  p = m->Prometheus();
+  for (const char* line :
+       {"mooncake_ssd_write_bytes_total{client_mode=\"real\"} 16777216\n",
+        "mooncake_ssd_write_ops_total{client_mode=\"real\"} 16\n",
+        "mooncake_ssd_read_bytes_total{client_mode=\"real\"} 3149824\n",
+        "mooncake_ssd_read_ops_total{client_mode=\"real\"} 4\n",
+        "mooncake_ssd_total_bytes_total{client_mode=\"real\"} 19927040\n",
+        "mooncake_ssd_total_ops_total{client_mode=\"real\"} 20\n",
+        "mooncake_ssd_read_latency_us_count{client_mode=\"real\"} 2\n",
+        "mooncake_ssd_read_latency_us_sum{client_mode=\"real\"} 960\n",
+        "mooncake_ssd_read_latency_us_bucket{client_mode=\"real\",le=\"75\"} 1\n",
+        "mooncake_ssd_write_latency_us_bucket{client_mode=\"real\",le=\"20000\"} 0\n",
+        "mooncake_ssd_write_latency_us_bucket{client_mode=\"real\",le=\"50000\"} 1\n",
+        "mooncake_ssd_total_latency_us_count{client_mode=\"real\"} 3\n"}) {
+    EXPECT_TRUE(Has(p, line)) << line << "\n---\n" << p;
+  }
+  const std::string s = m->Summary();
+  for (const char* line : {"=== SSD Metrics Summary ===\n",
+                           "SSD Write: 16.00 MB, ops=16, latency count=1, p95<50000μs",
+                           "SSD Read: 3.00 MB, ops=4, latency count=2, p95<75μs, max<1000μs"}) {
+    EXPECT_TRUE(Has(s, line)) << line << "\n---\n" << s;
+  }
+}
+
 TEST(ClientMetrics, TheEnvironmentTurnsThemOffAndSetsTheReport) {
   EXPECT_EQ(ByteSizeString(0), "0 B");
   EXPECT_EQ(ByteSizeString(1536), "1.50 KB");

@@ -68,6 +68,11 @@ int StoreClient::Impl::StartDisk(std::string* message) {
                                                    : ErrorCode::FILE_OPEN_FAIL);
   }
   disk = std::move(d).value();
+  if (ClientMetrics* m = metrics.get()) {  // mooncake_ssd_*
+    disk->SetIoObserver([m](bool write, uint64_t keys, uint64_t bytes, uint64_t us) {
+      m->ObserveSsd(write ? OpKind::kWrite : OpKind::kRead, keys, bytes, us);
+    });
+  }
   OffloadService::Options so;
   so.buffer_size = cfg->local_buffer_size;
   so.hold = std::chrono::milliseconds(EnvU64("MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_TTL_MS", 5000));

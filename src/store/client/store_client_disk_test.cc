@@ -17,6 +17,7 @@
 
 #include "mooncake/store/error_code.h"
 #include "mooncake/store/store_client.h"
+#include "store/client/client_metrics.h"
 #include "store/disk/disk_store.h"
 #include "store/disk/disk_test_util.h"
 #include "store/testing/client_fixture.h"
@@ -124,6 +125,15 @@ TEST_F(StoreClientDiskTest, EvictedObjectsAreReadFromTheHoldersDiskByteExact) {
     EXPECT_EQ(out, values[i]) << i;
   }
   EXPECT_GT(b->offload_rpc_reads(), 10u);  // the evicted ones came from A's disk
+  // A's mooncake_ssd_* metrics count what it wrote and what its disk served.
+  ASSERT_NE(a->metrics(), nullptr);
+  const std::string m = a->metrics()->Prometheus();
+  EXPECT_NE(m.find("mooncake_ssd_write_ops_total{client_mode=\"real\"} " + std::to_string(kN) +
+                   "\n"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("mooncake_ssd_read_ops_total{client_mode=\"real\"} 0\n"), std::string::npos)
+      << m;
   // A reads its own disk directly, in pieces too.
   std::vector<char> p1(300000), p2(MiB);
   ASSERT_EQ(a->Get("k0", {{p1.data(), p1.size()}, {p2.data(), p2.size()}}),

@@ -368,6 +368,18 @@ std::vector<DiskObject> DiskStore::Objects() const {
 }
 
 Status DiskStore::Write(const std::vector<Item>& items, disk::IoHelper* helper) {
+  if (!io_observer_) return WriteUntimed(items, helper);
+  const auto start = std::chrono::steady_clock::now();
+  Status s = WriteUntimed(items, helper);
+  if (s.ok() && !items.empty()) {
+    uint64_t bytes = 0;
+    for (const Item& i : items) bytes += i.size;
+    io_observer_(true, items.size(), bytes, MicrosSince(start));
+  }
+  return s;
+}
+
+Status DiskStore::WriteUntimed(const std::vector<Item>& items, disk::IoHelper* helper) {
   if (items.empty()) return Status::OK();
   if (items.size() > config_.bucket_keys_limit) {
     return Status::InvalidArgument(std::to_string(items.size()) +

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -131,6 +133,13 @@ class DiskStore {
 
   DiskStats stats() const MC_EXCLUDES(mu_);
 
+  // Told of every Write that stored its bucket (write true) and every ReadMany / Read that
+  // read something (the records read whole and checked): keys, value bytes and the call's
+  // time. The client's mooncake_ssd_* metrics. Set before the store is shared (not
+  // synchronised); it runs on the caller's thread, outside the lock.
+  using IoObserver = std::function<void(bool write, uint64_t keys, uint64_t bytes, uint64_t us)>;
+  void SetIoObserver(IoObserver observer) { io_observer_ = std::move(observer); }
+
  private:
   struct Root {
     std::string dir;
@@ -184,6 +193,15 @@ class DiskStore {
   std::atomic<uint64_t> corrupted_reads_{0};
   std::vector<std::string> dropped_ MC_GUARDED_BY(mu_);
   bool log_failed_ MC_GUARDED_BY(mu_) = false;  // a removal-log append failed
+  IoObserver io_observer_;
+  static uint64_t MicrosSince(std::chrono::steady_clock::time_point t) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::steady_clock::now() - t)
+                                     .count());
+  }
+
+  Status WriteUntimed(const std::vector<Item>& items, disk::IoHelper* helper) MC_EXCLUDES(mu_);
+  void ReadManyUntimed(std::vector<ReadItem>* items) MC_EXCLUDES(mu_);
 };
 
 }  // namespace store

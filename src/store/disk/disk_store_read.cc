@@ -71,6 +71,19 @@ Status DiskStore::Read(const std::string& key, void* dst, uint64_t len, uint64_t
 }
 
 void DiskStore::ReadMany(std::vector<ReadItem>* items) {
+  if (!io_observer_) return ReadManyUntimed(items);
+  const auto start = std::chrono::steady_clock::now();
+  ReadManyUntimed(items);
+  uint64_t keys = 0, bytes = 0;
+  for (const ReadItem& i : *items) {
+    if (!i.status.ok()) continue;
+    ++keys;
+    bytes += i.len;
+  }
+  if (keys > 0) io_observer_(false, keys, bytes, MicrosSince(start));
+}
+
+void DiskStore::ReadManyUntimed(std::vector<ReadItem>* items) {
   std::vector<ReadItem>& it = *items;
   const size_t n = it.size();
   struct Found {

@@ -313,6 +313,50 @@ TEST(DiskStore, VersionedReadsAndRemovals) {
   EXPECT_FALSE((*s)->Size("j").ok());
 }
 
+TEST(DiskStore, TheObserverSeesWhatWasStoredAndReadNotWhatFailed) {
+  TempDir d;
+  auto s = DiskStore::Open(Config({d.path()}));
+  ASSERT_TRUE(s.ok());
+  struct Seen {
+    bool write;
+    uint64_t keys, bytes;
+  };
+  std::vector<Seen> seen;
+  (*s)->SetIoObserver([&](bool write, uint64_t keys, uint64_t bytes, uint64_t) {
+    seen.push_back({write, keys, bytes});
+  });
+  const std::string v = Value(100, 1), w = Value(300, 2);
+  ASSERT_TRUE((*s)->Write({{"k", 7, v.data(), v.size()}, {"j", 9, w.data(), w.size()}}).ok());
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].write);
+  EXPECT_EQ(seen[0].keys, 2u);
+  EXPECT_EQ(seen[0].bytes, 400u);
+  // A refused write (the key twice) is not counted.
+  EXPECT_FALSE((*s)->Write({{"x", 1, v.data(), v.size()}, {"x", 2, v.data(), v.size()}}).ok());
+  EXPECT_EQ(seen.size(), 1u);
+  std::string a(100, '\0'), b(300, '\0');
+  const std::string k = "k", j = "j", none = "none";
+  std::vector<DiskStore::ReadItem> reads(3);
+  const std::string* keys[] = {&k, &j, &none};
+  char* dsts[] = {a.data(), b.data(), a.data()};
+  const uint64_t lens[] = {a.size(), b.size(), a.size()};
+  for (size_t i = 0; i < 3; ++i) {
+    reads[i].key = keys[i];
+    reads[i].dst = dsts[i];
+    reads[i].len = lens[i];
+  }
+  (*s)->ReadMany(&reads);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_FALSE(seen[1].write);
+  EXPECT_EQ(seen[1].keys, 2u);  // the absent one is not
+  EXPECT_EQ(seen[1].bytes, 400u);
+  EXPECT_TRUE((*s)->Read("none", a.data(), a.size()).IsNotFound());
+  EXPECT_EQ(seen.size(), 2u);  // nothing read, nothing told
+  EXPECT_TRUE((*s)->Read("j", b.data(), b.size()).ok());
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[2].bytes, 300u);
+}
+
 TEST(DiskStore, OneProcessPerDirectory) {
   TempDir d;
   auto a = DiskStore::Open(Config({d.path()}));
