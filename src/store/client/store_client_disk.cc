@@ -412,11 +412,17 @@ void StoreClient::Impl::RetryPromotions(bool after_write) {
   const auto now = std::chrono::steady_clock::now();
   if (!after_write && now - promotions_tried < kPromotionRetry) return;
   promotions_tried = now;
+  // Oldest first, until one is refused for room again: the rest wait for the next turn
+  // (a pool still full would refuse them too, one PutStart each).
   std::deque<RefusedPromotion> again;
   again.swap(refused_promotions);
+  bool no_room = false;
   for (auto& p : again) {
     if (closed.load() || now - p.since >= kPromotionKeep) continue;
-    if (!Promote(p.key, p.version, p.size)) refused_promotions.push_back(std::move(p));
+    if (no_room || !Promote(p.key, p.version, p.size)) {
+      no_room = true;
+      refused_promotions.push_back(std::move(p));
+    }
   }
 }
 
