@@ -83,8 +83,8 @@ std::string With(const std::string& labels, const char* name, const std::string&
 // ---- LatencyHistogram ----
 
 void LatencyHistogram::Observe(uint64_t us) {
-  const auto it = std::lower_bound(kBucketsUs.begin(), kBucketsUs.end(), us);
-  buckets_[it - kBucketsUs.begin()].fetch_add(1, std::memory_order_relaxed);
+  const uint64_t* at = std::lower_bound(bounds_, bounds_ + n_, us);
+  buckets_[at - bounds_].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(us, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -92,9 +92,9 @@ void LatencyHistogram::Observe(uint64_t us) {
 void LatencyHistogram::Write(const std::string& name, const std::string& labels,
                              std::string* out) const {
   uint64_t cumulative = 0;
-  for (size_t i = 0; i <= kBucketsUs.size(); ++i) {
+  for (size_t i = 0; i <= n_; ++i) {
     cumulative += buckets_[i].load(std::memory_order_relaxed);
-    const std::string le = i < kBucketsUs.size() ? std::to_string(kBucketsUs[i]) : "+Inf";
+    const std::string le = i < n_ ? std::to_string(bounds_[i]) : "+Inf";
     Sample(name + "_bucket", With(labels, "le", le), cumulative, out);
   }
   Sample(name + "_sum", labels, sum_.load(std::memory_order_relaxed), out);
@@ -107,33 +107,55 @@ std::string LatencyHistogram::Brief() const {
   const std::string tail = Tail();
   if (tail.empty()) return "No data";
   uint64_t n = 0;
-  for (const auto& b : buckets_) n += b.load(std::memory_order_relaxed);
+  for (size_t i = 0; i <= n_; ++i) n += buckets_[i].load(std::memory_order_relaxed);
   // n may have grown past the snapshot Tail() read; the count is the later one.
   return "count=" + std::to_string(n) + tail;
+}
+
+std::string LatencyHistogram::Bound(size_t i, const char* unit) const {
+  return i < n_ ? "<" + std::to_string(bounds_[i]) + unit
+                : ">" + std::to_string(bounds_[n_ - 1]) + unit;
+}
+
+size_t LatencyHistogram::BucketOfRank(const std::array<uint64_t, kBucketsUs.size() + 1>& b,
+                                      uint64_t rank) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= n_; ++i) {
+    cumulative += b[i];
+    if (cumulative >= rank) return i;
+  }
+  return n_;
 }
 
 std::string LatencyHistogram::Tail() const {
   std::array<uint64_t, kBucketsUs.size() + 1> b{};
   uint64_t n = 0;
-  for (size_t i = 0; i < b.size(); ++i) n += (b[i] = buckets_[i].load(std::memory_order_relaxed));
+  for (size_t i = 0; i <= n_; ++i) n += (b[i] = buckets_[i].load(std::memory_order_relaxed));
   if (n == 0) return "";
-  auto bound = [](size_t i) {
-    return i < kBucketsUs.size() ? "<" + std::to_string(kBucketsUs[i]) + "μs"
-                                 : ">" + std::to_string(kBucketsUs.back()) + "μs";
-  };
-  const uint64_t target = std::max<uint64_t>(1, n * 95 / 100);
-  size_t p95 = 0, max = 0;
-  uint64_t cumulative = 0;
-  bool found = false;
-  for (size_t i = 0; i < b.size(); ++i) {
-    cumulative += b[i];
-    if (!found && cumulative >= target) {
-      p95 = i;
-      found = true;
-    }
+  size_t max = 0;
+  for (size_t i = 0; i <= n_; ++i) {
     if (b[i] > 0) max = i;
   }
-  return ", p95" + bound(p95) + ", max" + bound(max);
+  // p95: the first bucket holding n * 95 / 100 observations (upstream's rule).
+  const size_t p95 = BucketOfRank(b, std::max<uint64_t>(1, n * 95 / 100));
+  return ", p95" + Bound(p95, "μs") + ", max" + Bound(max, "μs");
+}
+
+std::string LatencyHistogram::Quantiles() const {
+  std::array<uint64_t, kBucketsUs.size() + 1> b{};
+  uint64_t n = 0;
+  for (size_t i = 0; i <= n_; ++i) n += (b[i] = buckets_[i].load(std::memory_order_relaxed));
+  if (n == 0) return "No data";
+  std::string out = "count=" + std::to_string(n);
+  for (const auto& [name, q] : {std::pair<const char*, uint64_t>{"p50", 50}, {"p90", 90},
+                                {"p99", 99}}) {
+    // Nearest rank: the observation ceil(q% of n).
+    out += std::string(", ") + name + Bound(BucketOfRank(b, (n * q + 99) / 100), "us");
+  }
+  char avg[48];
+  snprintf(avg, sizeof(avg), ", avg=%.1fus",
+           static_cast<double>(sum_.load(std::memory_order_relaxed)) / static_cast<double>(n));
+  return out + avg;
 }
 
 // ---- ClientMetrics ----
@@ -225,7 +247,7 @@ void ClientMetrics::ObserveOp(OpKind kind, const char* op_name, uint64_t bytes, 
 }
 
 void ClientMetrics::ObserveSsd(OpKind kind, uint64_t keys, uint64_t bytes, uint64_t us) {
-  for (Op* op : {kind == OpKind::kRead ? &ssd_read_ : &ssd_write_, &ssd_total_}) {
+  for (SsdOp* op : {kind == OpKind::kRead ? &ssd_read_ : &ssd_write_, &ssd_total_}) {
     op->count.fetch_add(keys, std::memory_order_relaxed);
     op->bytes.fetch_add(bytes, std::memory_order_relaxed);
     op->latency.Observe(us);
@@ -316,7 +338,7 @@ std::string ClientMetrics::Prometheus() const {
   struct Ssd {
     const char* name;
     const char* what;
-    const Op* op;
+    const SsdOp* op;
   };
   for (const Ssd& d : {Ssd{"read", "read from", &ssd_read_}, Ssd{"write", "written to", &ssd_write_},
                        Ssd{"total", "read from and written to", &ssd_total_}}) {
@@ -379,13 +401,26 @@ std::string ClientMetrics::Summary() const {
     }
     if (!seen) out += "No data\n";
   }
+  // Upstream's SSD sections: bytes and keys (with their average rates), then latencies.
   out += "\n=== SSD Metrics Summary ===\n";
-  for (const auto& [name, op] : {std::pair<const char*, const Op*>{"SSD Read", &ssd_read_},
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  for (const auto& [name, op] : {std::pair<const char*, const SsdOp*>{"SSD Read", &ssd_read_},
                                  {"SSD Write", &ssd_write_}, {"SSD Total", &ssd_total_}}) {
-    out += std::string(name) + ": " + ByteSizeString(op->bytes.load(std::memory_order_relaxed)) +
-           ", ops=" + std::to_string(op->count.load(std::memory_order_relaxed)) + ", latency " +
-           op->latency.Brief() + "\n";
+    const uint64_t bytes = op->bytes.load(std::memory_order_relaxed);
+    const uint64_t keys = op->count.load(std::memory_order_relaxed);
+    out += std::string(name) + ": " + ByteSizeString(bytes) + ", ops=" + std::to_string(keys);
+    if (s > 0 && bytes > 0) {
+      char iops[48];
+      snprintf(iops, sizeof(iops), ", IOPS=%.1f", static_cast<double>(keys) / s);
+      out += ", throughput=" + ByteRateString(bytes / s) + iops;
+    }
+    out += "\n";
   }
+  out += "\n=== SSD Latency Summary (microseconds) ===\n";
+  out += "Read: " + ssd_read_.latency.Quantiles() + "\n";
+  out += "Write: " + ssd_write_.latency.Quantiles() + "\n";
+  out += "Total: " + ssd_total_.latency.Quantiles() + "\n";
   return out;
 }
 

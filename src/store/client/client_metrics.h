@@ -10,8 +10,10 @@
 //                                                        as upstream; upstream's quantile
 //                                                        summaries *_latency_summary_us are not)
 // Every series carries client_mode ("real" or "dummy"), and cluster_id when MC_STORE_CLUSTER_ID
-// is set. Latency buckets are upstream's (us): 50 .. 20,000,000. Summary() is upstream's
-// human-readable report (/metrics/summary, the periodic log).
+// is set. Latency buckets are upstream's (us): 50 .. 20,000,000 (kBucketsUs), the SSD ones
+// 50 .. 30,000,000 (kSsdBucketsUs). Summary() is upstream's human-readable report
+// (/metrics/summary, the periodic log); its SSD latency lines give bucket bounds ("p50<200us")
+// where upstream's give a summary's quantiles ("p50=153.0us").
 //
 // Environment (upstream's): MC_STORE_CLIENT_METRIC (default on; 0/false/no/off/disable turn the
 // metrics off: the client has none, and its HTTP server answers 503), MC_STORE_CLIENT_METRIC_INTERVAL
@@ -41,6 +43,18 @@ class LatencyHistogram {
       50,    75,    125,    150,    200,    250,    300,     400,     500,
       750,   1000,  1500,   2000,   3000,   5000,   7000,    15000,   20000,
       50000, 100000, 200000, 500000, 1000000, 2000000, 5000000, 10000000, 20000000};
+  // Upstream's kSsdLatencyBucket (client_metric.h): NVMe to network file systems.
+  static constexpr std::array<uint64_t, 18> kSsdBucketsUs = {
+      50,     100,    200,     500,     1000,    2000,    5000,     10000,    20000,
+      50000,  100000, 200000,  500000,  1000000, 2000000, 5000000,  10000000, 30000000};
+
+  // `bounds` (ascending, at most kBucketsUs.size() of them) must outlive it.
+  template <size_t N>
+  explicit LatencyHistogram(const std::array<uint64_t, N>& bounds)
+      : bounds_(bounds.data()), n_(N) {
+    static_assert(N <= kBucketsUs.size(), "too many buckets");
+  }
+  LatencyHistogram() : LatencyHistogram(kBucketsUs) {}
 
   void Observe(uint64_t us);
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
@@ -50,9 +64,18 @@ class LatencyHistogram {
   std::string Brief() const;
   // The same without the count: ", p95<Xμs, max<Yμs", or "" when empty (one snapshot).
   std::string Tail() const;
+  // Upstream's SSD latency line, from the buckets: "count=N, p50<Xus, p90<Yus, p99<Zus,
+  // avg=W.Wus", or "No data".
+  std::string Quantiles() const;
 
  private:
-  std::array<std::atomic<uint64_t>, kBucketsUs.size() + 1> buckets_{};  // the last: +Inf
+  // The bucket index holding the observation of rank `rank` (1-based) of the snapshot `b`.
+  size_t BucketOfRank(const std::array<uint64_t, kBucketsUs.size() + 1>& b, uint64_t rank) const;
+  std::string Bound(size_t i, const char* unit) const;  // "<X" or ">last" with `unit`
+
+  const uint64_t* const bounds_;
+  const size_t n_;
+  std::array<std::atomic<uint64_t>, kBucketsUs.size() + 1> buckets_{};  // [n_]: +Inf
   std::atomic<uint64_t> sum_{0};
   std::atomic<uint64_t> count_{0};
 };
@@ -112,7 +135,11 @@ class ClientMetrics {
   std::array<std::atomic<uint64_t>, kRpcs> rpc_count_{};
   std::array<LatencyHistogram, kRpcs> rpc_latency_;
   std::array<Op, kOps> read_ops_, write_ops_;
-  Op ssd_read_, ssd_write_, ssd_total_;  // count: keys
+  struct SsdOp {
+    std::atomic<uint64_t> count{0}, bytes{0};  // count: keys
+    LatencyHistogram latency{LatencyHistogram::kSsdBucketsUs};
+  };
+  SsdOp ssd_read_, ssd_write_, ssd_total_;
 
   std::mutex mu_;
   std::condition_variable cv_;

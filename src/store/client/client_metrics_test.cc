@@ -169,18 +169,29 @@ TEST(ClientMetrics, TheDiskTiersReadsAndWritesUnderUpstreamsSsdNames) {
         "mooncake_ssd_total_ops_total{client_mode=\"real\"} 20\n",
         "mooncake_ssd_read_latency_us_count{client_mode=\"real\"} 2\n",
         "mooncake_ssd_read_latency_us_sum{client_mode=\"real\"} 960\n",
-        "mooncake_ssd_read_latency_us_bucket{client_mode=\"real\",le=\"75\"} 1\n",
+        "mooncake_ssd_read_latency_us_bucket{client_mode=\"real\",le=\"100\"} 1\n",
+        "mooncake_ssd_read_latency_us_bucket{client_mode=\"real\",le=\"500\"} 1\n",
+        "mooncake_ssd_read_latency_us_bucket{client_mode=\"real\",le=\"1000\"} 2\n",
+        "mooncake_ssd_read_latency_us_bucket{client_mode=\"real\",le=\"30000000\"} 2\n",
         "mooncake_ssd_write_latency_us_bucket{client_mode=\"real\",le=\"20000\"} 0\n",
         "mooncake_ssd_write_latency_us_bucket{client_mode=\"real\",le=\"50000\"} 1\n",
         "mooncake_ssd_total_latency_us_count{client_mode=\"real\"} 3\n"}) {
     EXPECT_TRUE(Has(p, line)) << line << "\n---\n" << p;
   }
+  EXPECT_FALSE(Has(p, "mooncake_ssd_read_latency_us_bucket{client_mode=\"real\",le=\"75\"}"))
+      << "upstream's SSD buckets have no 75";
   const std::string s = m->Summary();
-  for (const char* line : {"=== SSD Metrics Summary ===\n",
-                           "SSD Write: 16.00 MB, ops=16, latency count=1, p95<50000μs",
-                           "SSD Read: 3.00 MB, ops=4, latency count=2, p95<75μs, max<1000μs"}) {
+  for (const char* line :
+       {"=== SSD Metrics Summary ===\nSSD Read: 3.00 MB, ops=4, throughput=",
+        "\nSSD Write: 16.00 MB, ops=16, throughput=", "\nSSD Total: 19.00 MB, ops=20, throughput=",
+        "=== SSD Latency Summary (microseconds) ===\n"
+        "Read: count=2, p50<100us, p90<1000us, p99<1000us, avg=480.0us\n"
+        "Write: count=1, p50<50000us, p90<50000us, p99<50000us, avg=30000.0us\n"
+        "Total: count=3, p50<1000us, p90<50000us, p99<50000us, avg=10320.0us\n"}) {
     EXPECT_TRUE(Has(s, line)) << line << "\n---\n" << s;
   }
+  EXPECT_TRUE(Has(Metrics()->Summary(), "SSD Read: 0 B, ops=0\n")) << "no rate without data";
+  EXPECT_TRUE(Has(Metrics()->Summary(), "\nRead: No data\nWrite: No data\nTotal: No data\n"));
 }
 
 TEST(ClientMetrics, TheEnvironmentTurnsThemOffAndSetsTheReport) {

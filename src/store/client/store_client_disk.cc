@@ -33,6 +33,9 @@ constexpr std::chrono::milliseconds kOffloadPoll{50};
 constexpr std::chrono::milliseconds kPromotionRetry{500};
 constexpr std::chrono::seconds kPromotionKeep{30};
 constexpr size_t kPromotionsKept = 1024;
+// At most this many promotions a retry turn (each a disk read, maybe a transfer, two master
+// calls), so that offload turns come between them.
+constexpr size_t kPromotionsPerTurn = 16;
 
 // The host of an engine segment name: "host:port", "[v6]:port" or "host".
 std::string HostOf(const std::string& name) {
@@ -295,9 +298,7 @@ void StoreClient::Impl::RunOffload(bool final) {
     }
     for (const auto& p : resp.promotions()) {
       if (Promote(p.key(), p.version(), p.size())) continue;
-      if (refused_promotions.size() >= kPromotionsKept) refused_promotions.pop_front();
-      refused_promotions.push_back(
-          {p.key(), p.version(), p.size(), std::chrono::steady_clock::now()});
+      KeepRefusedPromotion(p.key(), p.version(), p.size());
     }
     if (!final) RetryPromotions(false);
     if (resp.items_size() == 0) {
@@ -407,20 +408,36 @@ void StoreClient::Impl::RunOffload(bool final) {
   }
 }
 
+void StoreClient::Impl::KeepRefusedPromotion(const std::string& key, uint64_t version,
+                                             uint64_t size) {
+  const auto now = std::chrono::steady_clock::now();
+  promotions_tried = now;  // just refused: not tried again before the pool may change
+  // The master hands a key read again meanwhile over again: kept once, as its latest.
+  for (auto& p : refused_promotions) {
+    if (p.key != key) continue;
+    p.version = version;
+    p.size = size;
+    return;
+  }
+  if (refused_promotions.size() >= kPromotionsKept) refused_promotions.pop_front();
+  refused_promotions.push_back({key, version, size, now});
+}
+
 void StoreClient::Impl::RetryPromotions(bool after_write) {
   if (refused_promotions.empty()) return;
   const auto now = std::chrono::steady_clock::now();
   if (!after_write && now - promotions_tried < kPromotionRetry) return;
   promotions_tried = now;
-  // Oldest first, until one is refused for room again: the rest wait for the next turn
-  // (a pool still full would refuse them too, one PutStart each).
+  // Oldest first, at most kPromotionsPerTurn, until one is refused for room again: the rest
+  // wait for the next turn (a pool still full would refuse them too, one PutStart each).
   std::deque<RefusedPromotion> again;
   again.swap(refused_promotions);
-  bool no_room = false;
+  bool stop = false;
+  size_t tried = 0;
   for (auto& p : again) {
     if (closed.load() || now - p.since >= kPromotionKeep) continue;
-    if (no_room || !Promote(p.key, p.version, p.size)) {
-      no_room = true;
+    if (stop || tried++ >= kPromotionsPerTurn || !Promote(p.key, p.version, p.size)) {
+      stop = true;
       refused_promotions.push_back(std::move(p));
     }
   }

@@ -382,6 +382,7 @@ TEST(StoreClientDiskPromotion, APromotionRefusedForRoomIsTriedAgainWhenRoomComes
     }
   }
   ASSERT_GE(pins, 3);
+  ASSERT_NE(b->Put("probe", {{filler.data(), MiB}}, ReplicateConfig{}), 0) << "the pool is not full";
   ASSERT_EQ(where("cold"), std::make_pair(false, true));
   std::vector<char> out(MiB);
   ASSERT_EQ(b->Get("cold", {{out.data(), MiB}}), static_cast<int64_t>(MiB));  // from the disk

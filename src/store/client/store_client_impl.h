@@ -23,8 +23,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -204,11 +204,12 @@ class StoreClient::Impl {
   int MountDisk();
   // final: Close's last run (ends with the queue, or after rpc_timeout).
   void RunOffload(bool final = false);
-  // --promotion_on_hit: the disk's value of `key` back into memory (a put of that version).
-  // A promotion the master handed this disk's owner: its value read back into memory.
-  // False when the master found no room for it (the pool full of objects waiting for
-  // this disk, say): RunOffload keeps it and tries again (RetryPromotions).
+  // --promotion_on_hit: a promotion the master handed this disk's owner, the disk's value
+  // of `key` back into memory (a put of that version). False when the master found no room for it (the pool full of objects waiting for
+  // this disk, say): RunOffload keeps it (KeepRefusedPromotion) and tries again
+  // (RetryPromotions).
   bool Promote(const std::string& key, uint64_t version, uint64_t size);
+  void KeepRefusedPromotion(const std::string& key, uint64_t version, uint64_t size);
   void RetryPromotions(bool after_write);
   // Reads keys[i] (i in `which`, each with a disk replica in its result) from their owners'
   // disks into parts[i]: out[i] the size or a negative code (store_client_disk_read.cc).
