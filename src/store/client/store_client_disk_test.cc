@@ -290,26 +290,35 @@ TEST_F(StoreClientDiskTest, ABatchFromAnothersDiskComesInChunksByteExactAndABadR
   }
 }
 
-TEST(StoreClientDiskPromotion, AnObjectReadOftenFromDiskComesBackToMemoryByteExact) {
-  ::setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "67108864", 1);
-  ::setenv("MOONCAKE_OFFLOAD_FSYNC", "none", 1);
-  MasterConfig c = OffloadMaster();
-  c.offload.promotion_on_hit = true;
-  c.offload.promotion_threshold = 1;
-  auto master = std::make_shared<InProcessMaster>(c);
+// A master promoting after one read, a holder A lending 4 MiB with its disk, a user B.
+class StoreClientDiskPromotion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "67108864", 1);
+    ::setenv("MOONCAKE_OFFLOAD_FSYNC", "none", 1);
+    MasterConfig c = OffloadMaster();
+    c.offload.promotion_on_hit = true;
+    c.offload.promotion_threshold = 1;
+    master = std::make_shared<InProcessMaster>(c);
+    StoreClientOptions o;
+    o.local_hostname = "127.0.0.1";
+    o.global_segment_size = 4 * MiB;
+    o.master = master;
+    o.heartbeat_interval = milliseconds(50);
+    o.enable_offload = true;
+    o.offload_path = d.path();
+    int code = 0;
+    std::string msg;
+    a = StoreClient::Create(o, &code, &msg);
+    ASSERT_NE(a, nullptr) << msg;
+    b = testing::MakeClient(master, 0);
+  }
+  std::shared_ptr<InProcessMaster> master;
   TempDir d;
-  StoreClientOptions o;
-  o.local_hostname = "127.0.0.1";
-  o.global_segment_size = 4 * MiB;
-  o.master = master;
-  o.heartbeat_interval = milliseconds(50);
-  o.enable_offload = true;
-  o.offload_path = d.path();
-  int code = 0;
-  std::string msg;
-  auto a = StoreClient::Create(o, &code, &msg);
-  ASSERT_NE(a, nullptr) << msg;
-  auto b = testing::MakeClient(master, 0);
+  std::unique_ptr<StoreClient> a, b;
+};
+
+TEST_F(StoreClientDiskPromotion, AnObjectReadOftenFromDiskComesBackToMemoryByteExact) {
   std::vector<std::vector<char>> values;
   for (int i = 0; i < 10; ++i) {
     values.push_back(Bytes(MiB, 50 + i));
@@ -339,26 +348,7 @@ TEST(StoreClientDiskPromotion, AnObjectReadOftenFromDiskComesBackToMemoryByteExa
 // A promotion the owner's pool has no room for (here every byte hard-pinned) is kept by the
 // owner and tried again: once room comes (a pinned object removed), the object is back in
 // memory without another read.
-TEST(StoreClientDiskPromotion, APromotionRefusedForRoomIsTriedAgainWhenRoomComes) {
-  ::setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "67108864", 1);
-  ::setenv("MOONCAKE_OFFLOAD_FSYNC", "none", 1);
-  MasterConfig c = OffloadMaster();
-  c.offload.promotion_on_hit = true;
-  c.offload.promotion_threshold = 1;
-  auto master = std::make_shared<InProcessMaster>(c);
-  TempDir d;
-  StoreClientOptions o;
-  o.local_hostname = "127.0.0.1";
-  o.global_segment_size = 4 * MiB;
-  o.master = master;
-  o.heartbeat_interval = milliseconds(50);
-  o.enable_offload = true;
-  o.offload_path = d.path();
-  int code = 0;
-  std::string msg;
-  auto a = StoreClient::Create(o, &code, &msg);
-  ASSERT_NE(a, nullptr) << msg;
-  auto b = testing::MakeClient(master, 0);
+TEST_F(StoreClientDiskPromotion, APromotionRefusedForRoomIsTriedAgainWhenRoomComes) {
   std::vector<char> value = Bytes(MiB, 77);
   ASSERT_EQ(b->Put("cold", {{value.data(), MiB}}, ReplicateConfig{}), 0);
   auto where = [&](const std::string& k) {
