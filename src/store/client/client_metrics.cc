@@ -106,8 +106,8 @@ void LatencyHistogram::Write(const std::string& name, const std::string& labels,
 std::string LatencyHistogram::Brief() const {
   const std::string tail = Tail();
   if (tail.empty()) return "No data";
-  uint64_t n = 0;
-  for (size_t i = 0; i <= n_; ++i) n += buckets_[i].load(std::memory_order_relaxed);
+  Counts b{};
+  const uint64_t n = Snapshot(&b);
   // n may have grown past the snapshot Tail() read; the count is the later one.
   return "count=" + std::to_string(n) + tail;
 }
@@ -117,8 +117,13 @@ std::string LatencyHistogram::Bound(size_t i, const char* unit) const {
                 : ">" + std::to_string(bounds_[n_ - 1]) + unit;
 }
 
-size_t LatencyHistogram::BucketOfRank(const std::array<uint64_t, kBucketsUs.size() + 1>& b,
-                                      uint64_t rank) const {
+uint64_t LatencyHistogram::Snapshot(Counts* b) const {
+  uint64_t n = 0;
+  for (size_t i = 0; i <= n_; ++i) n += ((*b)[i] = buckets_[i].load(std::memory_order_relaxed));
+  return n;
+}
+
+size_t LatencyHistogram::BucketOfRank(const Counts& b, uint64_t rank) const {
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= n_; ++i) {
     cumulative += b[i];
@@ -128,9 +133,8 @@ size_t LatencyHistogram::BucketOfRank(const std::array<uint64_t, kBucketsUs.size
 }
 
 std::string LatencyHistogram::Tail() const {
-  std::array<uint64_t, kBucketsUs.size() + 1> b{};
-  uint64_t n = 0;
-  for (size_t i = 0; i <= n_; ++i) n += (b[i] = buckets_[i].load(std::memory_order_relaxed));
+  Counts b{};
+  const uint64_t n = Snapshot(&b);
   if (n == 0) return "";
   size_t max = 0;
   for (size_t i = 0; i <= n_; ++i) {
@@ -142,9 +146,8 @@ std::string LatencyHistogram::Tail() const {
 }
 
 std::string LatencyHistogram::Quantiles() const {
-  std::array<uint64_t, kBucketsUs.size() + 1> b{};
-  uint64_t n = 0;
-  for (size_t i = 0; i <= n_; ++i) n += (b[i] = buckets_[i].load(std::memory_order_relaxed));
+  Counts b{};
+  const uint64_t n = Snapshot(&b);
   if (n == 0) return "No data";
   std::string out = "count=" + std::to_string(n);
   for (const auto& [name, q] : {std::pair<const char*, uint64_t>{"p50", 50}, {"p90", 90},

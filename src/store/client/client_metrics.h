@@ -69,8 +69,11 @@ class LatencyHistogram {
   std::string Quantiles() const;
 
  private:
+  using Counts = std::array<uint64_t, kBucketsUs.size() + 1>;
+  // The buckets' counts now into *b; returns their total.
+  uint64_t Snapshot(Counts* b) const;
   // The bucket index holding the observation of rank `rank` (1-based) of the snapshot `b`.
-  size_t BucketOfRank(const std::array<uint64_t, kBucketsUs.size() + 1>& b, uint64_t rank) const;
+  size_t BucketOfRank(const Counts& b, uint64_t rank) const;
   std::string Bound(size_t i, const char* unit) const;  // "<X" or ">last" with `unit`
 
   const uint64_t* const bounds_;
