@@ -59,6 +59,13 @@ struct EngineOptions {
   size_t shm_split_size = 1 << 20;
   // Same-host connections per peer. MC_SHM_STREAMS_PER_PEER (1..16), 2.
   int shm_streams_per_peer = 2;
+  // Same-host initiator: a request of up to 1 MiB on an idle connection is sent by the
+  // submitting thread, which then looks for the target's reply awake for up to this long and
+  // completes it itself (no thread of ours sleeps and is woken in between: a wake-up costs
+  // tens of microseconds on a VM); a reply not there by then is left to the connection's
+  // thread. So a small Submit can take up to this long. 0: never (every request goes
+  // through the connection's thread). MC_SHM_SPIN_US (0..10000), 100.
+  int shm_spin_us = 100;
   // Same-host target: the most bytes of a peer's shareable memory (memfds) it maps, per
   // connection and in total over all connections; an announcement over either is refused
   // (those copies use process_vm_readv/writev). MC_SHM_MAX_MAP_PER_CONN_GB (4096 = 4 TiB) /

@@ -1,11 +1,14 @@
 // Initiator side of the same-host transport: ShmStream, one connection to a target driven by
 // its own thread (shm_wire.h, README.md in this folder).
 #include <glog/logging.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "transport/shm/shm_transport.h"
@@ -126,48 +129,54 @@ Status ShmStream::SyncSharedRanges(int fd) {
 }
 
 Status ShmStream::SendRequest(int fd, const std::vector<Slice>& batch, uint64_t seq) {
-  thread_local std::vector<Item> items;
-  items.resize(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    items[i] = {batch[i].local, batch[i].remote, batch[i].length,
-                static_cast<uint32_t>(batch[i].opcode), 0};
-  }
+  // One message, the header and the items, in one send where the socket takes it all.
   RequestHeader h;
   h.count = static_cast<uint32_t>(batch.size());
   h.seq = seq;
-  MC_RETURN_IF_ERROR(WriteFull(fd, &h, sizeof(h), options_.slice_timeout_ms));
-  return WriteFull(fd, items.data(), items.size() * sizeof(Item), options_.slice_timeout_ms);
+  out_.resize(sizeof(h) + batch.size() * sizeof(Item));
+  std::memcpy(out_.data(), &h, sizeof(h));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Item item{batch[i].local, batch[i].remote, batch[i].length,
+                    static_cast<uint32_t>(batch[i].opcode), 0};
+    std::memcpy(out_.data() + sizeof(h) + i * sizeof(Item), &item, sizeof(item));
+  }
+  return WriteFull(fd, out_.data(), out_.size(), options_.slice_timeout_ms);
 }
 
-Status ShmStream::ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq) {
-  thread_local std::vector<uint32_t> statuses;
+Status ShmStream::ReadReply(int fd, Answered* out) {
+  const InFlight& oldest = inflight_.front();
   ReplyHeader rh;
   MC_RETURN_IF_ERROR(ReadFull(fd, &rh, sizeof(rh), options_.slice_timeout_ms));
-  if (rh.magic != kMagic || rh.seq != seq || rh.count != batch.size()) {
+  if (rh.magic != kMagic || rh.seq != oldest.seq || rh.count != oldest.batch.size()) {
     return Status::DataLoss("malformed reply from the same-host target");
   }
-  statuses.resize(batch.size());
-  MC_RETURN_IF_ERROR(ReadFull(fd, statuses.data(), statuses.size() * sizeof(uint32_t),
+  out->statuses.resize(oldest.batch.size());
+  MC_RETURN_IF_ERROR(ReadFull(fd, out->statuses.data(), out->statuses.size() * sizeof(uint32_t),
                               options_.slice_timeout_ms));
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Slice& sl = batch[i];
+  out->batch = std::move(inflight_.front().batch);
+  inflight_.pop_front();
+  return Status::OK();
+}
+
+void ShmStream::Complete(Answered& a) {
+  for (size_t i = 0; i < a.batch.size(); ++i) {
+    const Slice& sl = a.batch[i];
     queued_bytes_.fetch_sub(sl.length, std::memory_order_relaxed);
-    if (statuses[i] == kOk) {
+    if (a.statuses[i] == kOk) {
       sl.Done(COMPLETED, sl.length);
     } else {
       const char* why =
-          statuses[i] == kRejected
+          a.statuses[i] == kRejected
               ? "the target rejected the range: not within memory it registered for remote "
                 "access"
-          : statuses[i] == kPeerExited
+          : a.statuses[i] == kPeerExited
               ? "the target refused the copy: the process that opened this same-host "
                 "connection has exited (a connection serves only the process that opened it)"
               : "the target's process_vm_readv/writev failed (bad local address?)";
       sl.Done(FAILED, 0, why);
     }
   }
-  batch.clear();
-  return Status::OK();
+  a.batch.clear();
 }
 
 namespace {
@@ -189,12 +198,23 @@ void ShmStream::Run() {
       if (inflight_.size() < kPipeline) continue;  // send another before waiting
     }
     if (!inflight_.empty()) {
-      Status s = ReceiveReply(fd_.load(), inflight_.front().batch, inflight_.front().seq);
+      Status s = ReadReply(fd_.load(), &answered_);
       if (!s.ok()) {
         Broken(s, nullptr);
         continue;
       }
-      inflight_.pop_front();
+      // With nothing else to do, the connection is free before the slices are reported: a
+      // caller that submits again from its completion finds the stream idle (TryInline).
+      bool idle = false;
+      if (inflight_.empty()) {
+        MutexLock lock(&mu_);
+        idle = idle_ = queue_.empty() && !stopping_;
+      }
+      Complete(answered_);
+      if (idle) {
+        MutexLock lock(&mu_);
+        WaitWhileIdle();
+      }
     }
   }
   for (auto& f : inflight_) Fail(f.batch, FAILED, kStopping);
@@ -208,7 +228,8 @@ void ShmStream::Run() {
 bool ShmStream::TakeBatch(std::vector<Slice>* batch) {
   MutexLock lock(&mu_);
   if (inflight_.empty()) {
-    while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
+    idle_ = true;
+    WaitWhileIdle();
   }
   if (stopping_) return false;
   if (inflight_.size() < kPipeline && !queue_.empty()) {
@@ -222,6 +243,73 @@ bool ShmStream::TakeBatch(std::vector<Slice>* batch) {
     queue_.erase(queue_.begin(), queue_.begin() + n);
   }
   return true;
+}
+
+void ShmStream::WaitWhileIdle() {
+  // A submitting thread may run a request on the connection meanwhile (TryInline); what it
+  // leaves in flight is ours again once it is done (inflight_ is read here only while no
+  // caller has the connection).
+  while (!stopping_ && (inline_ || (queue_.empty() && inflight_.empty()))) cv_.Wait(&mu_);
+  while (inline_) cv_.Wait(&mu_);  // stopping: the caller gives the connection back first
+  idle_ = false;
+}
+
+bool ShmStream::TryInline(const Slice* slices, size_t count) {
+  if (count == 0 || count > kMaxItems || options_.shm_spin_us <= 0) return false;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ || !idle_ || inline_ || !queue_.empty()) return false;
+    inline_ = true;  // the connection is ours until EndInline
+  }
+  const int fd = fd_.load();
+  if (fd < 0 || registry_->version() != announced_version_ || (fence_ && !fence_(0).ok())) {
+    EndInline();  // to connect, announce or wait is the thread's work
+    return false;
+  }
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < count; ++i) bytes += slices[i].length;
+  queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  std::vector<Slice> batch(slices, slices + count);
+  const uint64_t seq = ++seq_;
+  Status sent = SendRequest(fd, batch, seq);
+  if (!sent.ok()) {
+    Broken(sent, &batch);
+    EndInline();
+    return true;
+  }
+  inflight_.push_back({std::move(batch), seq});
+  // The whole reply, awake: only then is it read here, so this call never blocks on the
+  // target. One message of the target's, so it arrives at once.
+  const int want = static_cast<int>(sizeof(ReplyHeader) + count * sizeof(uint32_t));
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::microseconds(options_.shm_spin_us);
+  int avail = 0;
+  while ((::ioctl(fd, FIONREAD, &avail) != 0 || avail < want) &&
+         std::chrono::steady_clock::now() < end) {
+    ::sched_yield();  // a thread that has work here (the target's, on few cores) goes first
+  }
+  if (avail < want) {
+    inline_left_.fetch_add(1, std::memory_order_relaxed);
+    EndInline();
+    return true;
+  }
+  inline_done_.fetch_add(1, std::memory_order_relaxed);
+  Answered answered;
+  Status got = ReadReply(fd, &answered);
+  if (!got.ok()) Broken(got, nullptr);
+  EndInline();
+  Complete(answered);  // the connection is free again meanwhile
+  return true;
+}
+
+void ShmStream::EndInline() {
+  const bool left = !inflight_.empty();  // still ours: read before giving it back
+  MutexLock lock(&mu_);
+  inline_ = false;
+  if (left) idle_ = false;  // the thread's now: no other caller may send before it replies
+  // Wake the thread only when it has something to do (a needless wake-up costs as much as
+  // the request).
+  if (left || stopping_ || !queue_.empty()) cv_.SignalAll();
 }
 
 std::vector<Slice> ShmStream::TakeQueue() {
@@ -245,8 +333,8 @@ bool ShmStream::SendBatch(std::vector<Slice>& batch) {
     // Announce shared ranges with nothing in flight, so replies stay in order.
     Status s;
     while (s.ok() && !inflight_.empty()) {
-      s = ReceiveReply(fd, inflight_.front().batch, inflight_.front().seq);
-      if (s.ok()) inflight_.pop_front();
+      s = ReadReply(fd, &answered_);
+      if (s.ok()) Complete(answered_);
     }
     if (s.ok()) s = SyncSharedRanges(fd);
     if (!s.ok()) {

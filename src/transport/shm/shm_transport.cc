@@ -371,6 +371,15 @@ Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
   for (size_t i = 1; i < n; ++i) {
     if (peer->streams[i]->queued_bytes() < peer->streams[first]->queued_bytes()) first = i;
   }
+  // A small request runs on this thread over an idle stream (ShmStream::TryInline): no
+  // thread of ours or the target's sleeps in between when the target answers in time.
+  if (count <= kMaxItems && options_.shm_spin_us > 0) {
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < count; ++i) bytes += slices[i].length;
+    for (size_t i = 0; bytes <= kInlineRoundTripBytes && i < n; ++i) {
+      if (peer->streams[(first + i) % n]->TryInline(slices, count)) return Status::OK();
+    }
+  }
   if (count == 1 || n == 1) {
     peer->streams[first]->Enqueue(slices, count, [&] {
       uint64_t b = 0;
@@ -392,6 +401,24 @@ Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
     peer->streams[i]->Enqueue(groups[i].data(), groups[i].size(), b);
   }
   return Status::OK();
+}
+
+uint64_t ShmTransport::inline_done() const {
+  ReaderLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [path, peer] : peers_) {
+    for (const auto& s : peer->streams) n += s->inline_done();
+  }
+  return n;
+}
+
+uint64_t ShmTransport::inline_left() const {
+  ReaderLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [path, peer] : peers_) {
+    for (const auto& s : peer->streams) n += s->inline_left();
+  }
+  return n;
 }
 
 void ShmTransport::DropPeer(const SegmentDesc& desc) {

@@ -58,7 +58,8 @@ class ShmServer {
   ConnServer server_;
 };
 
-// One initiator connection to a target, driven by its own thread; one request in flight.
+// One initiator connection to a target, driven by its own thread (up to two requests in
+// flight), or for a small request on an idle connection by the submitting thread itself.
 class ShmStream {
  public:
   // `registry` (outlives the stream): its shareable ranges are announced to the target.
@@ -76,7 +77,18 @@ class ShmStream {
             std::function<void()> on_failure, Hold hold, Fence fence, std::string segment = {});
   ~ShmStream();
   void Enqueue(const Slice* slices, size_t count, uint64_t bytes) MC_EXCLUDES(mu_);
+  // Runs one small request on the calling thread when the stream is idle (connected, nothing
+  // queued or in flight, the target knows our shared ranges, no fenced connection): sends
+  // it, then looks for the reply awake for up to the spin time (MC_SHM_SPIN_US) and
+  // completes the slices itself; a reply not there by then is left in flight for the
+  // stream's thread. No sleeping thread is woken on either side when the target answers
+  // in time. True: the slices were taken (completed, failed or in flight); false: nothing
+  // done, the caller enqueues them. At most kMaxItems slices.
+  bool TryInline(const Slice* slices, size_t count) MC_EXCLUDES(mu_);
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
+  // Requests TryInline sent: completed on the caller's thread / left to the stream's thread.
+  uint64_t inline_done() const { return inline_done_.load(std::memory_order_relaxed); }
+  uint64_t inline_left() const { return inline_left_.load(std::memory_order_relaxed); }
   void Stop() MC_EXCLUDES(mu_);
 
  private:
@@ -101,9 +113,21 @@ class ShmStream {
   // Announces our shareable ranges when the registry changed since the last announcement.
   Status SyncSharedRanges(int fd);
   Status SendRequest(int fd, const std::vector<Slice>& batch, uint64_t seq);
-  // Completes `batch` from the reply to request `seq`.
-  Status ReceiveReply(int fd, std::vector<Slice>& batch, uint64_t seq);
+  // A request whose reply was read: its slices and their statuses, to be reported.
+  struct Answered {
+    std::vector<Slice> batch;
+    std::vector<uint32_t> statuses;
+  };
+  // Reads the reply to the oldest request in flight and moves that request into *out.
+  Status ReadReply(int fd, Answered* out);
+  // Reports each slice of `a` (touches nothing of the connection).
+  void Complete(Answered& a);
+  // With mu_ held and idle_ set: waits until there is work for the thread (or stopping) and
+  // no caller has the connection, then clears idle_.
+  void WaitWhileIdle() MC_REQUIRES(mu_);
   void Fail(std::vector<Slice>& slices, TransferStatusEnum result, const std::string& why);
+  // Gives the connection back after TryInline; wakes the thread for what it left.
+  void EndInline() MC_EXCLUDES(mu_);
 
   const std::string path_;
   const std::string segment_;
@@ -112,13 +136,21 @@ class ShmStream {
   const Hold hold_;
   const Fence fence_;
   MemoryRegistry* const registry_;
-  uint64_t announced_version_ = UINT64_MAX;  // thread-owned
-  std::deque<InFlight> inflight_;            // thread-owned; oldest first
+  // The connection (fd_, inflight_, seq_, announced_version_, the scratch vectors) belongs to
+  // the stream's thread, except while that thread waits idle and a caller holds inline_:
+  // then to that caller (TryInline).
+  uint64_t announced_version_ = UINT64_MAX;
+  std::deque<InFlight> inflight_;  // oldest first
+  std::vector<char> out_;          // SendRequest's message
+  Answered answered_;              // the thread's (not an inline caller's)
   Mutex mu_;
   CondVar cv_;
   std::deque<Slice> queue_ MC_GUARDED_BY(mu_);
   bool stopping_ MC_GUARDED_BY(mu_) = false;
+  bool idle_ MC_GUARDED_BY(mu_) = false;    // the thread waits with nothing in flight
+  bool inline_ MC_GUARDED_BY(mu_) = false;  // a caller has the connection (TryInline)
   std::atomic<uint64_t> queued_bytes_{0};
+  std::atomic<uint64_t> inline_done_{0}, inline_left_{0};
   std::atomic<int> fd_{-1};  // owned by the thread; shut down by Stop()
   uint64_t seq_ = 0;
   std::thread thread_;
@@ -143,6 +175,10 @@ class ShmTransport : public Transport {
   void DropPeer(const SegmentDesc& peer) override;
   // Slices this transport copied itself through memory a target lends (tests, benches).
   uint64_t mapped_copies() const { return mapped_copies_.load(std::memory_order_relaxed); }
+  // Requests sent by submitting threads themselves (ShmStream::TryInline), over all peers:
+  // completed there / left to a stream's thread (tests, benches).
+  uint64_t inline_done() const MC_EXCLUDES(mu_);
+  uint64_t inline_left() const MC_EXCLUDES(mu_);
 
  private:
   struct Peer {
@@ -166,6 +202,10 @@ class ShmTransport : public Transport {
   // would only take time from them (two threads, 64 KiB x 128: 16.6 GB/s split, 28.6 all
   // here, memcpy 29.5): a Submit then copies up to kInlineBusyBytes itself.
   static constexpr uint64_t kInlineBytes = 2 << 20;
+  // The most bytes of one request the submitting thread runs itself over an idle stream and
+  // waits for, awake (ShmStream::TryInline); larger ones are split over the streams so that
+  // the target copies them on several threads.
+  static constexpr uint64_t kInlineRoundTripBytes = 1 << 20;
   static constexpr uint64_t kInlineBusyBytes = 64 << 20;
   void Hold(const std::string& path, int fd, std::vector<MemoryRegion*> pins)
       MC_EXCLUDES(zombie_mu_);
@@ -181,7 +221,7 @@ class ShmTransport : public Transport {
   std::string host_id_;
   MemoryRegistry* registry_ = nullptr;
   std::unique_ptr<ShmServer> server_;
-  RwMutex mu_;
+  mutable RwMutex mu_;
   std::map<std::string, bool> reachable_ MC_GUARDED_BY(mu_);               // by socket path
   std::map<std::string, std::shared_ptr<Peer>> peers_ MC_GUARDED_BY(mu_);  // by socket path
   // Memory each target lends us to copy ourselves (shm_exports.h), fetched with the first
