@@ -66,6 +66,11 @@ struct EngineOptions {
   // thread. So a small Submit can take up to this long. 0: never (every request goes
   // through the connection's thread). MC_SHM_SPIN_US (0..10000), 100.
   int shm_spin_us = 100;
+  // TCP initiator, the same for a submit of less than 1 MiB on an idle connection: the
+  // submitting thread sends it and drives the connection itself (its replies, or the
+  // payload of its reads) for up to this long; what is left then goes to the connection's
+  // thread. 0: never. MC_TCP_SPIN_US (0..10000), 100.
+  int tcp_spin_us = 100;
   // Same-host target: the most bytes of a peer's shareable memory (memfds) it maps, per
   // connection and in total over all connections; an announcement over either is refused
   // (those copies use process_vm_readv/writev). MC_SHM_MAX_MAP_PER_CONN_GB (4096 = 4 TiB) /

@@ -86,6 +86,7 @@ EngineOptions EngineOptions::FromEnvironment() {
   if (EnvInt("MC_SHM_SPLIT_SIZE", 4096, 1L << 30, &n)) o.shm_split_size = n;
   if (EnvInt("MC_SHM_STREAMS_PER_PEER", 1, 16, &n)) o.shm_streams_per_peer = static_cast<int>(n);
   if (EnvInt("MC_SHM_SPIN_US", 0, 10000, &n)) o.shm_spin_us = static_cast<int>(n);
+  if (EnvInt("MC_TCP_SPIN_US", 0, 10000, &n)) o.tcp_spin_us = static_cast<int>(n);
   if (EnvInt("MC_SHM_MAX_MAP_PER_CONN_GB", 0, 1L << 17, &n)) o.shm_max_map_per_conn = uint64_t(n) << 30;
   if (EnvInt("MC_SHM_MAX_MAP_TOTAL_GB", 0, 1L << 17, &n)) o.shm_max_map_total = uint64_t(n) << 30;
   if (const char* v = Env("MC_SHM_MAP_PEERS")) o.shm_map_peers = std::string(v) != "0";

@@ -3,10 +3,12 @@
 #include <glog/logging.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -79,6 +81,11 @@ bool TcpStream::TakeIncoming() {
     if (incoming_.empty()) return false;
     batch.swap(incoming_);
   }
+  Append(batch.data(), batch.size());
+  return true;
+}
+
+void TcpStream::Append(const Slice* slices, size_t count) {
   if (q_.empty()) last_progress_ = Clock::now();
   if (fence_ && fd_.valid() && fence_->epoch() != fence_epoch_) {
     // A connection to this peer was given up on since this stream last fenced: what is taken
@@ -86,7 +93,8 @@ bool TcpStream::TakeIncoming() {
     Entry& e = q_.emplace_back();
     e.control = EncodeControl(fence_->Snapshot(kOpFence, &fence_epoch_), v2_);
   }
-  for (const Slice& s : batch) {
+  for (size_t i = 0; i < count; ++i) {
+    const Slice& s = slices[i];
     Entry& e = q_.emplace_back();
     e.slice = s;
     Header h;
@@ -96,7 +104,63 @@ bool TcpStream::TakeIncoming() {
     h.v2 = v2_;
     EncodeHeader(h, e.header);
   }
+}
+
+bool TcpStream::StillOpen() const {
+  char b;
+  ssize_t n = ::recv(fd_.get(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+bool TcpStream::TryInline(const Slice* slices, size_t count, uint64_t bytes) {
+  if (options_.tcp_spin_us <= 0 || count == 0) return false;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ || !parked_ || inline_ || !incoming_.empty()) return false;
+    inline_ = true;  // the connection is ours until EndInline
+  }
+  if (!fd_.valid() || !q_.empty() || (unwatched_ && !StillOpen())) {
+    EndInline();  // connecting, or a connection closed while idle: the thread's work
+    return false;
+  }
+  queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  Append(slices, count);
+  const auto end = Clock::now() + std::chrono::microseconds(options_.tcp_spin_us);
+  for (;;) {
+    Status s;
+    if (send_idx_ < q_.size()) s = SendSome();
+    if (s.ok()) s = ReceiveSome();
+    if (!s.ok()) {
+      LOG(WARNING) << "TcpTransport: " << s.ToString();
+      if (on_failure_) on_failure_();
+      FailAll(FAILED, s.ToString());
+      break;
+    }
+    // Done, or reset after a rejection (what follows is resent on a new connection by the
+    // thread), or out of time.
+    if (q_.empty() || !fd_.valid() || Clock::now() >= end) break;
+    ::sched_yield();  // a thread with work here (the target's, on few cores) goes first
+  }
+  (q_.empty() ? inline_done_ : inline_left_).fetch_add(1, std::memory_order_relaxed);
+  EndInline();
   return true;
+}
+
+void TcpStream::EndInline() {
+  const bool left = !q_.empty();  // still ours: read before giving it back
+  // Idle again, no one watches it; with requests outstanding the thread does (bytes there
+  // are theirs, not a sign of a closed connection).
+  unwatched_ = !left && fd_.valid();
+  {
+    MutexLock lock(&mu_);
+    inline_ = false;
+    if (left) parked_ = false;  // the thread's now: no other caller may send before it
+    cv_.SignalAll();            // a thread woken meanwhile waits for the connection
+  }
+  if (left && sleeping_.load()) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
 }
 
 Status TcpStream::Connect() {
@@ -378,6 +442,12 @@ void TcpStream::Run() {
       MutexLock lock(&mu_);
       if (stopping_) break;
     }
+    if (!q_.empty() && fd_.valid() && unwatched_) {
+      // It sat idle unwatched: a peer that closed it meanwhile gets a new connection rather
+      // than these requests failing on the old one.
+      unwatched_ = false;
+      if (!StillOpen()) ResetConnection();
+    }
     if (!q_.empty() && !fd_.valid()) {
       Status s = Connect();
       if (!s.ok()) {
@@ -398,7 +468,13 @@ void TcpStream::Run() {
     }
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {fd_.get(), POLLIN, 0}};
     if (send_idx_ < q_.size()) fds[1].events |= POLLOUT;
-    int nfds = fd_.valid() ? 2 : 1;
+    // Nothing outstanding: the socket is not watched, so that a submitting thread may use the
+    // connection meanwhile (TryInline) without waking this one; a connection the peer closed
+    // meanwhile is found when it is next used (StillOpen).
+    const bool idle = q_.empty();
+    int nfds = fd_.valid() && !idle ? 2 : 1;
+    if (idle && fd_.valid()) unwatched_ = true;
+    const int timeout_ms = PollTimeoutMs();  // reads q_: before a caller may take it
     sleeping_.store(true);
     {
       MutexLock lock(&mu_);
@@ -406,9 +482,15 @@ void TcpStream::Run() {
         sleeping_.store(false);
         continue;
       }
+      parked_ = idle;
     }
-    int r = ::poll(fds, nfds, PollTimeoutMs());
+    int r = ::poll(fds, nfds, timeout_ms);
     sleeping_.store(false);
+    if (idle) {
+      MutexLock lock(&mu_);
+      parked_ = false;
+      while (inline_) cv_.Wait(&mu_);
+    }
     if (r < 0 && errno != EINTR) {
       LOG(ERROR) << "TcpTransport: poll: " << std::strerror(errno);
       continue;

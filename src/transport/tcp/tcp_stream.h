@@ -49,7 +49,16 @@ class TcpStream {
   TcpStream& operator=(const TcpStream&) = delete;
 
   // Thread-safe; never blocks on the network.
-  void Enqueue(const Slice* slices, size_t count, uint64_t bytes);
+  void Enqueue(const Slice* slices, size_t count, uint64_t bytes) MC_EXCLUDES(mu_);
+  // When the stream is idle (connected, nothing outstanding, its thread asleep), the calling
+  // thread sends the slices and drives the connection itself, awake, for up to
+  // options.tcp_spin_us: the replies (and READ payloads) that come by then are completed
+  // here; what is left goes back to the stream's thread, which is woken for it. True: the
+  // slices were taken; false: nothing done, the caller enqueues them.
+  bool TryInline(const Slice* slices, size_t count, uint64_t bytes) MC_EXCLUDES(mu_);
+  // Slices TryInline took: all completed on the caller's thread / some left to the thread.
+  uint64_t inline_done() const { return inline_done_.load(std::memory_order_relaxed); }
+  uint64_t inline_left() const { return inline_left_.load(std::memory_order_relaxed); }
   // Bytes queued or in flight; a hint for load balancing.
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
   // Fails every outstanding slice and joins the thread. Idempotent.
@@ -71,6 +80,12 @@ class TcpStream {
 
   void Run() MC_EXCLUDES(mu_);
   bool TakeIncoming() MC_EXCLUDES(mu_);  // moves incoming_ into q_; false if nothing was there
+  // Appends wire entries for `slices` to q_ (a FENCE first when the peer's fence moved).
+  void Append(const Slice* slices, size_t count);
+  // False when the peer closed (or wrote to) the connection while no one watched it.
+  bool StillOpen() const;
+  // Gives the connection back after TryInline; wakes the thread for what is left.
+  void EndInline() MC_EXCLUDES(mu_);
   Status Connect();
   Status SendSome();
   Status ReceiveSome();
@@ -92,14 +107,22 @@ class TcpStream {
   const std::shared_ptr<PeerFence> fence_;
 
   Mutex mu_;
+  CondVar cv_;  // the connection given back by a TryInline caller
   std::vector<Slice> incoming_ MC_GUARDED_BY(mu_);
   bool stopping_ MC_GUARDED_BY(mu_) = false;
+  // The thread sleeps with nothing outstanding, not watching the socket: a caller may take
+  // the connection (inline_) until it gives it back; meanwhile the thread leaves the
+  // connection's state below alone.
+  bool parked_ MC_GUARDED_BY(mu_) = false;
+  bool inline_ MC_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> inline_done_{0}, inline_left_{0};
   std::atomic<bool> sleeping_{false};
   std::atomic<uint64_t> queued_bytes_{0};
   int wake_fd_ = -1;  // eventfd
   std::thread thread_;
 
-  // Owned by the stream's thread.
+  // Owned by the stream's thread, or by a TryInline caller while it holds inline_.
+  bool unwatched_ = false;  // the connection sat idle with no one polling it
   UniqueFd fd_;
   uint64_t conn_id_ = 0;      // in the peer's fence session, while fd_ is open
   uint64_t fence_epoch_ = 0;  // the peer's fence epoch this stream has fenced up to

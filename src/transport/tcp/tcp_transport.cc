@@ -131,7 +131,7 @@ Status TcpTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
                             size_t count) {
   size_t first_device = 0;
   while (first_device < count && slices[first_device].local_device < 0) ++first_device;
-  if (first_device == count) return SubmitHost(desc, slices, count);
+  if (first_device == count) return SubmitHost(desc, slices, count, /*may_wait=*/true);
   // Local device memory: those slices go through the device's stager, the rest as usual.
   thread_local std::vector<Slice> host;
   host.assign(slices, slices + first_device);
@@ -151,7 +151,7 @@ Status TcpTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
   if (host.empty()) return Status::OK();
   std::vector<Slice> mine;
   mine.swap(host);  // SubmitHost may re-enter Submit's thread_local through a stager
-  Status st = SubmitHost(desc, mine.data(), mine.size());
+  Status st = SubmitHost(desc, mine.data(), mine.size(), /*may_wait=*/true);
   if (!st.ok()) {
     for (const Slice& s : mine) s.Done(FAILED, 0, st.ToString().c_str());
   }
@@ -159,7 +159,7 @@ Status TcpTransport::Submit(const std::shared_ptr<const SegmentDesc>& desc, cons
 }
 
 Status TcpTransport::SubmitHost(const std::shared_ptr<const SegmentDesc>& desc,
-                                const Slice* slices, size_t count) {
+                                const Slice* slices, size_t count, bool may_wait) {
   if (desc->tcp_data_port == 0 || desc->host.empty()) {
     return Status::Unavailable("segment '" + desc->name + "' publishes no TCP data port");
   }
@@ -178,7 +178,9 @@ Status TcpTransport::SubmitHost(const std::shared_ptr<const SegmentDesc>& desc,
       const size_t i = (mine + k) % n;
       if (peer->streams[i]->queued_bytes() < peer->streams[best]->queued_bytes()) best = i;
     }
-    peer->streams[best]->Enqueue(slices, count, total);
+    if (!may_wait || !peer->streams[best]->TryInline(slices, count, total)) {
+      peer->streams[best]->Enqueue(slices, count, total);
+    }
     return Status::OK();
   }
   // Spread slices over the streams, each to the one with the fewest bytes queued.
@@ -205,6 +207,24 @@ Status TcpTransport::SubmitHost(const std::shared_ptr<const SegmentDesc>& desc,
     peer->streams[i]->Enqueue(groups[i].data(), groups[i].size(), bytes);
   }
   return Status::OK();
+}
+
+uint64_t TcpTransport::inline_done() const {
+  ReaderLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [key, peer] : peers_) {
+    for (const auto& s : peer->streams) n += s->inline_done();
+  }
+  return n;
+}
+
+uint64_t TcpTransport::inline_left() const {
+  ReaderLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [key, peer] : peers_) {
+    for (const auto& s : peer->streams) n += s->inline_left();
+  }
+  return n;
 }
 
 void TcpTransport::DropPeer(const SegmentDesc& desc) {

@@ -33,6 +33,10 @@ class TcpTransport : public Transport {
   void DropPeer(const SegmentDesc& peer) override;
 
   uint16_t data_port() const { return data_port_; }
+  // Submits run on the submitting thread (TcpStream::TryInline), over all peers: completed
+  // there / with slices left to a stream's thread (tests, benches).
+  uint64_t inline_done() const MC_EXCLUDES(mu_);
+  uint64_t inline_left() const MC_EXCLUDES(mu_);
 
  private:
   struct Peer {
@@ -40,9 +44,11 @@ class TcpTransport : public Transport {
   };
   static std::string PeerKey(const SegmentDesc& peer);
   std::shared_ptr<Peer> GetOrCreatePeer(const SegmentDesc& peer) MC_EXCLUDES(mu_);
-  // Host-memory slices to the peer's streams.
+  // Host-memory slices to the peer's streams. `may_wait`: a submit of less than 1 MiB may
+  // run on this thread for up to MC_TCP_SPIN_US when its stream is idle (TcpStream::
+  // TryInline); not for the device stagers' thread, which keeps its buffers in flight.
   Status SubmitHost(const std::shared_ptr<const SegmentDesc>& peer, const Slice* slices,
-                    size_t count);
+                    size_t count, bool may_wait = false);
   // The stager of `device`, created at first use.
   Result<DeviceStager*> StagerFor(int device) MC_EXCLUDES(stager_mu_, mu_);
 
@@ -50,7 +56,7 @@ class TcpTransport : public Transport {
   std::function<void(const std::string&)> on_peer_failure_;
   uint16_t data_port_ = 0;
   std::unique_ptr<TcpServer> server_;
-  RwMutex mu_;
+  mutable RwMutex mu_;
   std::map<std::string, std::shared_ptr<Peer>> peers_ MC_GUARDED_BY(mu_);
   // Fence sessions by peer key; kept when a peer is dropped, so that the connections it had
   // are still fenced by the next ones (tcp_fence.h).
