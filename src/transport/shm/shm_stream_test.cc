@@ -9,20 +9,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "engine/memory_registry.h"
-#include "engine/slice_recorder_test_util.h"
+#include "engine/transfer_race_test_util.h"
 #include "transport/shm/shm_transport.h"
 
 namespace mooncake::shm {
 namespace {
-
-using Recorder = testing_util::SliceRecorder;
 
 constexpr size_t kBytes = 8 << 20;
 
@@ -76,48 +72,15 @@ class ShmInline : public ::testing::TestWithParam<bool> {
       ::close(memfd_);
     }
   }
-  // `count` slices of `len` bytes, local and remote offset `off` + i * len, one Submit;
-  // true when every one completed.
   bool Batch(TransferRequest::OpCode op, size_t off, size_t len, size_t count,
              std::string* why) {
-    Recorder rec;
-    std::vector<Slice> slices(count);
-    for (size_t i = 0; i < count; ++i) {
-      Slice& s = slices[i];
-      s.opcode = op;
-      s.local = reinterpret_cast<uint64_t>(local_) + off + i * len;
-      s.remote = reinterpret_cast<uint64_t>(remote_.data()) + off + i * len;
-      s.length = len;
-      s.hook = &rec;
-    }
-    Status st = initiator_.transport.Submit(peer_, slices.data(), count);
-    if (!st.ok()) {
-      *why = st.ToString();
-      return false;
-    }
-    if (!rec.Wait(count)) {
-      *why = "not every slice was reported within 10 s";
-      return false;
-    }
-    for (TransferStatusEnum r : rec.results()) {
-      if (r != COMPLETED) {
-        *why = rec.message();
-        return false;
-      }
-    }
-    return true;
+    return testing_util::SubmitAndWait(initiator_.transport, peer_, op, local_, remote_.data(),
+                                       off, len, count, why);
   }
-  // Fills [off, off+n) of local memory with a pattern of `seed`.
-  void Fill(size_t off, size_t n, uint32_t seed) {
-    for (size_t i = 0; i < n; ++i) local_[off + i] = static_cast<uint8_t>((off + i) * 31 + seed);
+  void Fill(size_t off, size_t n, uint32_t seed) { testing_util::FillPattern(local_, off, n, seed); }
+  static bool Matches(const uint8_t* p, size_t off, size_t n, uint32_t seed) {
+    return testing_util::HasPattern(p, off, n, seed);
   }
-  bool Matches(const uint8_t* p, size_t off, size_t n, uint32_t seed) {
-    for (size_t i = 0; i < n; ++i) {
-      if (p[i] != static_cast<uint8_t>((off + i) * 31 + seed)) return false;
-    }
-    return true;
-  }
-
   // Several threads write and read back their own areas over the same two streams.
   void Race(int spin_us);
 
@@ -174,16 +137,9 @@ TEST_P(ShmInline, LargerRequestsAndASpinOfZeroGoThroughTheStreams) {
   ASSERT_TRUE(other.registry.Add(reinterpret_cast<uint64_t>(local_), kBytes, "cpu:0", true).ok());
   ASSERT_TRUE(other.transport.CanReach(*peer_));
   for (int i = 0; i < 5; ++i) {
-    Recorder rec;
-    Slice s;
-    s.opcode = TransferRequest::WRITE;
-    s.local = reinterpret_cast<uint64_t>(local_);
-    s.remote = reinterpret_cast<uint64_t>(remote_.data());
-    s.length = 4096;
-    s.hook = &rec;
-    ASSERT_TRUE(other.transport.Submit(peer_, &s, 1).ok());
-    ASSERT_TRUE(rec.Wait(1));
-    EXPECT_EQ(rec.results()[0], COMPLETED) << rec.message();
+    ASSERT_TRUE(testing_util::SubmitAndWait(other.transport, peer_, TransferRequest::WRITE,
+                                            local_, remote_.data(), 0, 4096, 1, &why))
+        << why;
   }
   EXPECT_EQ(other.transport.inline_done() + other.transport.inline_left(), 0u);
   other.transport.Stop();
@@ -198,39 +154,10 @@ void ShmInline::Race(int spin_us) {
   Start(spin_us);
   std::string why;
   ASSERT_TRUE(Batch(TransferRequest::WRITE, 0, 4096, 1, &why)) << why;
-  constexpr int kThreads = 4, kRounds = 150;
-  std::atomic<int> failures{0};
-  std::vector<std::string> whys(kThreads);
-  std::vector<std::thread> threads;
-  for (int th = 0; th < kThreads; ++th) {
-    threads.emplace_back([&, th] {
-      const size_t area = kBytes / kThreads;
-      for (int round = 0; round < kRounds && failures.load() == 0; ++round) {
-        const size_t len = size_t{512} << (round % 4);  // 512 B .. 4 KiB
-        const size_t count = 1 + (round * 7 + th) % 96;
-        const size_t off = th * area + (round % 4) * (area / 4);
-        const uint32_t seed = th * 1000 + round;
-        Fill(off, len * count, seed);
-        std::string w;
-        if (!Batch(TransferRequest::WRITE, off, len, count, &w) ||
-            !Matches(remote_.data() + off, off, len * count, seed)) {
-          whys[th] = "write, round " + std::to_string(round) + ": " + w;
-          failures.fetch_add(1);
-          return;
-        }
-        std::memset(local_ + off, 0xEE, len * count);
-        if (!Batch(TransferRequest::READ, off, len, count, &w) ||
-            !Matches(local_ + off, off, len * count, seed)) {
-          whys[th] = "read, round " + std::to_string(round) + ": " + w;
-          failures.fetch_add(1);
-          return;
-        }
-      }
-    });
+  for (const std::string& w : testing_util::RaceOwnAreas(initiator_.transport, peer_, local_,
+                                                         remote_.data(), kBytes, 4, 150)) {
+    ADD_FAILURE() << w;
   }
-  for (auto& t : threads) t.join();
-  for (const std::string& w : whys) EXPECT_TRUE(w.empty()) << w;
-  EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(initiator_.transport.inline_done() + initiator_.transport.inline_left(), 0u);
 }
 

@@ -403,20 +403,11 @@ Status ShmTransport::ToStreams(const std::shared_ptr<const SegmentDesc>& desc,
   return Status::OK();
 }
 
-uint64_t ShmTransport::inline_done() const {
+uint64_t ShmTransport::SumOverStreams(uint64_t (ShmStream::*counter)() const) const {
   ReaderLock lock(&mu_);
   uint64_t n = 0;
   for (const auto& [path, peer] : peers_) {
-    for (const auto& s : peer->streams) n += s->inline_done();
-  }
-  return n;
-}
-
-uint64_t ShmTransport::inline_left() const {
-  ReaderLock lock(&mu_);
-  uint64_t n = 0;
-  for (const auto& [path, peer] : peers_) {
-    for (const auto& s : peer->streams) n += s->inline_left();
+    for (const auto& s : peer->streams) n += (s.get()->*counter)();
   }
   return n;
 }

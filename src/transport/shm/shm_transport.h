@@ -177,10 +177,12 @@ class ShmTransport : public Transport {
   uint64_t mapped_copies() const { return mapped_copies_.load(std::memory_order_relaxed); }
   // Requests sent by submitting threads themselves (ShmStream::TryInline), over all peers:
   // completed there / left to a stream's thread (tests, benches).
-  uint64_t inline_done() const MC_EXCLUDES(mu_);
-  uint64_t inline_left() const MC_EXCLUDES(mu_);
+  uint64_t inline_done() const { return SumOverStreams(&ShmStream::inline_done); }
+  uint64_t inline_left() const { return SumOverStreams(&ShmStream::inline_left); }
 
  private:
+  // A counter of every stream of every peer, added up.
+  uint64_t SumOverStreams(uint64_t (ShmStream::*counter)() const) const MC_EXCLUDES(mu_);
   struct Peer {
     std::vector<std::unique_ptr<ShmStream>> streams;
   };

@@ -6,7 +6,6 @@
 // thread no longer watches it) is replaced, not failed on.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -14,13 +13,11 @@
 #include <vector>
 
 #include "engine/memory_registry.h"
-#include "engine/slice_recorder_test_util.h"
+#include "engine/transfer_race_test_util.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace mooncake::tcp {
 namespace {
-
-using Recorder = testing_util::SliceRecorder;
 
 constexpr size_t kBytes = 8 << 20;
 
@@ -56,44 +53,25 @@ class TcpInline : public ::testing::Test {
     initiator_.transport.Stop();
     target_.transport.Stop();
   }
-  // `count` slices of `len` bytes at offset `off` + i * len on both sides, one Submit; true
-  // when every one completed.
   bool Batch(TransferRequest::OpCode op, size_t off, size_t len, size_t count, std::string* why) {
-    Recorder rec;
-    std::vector<Slice> slices(count);
-    for (size_t i = 0; i < count; ++i) {
-      Slice& s = slices[i];
-      s.opcode = op;
-      s.local = reinterpret_cast<uint64_t>(local_.data()) + off + i * len;
-      s.remote = reinterpret_cast<uint64_t>(remote_.data()) + off + i * len;
-      s.length = len;
-      s.hook = &rec;
-    }
-    Status st = initiator_.transport.Submit(peer_, slices.data(), count);
-    if (!st.ok()) {
-      *why = st.ToString();
-      return false;
-    }
-    if (!rec.Wait(count)) {
-      *why = "not every slice was reported within 10 s";
-      return false;
-    }
-    for (TransferStatusEnum r : rec.results()) {
-      if (r != COMPLETED) {
-        *why = rec.message();
-        return false;
-      }
-    }
-    return true;
+    return testing_util::SubmitAndWait(initiator_.transport, peer_, op, local_.data(),
+                                       remote_.data(), off, len, count, why);
   }
   void Fill(size_t off, size_t n, uint32_t seed) {
-    for (size_t i = 0; i < n; ++i) local_[off + i] = static_cast<uint8_t>((off + i) * 29 + seed);
+    testing_util::FillPattern(local_.data(), off, n, seed);
   }
   static bool Matches(const uint8_t* p, size_t off, size_t n, uint32_t seed) {
-    for (size_t i = 0; i < n; ++i) {
-      if (p[i] != static_cast<uint8_t>((off + i) * 29 + seed)) return false;
-    }
-    return true;
+    return testing_util::HasPattern(p, off, n, seed);
+  }
+  // One 4 KiB write of pattern `seed` from the start of local_ to the start of remote_
+  // through `from` to `to`, checked.
+  void WriteOne(TcpTransport& from, const std::shared_ptr<const SegmentDesc>& to, uint32_t seed) {
+    Fill(0, 4096, seed);
+    std::string why;
+    EXPECT_TRUE(testing_util::SubmitAndWait(from, to, TransferRequest::WRITE, local_.data(),
+                                            remote_.data(), 0, 4096, 1, &why))
+        << why;
+    EXPECT_TRUE(Matches(remote_.data(), 0, 4096, seed));
   }
   // Several threads write and read back their own areas over the peer's streams.
   void Race(int spin_us);
@@ -140,18 +118,7 @@ TEST_F(TcpInline, LargeSubmitsAndASpinOfZeroGoThroughTheStreams) {
   ASSERT_TRUE(StartSide(&other, "other", /*spin_us=*/0, 0).ok());
   ASSERT_TRUE(other.registry.Add(reinterpret_cast<uint64_t>(local_.data()), kBytes, "cpu:0",
                                  true).ok());
-  for (int i = 0; i < 5; ++i) {
-    Recorder rec;
-    Slice s;
-    s.opcode = TransferRequest::WRITE;
-    s.local = reinterpret_cast<uint64_t>(local_.data());
-    s.remote = reinterpret_cast<uint64_t>(remote_.data());
-    s.length = 4096;
-    s.hook = &rec;
-    ASSERT_TRUE(other.transport.Submit(peer_, &s, 1).ok());
-    ASSERT_TRUE(rec.Wait(1));
-    EXPECT_EQ(rec.results()[0], COMPLETED) << rec.message();
-  }
+  for (uint32_t i = 0; i < 5; ++i) WriteOne(other.transport, peer_, i);
   EXPECT_EQ(other.transport.inline_done() + other.transport.inline_left(), 0u);
   other.transport.Stop();
 }
@@ -160,39 +127,10 @@ void TcpInline::Race(int spin_us) {
   Start(spin_us);
   std::string why;
   ASSERT_TRUE(Batch(TransferRequest::WRITE, 0, 4096, 1, &why)) << why;
-  constexpr int kThreads = 4, kRounds = 120;
-  std::atomic<int> failures{0};
-  std::vector<std::string> whys(kThreads);
-  std::vector<std::thread> threads;
-  for (int th = 0; th < kThreads; ++th) {
-    threads.emplace_back([&, th] {
-      const size_t area = kBytes / kThreads;
-      for (int round = 0; round < kRounds && failures.load() == 0; ++round) {
-        const size_t len = size_t{512} << (round % 4);  // 512 B .. 4 KiB
-        const size_t count = 1 + (round * 7 + th) % 96;
-        const size_t off = th * area + (round % 4) * (area / 4);
-        const uint32_t seed = th * 1000 + round;
-        Fill(off, len * count, seed);
-        std::string w;
-        if (!Batch(TransferRequest::WRITE, off, len, count, &w) ||
-            !Matches(remote_.data() + off, off, len * count, seed)) {
-          whys[th] = "write, round " + std::to_string(round) + ": " + w;
-          failures.fetch_add(1);
-          return;
-        }
-        std::memset(local_.data() + off, 0xEE, len * count);
-        if (!Batch(TransferRequest::READ, off, len, count, &w) ||
-            !Matches(local_.data() + off, off, len * count, seed)) {
-          whys[th] = "read, round " + std::to_string(round) + ": " + w;
-          failures.fetch_add(1);
-          return;
-        }
-      }
-    });
+  for (const std::string& w : testing_util::RaceOwnAreas(
+           initiator_.transport, peer_, local_.data(), remote_.data(), kBytes, 4, 120)) {
+    ADD_FAILURE() << w;
   }
-  for (auto& t : threads) t.join();
-  for (const std::string& w : whys) EXPECT_TRUE(w.empty()) << w;
-  EXPECT_EQ(failures.load(), 0);
 }
 
 // A 1 us spin leaves nearly every submit's replies to the stream's thread: submits taken
@@ -225,21 +163,7 @@ TEST_F(TcpInline, AnIdleConnectionThePeerClosedIsReplacedNotFailedOn) {
     ASSERT_TRUE(first->registry.Add(reinterpret_cast<uint64_t>(remote_.data()), kBytes, "cpu:0",
                                     true).ok());
     auto desc = std::make_shared<const SegmentDesc>(first->desc);
-    auto move = [&](uint32_t seed) {
-      Fill(0, 4096, seed);
-      Recorder rec;
-      Slice s;
-      s.opcode = TransferRequest::WRITE;
-      s.local = reinterpret_cast<uint64_t>(local_.data());
-      s.remote = reinterpret_cast<uint64_t>(remote_.data());
-      s.length = 4096;
-      s.hook = &rec;
-      EXPECT_TRUE(a.transport.Submit(desc, &s, 1).ok());
-      EXPECT_TRUE(rec.Wait(1));
-      auto r = rec.results();
-      EXPECT_TRUE(!r.empty() && r[0] == COMPLETED) << rec.message();
-      EXPECT_TRUE(Matches(remote_.data(), 0, 4096, seed));
-    };
+    auto move = [&](uint32_t seed) { WriteOne(a.transport, desc, seed); };
     move(1);
     first->transport.Stop();  // closes every connection it served: ours is idle
     first.reset();

@@ -209,20 +209,11 @@ Status TcpTransport::SubmitHost(const std::shared_ptr<const SegmentDesc>& desc,
   return Status::OK();
 }
 
-uint64_t TcpTransport::inline_done() const {
+uint64_t TcpTransport::SumOverStreams(uint64_t (TcpStream::*counter)() const) const {
   ReaderLock lock(&mu_);
   uint64_t n = 0;
   for (const auto& [key, peer] : peers_) {
-    for (const auto& s : peer->streams) n += s->inline_done();
-  }
-  return n;
-}
-
-uint64_t TcpTransport::inline_left() const {
-  ReaderLock lock(&mu_);
-  uint64_t n = 0;
-  for (const auto& [key, peer] : peers_) {
-    for (const auto& s : peer->streams) n += s->inline_left();
+    for (const auto& s : peer->streams) n += (s.get()->*counter)();
   }
   return n;
 }

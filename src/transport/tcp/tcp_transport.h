@@ -35,10 +35,12 @@ class TcpTransport : public Transport {
   uint16_t data_port() const { return data_port_; }
   // Submits run on the submitting thread (TcpStream::TryInline), over all peers: completed
   // there / with slices left to a stream's thread (tests, benches).
-  uint64_t inline_done() const MC_EXCLUDES(mu_);
-  uint64_t inline_left() const MC_EXCLUDES(mu_);
+  uint64_t inline_done() const { return SumOverStreams(&TcpStream::inline_done); }
+  uint64_t inline_left() const { return SumOverStreams(&TcpStream::inline_left); }
 
  private:
+  // A counter of every stream of every peer, added up.
+  uint64_t SumOverStreams(uint64_t (TcpStream::*counter)() const) const MC_EXCLUDES(mu_);
   struct Peer {
     std::vector<std::unique_ptr<TcpStream>> streams;
   };
