@@ -178,7 +178,10 @@ Status TcpTransport::SubmitHost(const std::shared_ptr<const SegmentDesc>& desc,
       const size_t i = (mine + k) % n;
       if (peer->streams[i]->queued_bytes() < peer->streams[best]->queued_bytes()) best = i;
     }
-    if (!may_wait || !peer->streams[best]->TryInline(slices, count, total)) {
+    // Under 1 MiB on an idle stream: on this thread (TcpStream::TryInline). A single large
+    // slice, or everything with one lane, goes to the stream's thread as before.
+    if (!may_wait || total >= kSpreadMinBytes ||
+        !peer->streams[best]->TryInline(slices, count, total)) {
       peer->streams[best]->Enqueue(slices, count, total);
     }
     return Status::OK();
